@@ -1,0 +1,1 @@
+"""Speedboard's training engine. Never imports Qt or pyqtgraph."""

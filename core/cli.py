@@ -1,0 +1,332 @@
+"""The headless command line: ``speedboard train | generate | export | bench | gui``.
+
+Also the torchrun entry point: ``torchrun --nproc-per-node N -m core.cli train …``.
+Every user mistake prints one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not a usage dump
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from core.config import COMPILE_MODES, COMPILE_SCOPES, LAYOUTS, PRECISIONS, PRESETS
+
+    parser = _Parser(prog="speedboard", description="Train a Llama-style model; see what torch.compile "
+                                                    "and gradient accumulation buy.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a model (headless)")
+    t.add_argument("--preset", choices=list(PRESETS), help="model size (default: tiny on CPU, small on a GPU)")
+    t.add_argument("--data", help="'builtin', a .txt/.md file, a folder of them, or a .jsonl with a 'text' field")
+    t.add_argument("--layout", choices=LAYOUTS)
+    t.add_argument("--vocab-size", type=_positive_int)
+    budget = t.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=_positive_int, help="budget in optimizer steps")
+    budget.add_argument("--tokens", type=_number, help="budget in tokens (e.g. 2e6)")
+    budget.add_argument("--epochs", type=_number, help="budget in passes over the training samples")
+    t.add_argument("--micro-batch", type=_positive_int, help="sequences per forward/backward pass")
+    t.add_argument("--accum", type=_positive_int, help="micro-batches per optimizer step")
+    t.add_argument("--seq-len", type=_positive_int)
+    t.add_argument("--lr", type=_number)
+    t.add_argument("--min-lr", type=_number)
+    t.add_argument("--warmup", type=_positive_int, help="warmup length in optimizer steps")
+    t.add_argument("--weight-decay", type=_number)
+    t.add_argument("--grad-clip", type=_number)
+    t.add_argument("--compile", choices=COMPILE_MODES, dest="compile_mode")
+    t.add_argument("--compile-scope", choices=COMPILE_SCOPES)
+    t.add_argument("--precision", choices=PRECISIONS)
+    t.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
+    t.add_argument("--seed", type=_positive_int)
+    t.add_argument("--out", help="folder for run folders (default: the per-user data folder)")
+    t.add_argument("--eval-every", type=_positive_int)
+    t.add_argument("--eval-batches", type=_positive_int)
+    t.add_argument("--sample-every", type=_positive_int)
+    t.add_argument("--save-every", type=_positive_int)
+    t.add_argument("--keep", type=_positive_int, help="periodic checkpoints to keep")
+    t.add_argument("--resume", help="checkpoint (or run folder) to continue exactly")
+    t.add_argument("--init-from", help="checkpoint or weights to start a new run from (fresh optimizer)")
+    t.add_argument("--log-every", type=_positive_int, default=10, help="steps between printed lines")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--nproc", type=_positive_int, help="processes (GPUs, or CPU processes) via torchrun")
+
+    g = sub.add_parser("generate", help="generate text from a run or checkpoint")
+    g.add_argument("checkpoint", help="run folder, checkpoint folder, Hugging Face folder")
+    g.add_argument("--prompt", default="The")
+    g.add_argument("--max-new-tokens", type=_positive_int, default=64)
+    g.add_argument("--temperature", type=_number, default=0.0, help="0 is greedy")
+    g.add_argument("--top-k", type=_positive_int)
+    g.add_argument("--seed", type=_positive_int, default=0)
+    g.add_argument("--device", default="auto")
+
+    e = sub.add_parser("export", help="export a checkpoint to another format")
+    e.add_argument("checkpoint")
+    e.add_argument("out")
+    e.add_argument("--format", choices=["hf"], default="hf")
+
+    b = sub.add_parser("bench", help="benchmark compile modes × accumulation")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="options of bench/run.py (see --help there)")
+
+    sub.add_parser("gui", help="open the dashboard")
+    return parser
+
+
+# ----------------------------------------------------------------------------- train
+def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    data = {k: v for k, v in {"source": args.data, "layout": args.layout, "seq_len": args.seq_len,
+                              "vocab_size": args.vocab_size}.items() if v is not None}
+    train: dict[str, Any] = {
+        "micro_batch": args.micro_batch, "accum_steps": args.accum, "lr": args.lr, "min_lr": args.min_lr,
+        "warmup_steps": args.warmup, "weight_decay": args.weight_decay, "grad_clip": args.grad_clip,
+        "compile_mode": args.compile_mode, "compile_scope": args.compile_scope, "precision": args.precision,
+        "device": args.device, "seed": args.seed, "eval_every": args.eval_every,
+        "eval_batches": args.eval_batches, "sample_every": args.sample_every, "save_every": args.save_every,
+        "keep": args.keep,
+    }
+    for kind in ("steps", "tokens", "epochs"):
+        if getattr(args, kind) is not None:
+            train["budget_kind"], train["budget"] = kind, getattr(args, kind)
+    train = {k: v for k, v in train.items() if v is not None}
+    if args.lr is not None and args.min_lr is None:
+        train["min_lr"] = args.lr / 10
+    return {"data": data, "train": train}
+
+
+def config_from_args(args: argparse.Namespace):
+    """Preset defaults, then the resumed checkpoint's settings, then explicit flags."""
+    import torch
+
+    from core.checkpoint import latest_checkpoint, read_checkpoint
+    from core.config import RunConfig, config_from_preset
+
+    overrides = _train_overrides(args)
+    source = args.resume or args.init_from
+    source_path = str(latest_checkpoint(source)) if source else None
+    if args.resume:
+        meta = read_checkpoint(source_path).meta
+        base = RunConfig.from_dict(meta.get("run", {})) if meta.get("run") else config_from_preset(args.preset or "tiny")
+        base = base.replace(resume=source_path, init_from=None, out_dir=None, parent=None)
+    else:
+        name = args.preset or ("small" if torch.cuda.is_available() else "tiny")
+        base = config_from_preset(name, init_from=source_path)
+    return base.replace(out_dir=args.out, **overrides)
+
+
+class ConsoleSink:
+    """A progress bar with ETA and one readable line every ``log_every`` steps."""
+
+    def __init__(self, log_every: int, progress: bool) -> None:
+        self.log_every = log_every
+        self.progress = progress
+        self.bar = None
+
+    def _print(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def __call__(self, event) -> None:
+        from core import events as ev
+
+        if isinstance(event, ev.RunStarted):
+            self._print(f"run {event.run_id}  device {event.device}  {event.precision}  "
+                        f"{event.num_parameters / 1e6:.2f}M params  {event.tokens_per_step} tokens/step  "
+                        f"→ step {event.total_steps}\n  folder {event.run_dir}")
+            if self.progress:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=event.total_steps, initial=event.start_step, unit="step",
+                                dynamic_ncols=True, leave=False, file=sys.stderr)
+        elif isinstance(event, ev.StepMetrics):
+            if self.bar is not None:
+                self.bar.update(event.step - self.bar.n)
+                self.bar.set_postfix(loss=f"{event.loss:.3f}", tok_s=f"{event.tokens_per_s:,.0f}", refresh=False)
+            if event.step % self.log_every == 0:
+                tag = " (warm-up)" if event.warmup else ""
+                self._print(f"step {event.step:6d} | loss {event.loss:.4f} | lr {event.lr:.2e} | "
+                            f"grad {event.grad_norm:.2f} | {event.tokens_per_s:9,.0f} tok/s{tag} | "
+                            f"mfu {event.mfu * 100:4.1f}% | mem {event.peak_mem_gib:.2f} GiB")
+        elif isinstance(event, ev.CompileStarted):
+            self._print(f"compiling ({event.mode}, {event.scope}) …")
+        elif isinstance(event, ev.CompileFinished):
+            what = "fell back to eager" if event.fallback else f"compile warm-up {event.seconds:.1f} s"
+            self._print(f"{what} ({event.mode}, {event.scope})")
+        elif isinstance(event, ev.ValidationDone):
+            self._print(f"validation @ step {event.step}: loss {event.loss:.4f}, perplexity {event.perplexity:.1f}")
+        elif isinstance(event, ev.SampleGenerated):
+            self._print(f"sample @ step {event.step}: {event.text!r}")
+        elif isinstance(event, ev.CheckpointSaved):
+            self._print(f"checkpoint: {event.path}")
+        elif isinstance(event, ev.WarningRaised):
+            self._print(f"warning: {event.message}")
+        elif isinstance(event, ev.RunFinished):
+            self.close()
+            tps = f"{event.median_tokens_per_s:,.0f}" if event.median_tokens_per_s else "n/a"
+            comp = f", compile {event.compile_seconds:.1f} s" if event.compile_seconds is not None else ""
+            state = "stopped" if event.stopped else "finished"
+            val = f"{event.val_loss:.4f}" if event.val_loss is not None else "n/a"
+            self._print(f"{state} at step {event.step}: train loss {event.final_loss:.4f}, val loss {val}, "
+                        f"median {tps} tokens/s after warm-up{comp}, peak mem {event.peak_mem_gib:.2f} GiB")
+        elif isinstance(event, ev.RunFailed):
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--nproc N``: re-run this command under PyTorch's own launcher."""
+    import subprocess
+
+    rest, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--nproc":
+            skip = True
+            continue
+        if a.startswith("--nproc="):
+            continue
+        rest.append(a)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
+           "-m", "core.cli", *rest]
+    return subprocess.call(cmd)
+
+
+def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
+    from core.control import Control
+    from core.distributed import launched_by_torchrun, shutdown
+    from core.trainer import Trainer
+
+    if args.nproc and args.nproc > 1 and not launched_by_torchrun():
+        return _handover_to_torchrun(args, argv)
+    config = config_from_args(args)
+    control = Control()
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+
+    def on_sigint(signum, frame):  # first Ctrl-C: stop after this step and save; second: abort
+        if control.stop_requested:
+            raise KeyboardInterrupt
+        print("\nstopping after this step (Ctrl-C again to abort) …", file=sys.stderr, flush=True)
+        control.stop()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    sink = ConsoleSink(args.log_every, progress=not args.no_progress and rank0 and sys.stderr.isatty())
+    try:
+        Trainer(config, control, sink if rank0 else (lambda e: None)).run()
+    finally:
+        sink.close()
+        shutdown()
+    return 0
+
+
+# ----------------------------------------------------------------------------- generate / export
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from core.checkpoint import latest_checkpoint, load_weights, read_checkpoint
+    from core.device import resolve_device
+    from core.errors import CheckpointError
+    from core.model import LlamaForCausalLM
+
+    loaded = read_checkpoint(latest_checkpoint(args.checkpoint))
+    if loaded.model_config is None or loaded.tokenizer is None:
+        raise CheckpointError(f"{args.checkpoint} needs a config and a tokenizer to generate "
+                              f"(a checkpoint folder, a run folder or a Hugging Face folder)")
+    device = resolve_device(args.device)
+    model = LlamaForCausalLM(loaded.model_config)
+    load_weights(model, loaded.state_dict, str(loaded.source))
+    model.to(device).eval()
+    tok = loaded.tokenizer
+    ids = ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(args.prompt)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    out = model.generate(torch.tensor([ids], device=device), args.max_new_tokens, temperature=args.temperature,
+                         top_k=args.top_k, eos_id=tok.eos_id, generator=gen)
+    print(tok.decode(out[0].tolist()))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from core.checkpoint import export_hf, latest_checkpoint
+
+    out = export_hf(latest_checkpoint(args.checkpoint), args.out)
+    print(f"exported to {out}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    try:
+        from bench.run import main as bench_main
+    except ImportError:
+        print("speedboard: error: the benchmark needs the source checkout (bench/ folder)", file=sys.stderr)
+        return EXIT_USAGE
+    return bench_main(args.args)
+
+
+def cmd_gui() -> int:
+    try:
+        from gui.app import main as gui_main
+    except ImportError as exc:
+        print(f"speedboard: error: the dashboard needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    return gui_main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from core.errors import SpeedboardError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return cmd_train(args, argv)
+        if args.command == "generate":
+            return cmd_generate(args)
+        if args.command == "export":
+            return cmd_export(args)
+        if args.command == "bench":
+            return cmd_bench(args)
+        return cmd_gui()
+    except SpeedboardError as exc:
+        print(f"speedboard: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("speedboard: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""Configuration dataclasses and presets.
+
+Three dataclasses describe a run: ``ModelConfig`` (the architecture),
+``DataConfig`` (corpus, tokenizer and sample layout) and ``TrainConfig``
+(optimizer, schedule, speedups, budget). ``RunConfig`` bundles them and checks
+the combinations. All validation happens in ``__post_init__`` and raises
+``ConfigError`` (a ``ValueError``) with a message a user can act on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from core.errors import ConfigError
+
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Modes that capture CUDA graphs. Their replay with gradient accumulation has
+# produced silently wrong gradients in some PyTorch releases; see TrainConfig.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+COMPILE_SCOPES = ("model", "block")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+LAYOUTS = ("packed", "document")
+BUDGET_KINDS = ("steps", "tokens", "epochs")
+BUILTIN_CORPUS = "builtin"
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def _from_dict(cls, data: dict[str, Any]):
+    """Build a dataclass from a dict, ignoring unknown keys (older/newer files)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Llama-style decoder. Names follow Hugging Face's ``LlamaConfig``."""
+
+    vocab_size: int = 2048
+    """Rows of the embedding and output head; set to the tokenizer's size at run start."""
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    """Key/value heads for grouped-query attention; must divide ``num_heads``."""
+    intermediate_size: int = 384
+    """Width of the SwiGLU MLP."""
+    max_position_embeddings: int = 256
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10_000.0
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 1, f"{name} must be a positive integer, got {value!r}")
+        _require(self.hidden_size % self.num_heads == 0,
+                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        _require(self.num_heads % self.num_kv_heads == 0,
+                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
+        _require(self.head_dim % 2 == 0, f"head dimension {self.head_dim} must be even for rotary embeddings")
+        _require(self.rms_norm_eps > 0, "rms_norm_eps must be positive")
+        _require(self.rope_theta > 0, "rope_theta must be positive")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def num_parameters(self) -> int:
+        """Parameter count, computed from the shapes (no model needed)."""
+        h, kv = self.hidden_size, self.num_kv_heads * self.head_dim
+        per_layer = h * h * 2 + h * kv * 2 + 3 * h * self.intermediate_size + 2 * h
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + self.num_layers * per_layer + h + head
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        return _from_dict(cls, data)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """A ``config.json`` that ``transformers.LlamaConfig`` reads."""
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "initializer_range": self.initializer_range,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "attention_dropout": 0.0,
+            "torch_dtype": "float32",
+        }
+
+    @classmethod
+    def from_hf_dict(cls, hf: dict[str, Any]) -> ModelConfig:
+        """Read a Hugging Face Llama ``config.json``; refuse what this model cannot express."""
+        if hf.get("model_type", "llama") != "llama":
+            raise ConfigError(f"not a Llama config (model_type={hf.get('model_type')!r})")
+        rope_scaling = hf.get("rope_scaling")
+        if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in (None, "default"):
+            raise ConfigError(f"rope_scaling {rope_scaling!r} is not supported")
+        if hf.get("attention_bias") or hf.get("mlp_bias"):
+            raise ConfigError("Llama configs with biases are not supported")
+        if hf.get("hidden_act", "silu") != "silu":
+            raise ConfigError(f"hidden_act {hf.get('hidden_act')!r} is not supported (only silu)")
+        heads = hf["num_attention_heads"]
+        head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
+        if head_dim * heads != hf["hidden_size"]:
+            raise ConfigError("head_dim × num_attention_heads must equal hidden_size")
+        rope_theta = hf.get("rope_theta")
+        if rope_theta is None:  # newer transformers keep it inside rope_parameters
+            rope_theta = (hf.get("rope_parameters") or {}).get("rope_theta", 10_000.0)
+        return cls(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads") or heads,
+            intermediate_size=hf["intermediate_size"],
+            max_position_embeddings=hf.get("max_position_embeddings", 2048),
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope_theta),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            initializer_range=hf.get("initializer_range", 0.02),
+        )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the text comes from and how it becomes samples."""
+
+    source: str = BUILTIN_CORPUS
+    """``builtin`` (Python's own documentation topics), a .txt/.md file, a folder of them, or a .jsonl file."""
+    layout: str = "packed"
+    """``packed``: documents concatenated and cut into windows; ``document``: one padded document per sample."""
+    seq_len: int = 128
+    vocab_size: int = 2048
+    """Target vocabulary of the BPE tokenizer (it may end smaller on a small corpus)."""
+    val_fraction: float = 0.05
+    """Share of samples held out for validation."""
+
+    def __post_init__(self) -> None:
+        _require(self.layout in LAYOUTS, f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
+        _require(isinstance(self.seq_len, int) and self.seq_len >= 2, f"seq_len must be an integer ≥ 2, got {self.seq_len!r}")
+        _require(isinstance(self.vocab_size, int) and 300 <= self.vocab_size <= 1_000_000,
+                 f"vocab_size must be between 300 and 1,000,000, got {self.vocab_size!r}")
+        _require(0.0 < self.val_fraction < 0.5, f"val_fraction must be in (0, 0.5), got {self.val_fraction!r}")
+        _require(bool(self.source), "data source is empty")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DataConfig:
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer, schedule, speedups and budget."""
+
+    micro_batch: int = 16
+    """Sequences per forward/backward pass."""
+    accum_steps: int = 1
+    """Micro-batches per optimizer step (gradient accumulation)."""
+    budget_kind: str = "steps"
+    budget: float = 300
+    """Optimizer steps, tokens or epochs, per ``budget_kind``."""
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 20
+    """Linear warmup length, converted to tokens at the start of a lineage."""
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    """Max global gradient norm; 0 disables clipping."""
+    compile_mode: str = "off"
+    compile_scope: str = "model"
+    """``model`` compiles the whole model, ``block`` each transformer block on its own."""
+    precision: str = "auto"
+    """``auto`` is bf16 on CUDA, fp32 elsewhere."""
+    device: str = "auto"
+    seed: int = 1337
+    eval_every: int = 100
+    """Optimizer steps between validation passes; 0 disables (a final one still runs)."""
+    eval_batches: int = 8
+    sample_every: int = 0
+    """Optimizer steps between generated samples; 0 means only at the end."""
+    sample_tokens: int = 48
+    save_every: int = 0
+    """Optimizer steps between checkpoints; 0 saves only when the run ends."""
+    keep: int = 3
+    """How many periodic checkpoints to keep."""
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.micro_batch, int) and self.micro_batch >= 1,
+                 f"micro-batch must be an integer ≥ 1, got {self.micro_batch!r}")
+        _require(isinstance(self.accum_steps, int) and self.accum_steps >= 1,
+                 f"accumulation steps must be an integer ≥ 1, got {self.accum_steps!r}")
+        _require(self.budget_kind in BUDGET_KINDS, f"unknown budget kind {self.budget_kind!r}")
+        _require(self.budget > 0 and math.isfinite(self.budget), f"budget must be positive, got {self.budget!r}")
+        _require(self.lr > 0, f"learning rate must be positive, got {self.lr!r}")
+        _require(0 <= self.min_lr <= self.lr, f"min-lr must be between 0 and lr ({self.lr}), got {self.min_lr!r}")
+        _require(self.warmup_steps >= 0, "warmup must be ≥ 0")
+        _require(self.weight_decay >= 0, "weight decay must be ≥ 0")
+        _require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "Adam betas must be in [0, 1)")
+        _require(self.grad_clip >= 0, "grad clip must be ≥ 0")
+        _require(self.compile_mode in COMPILE_MODES,
+                 f"unknown compile mode {self.compile_mode!r}; choose one of {', '.join(COMPILE_MODES)}")
+        _require(self.compile_scope in COMPILE_SCOPES,
+                 f"unknown compile scope {self.compile_scope!r}; choose one of {', '.join(COMPILE_SCOPES)}")
+        _require(self.precision in PRECISIONS,
+                 f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        # CUDA-graph replay reuses static gradient buffers; with several backward
+        # passes per optimizer step some PyTorch releases accumulate into stale
+        # buffers and give wrong gradients without any error. Unproven here, so refused.
+        _require(not (self.compile_mode in CUDA_GRAPH_MODES and self.accum_steps > 1),
+                 f"compile mode {self.compile_mode!r} uses CUDA graphs, which can give wrong gradients with "
+                 f"gradient accumulation; use 'max-autotune-no-cudagraphs' or 'default' with accumulation > 1")
+        for name in ("eval_every", "sample_every", "save_every"):
+            _require(getattr(self, name) >= 0, f"{name} must be ≥ 0")
+        _require(self.eval_batches >= 1, "eval batches must be ≥ 1")
+        _require(self.keep >= 1, "keep must be ≥ 1")
+        _require(self.sample_tokens >= 1, "sample tokens must be ≥ 1")
+
+    def sequences_per_step(self, world_size: int = 1) -> int:
+        """Effective batch in sequences per optimizer step."""
+        return self.micro_batch * self.accum_steps * world_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class Preset:
+    model: ModelConfig
+    seq_len: int
+    vocab_size: int
+    micro_batch: int
+    lr: float
+    steps: int
+
+
+PRESETS: dict[str, Preset] = {
+    # ~1.3M parameters: loss falls visibly within a minute on two CPU cores.
+    "tiny": Preset(ModelConfig(vocab_size=2048, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
+                               intermediate_size=384, max_position_embeddings=256),
+                   seq_len=128, vocab_size=2048, micro_batch=16, lr=3e-3, steps=1000),
+    # ~25M parameters.
+    "small": Preset(ModelConfig(vocab_size=8192, hidden_size=512, num_layers=6, num_heads=8, num_kv_heads=2,
+                                intermediate_size=1408, max_position_embeddings=1024),
+                    seq_len=256, vocab_size=8192, micro_batch=8, lr=1e-3, steps=500),
+    # The reference configuration of the article series (≈ 160M parameters at 50k vocabulary).
+    "base": Preset(ModelConfig(vocab_size=50_000, hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=3,
+                               intermediate_size=3072, max_position_embeddings=2048),
+                   seq_len=1024, vocab_size=50_000, micro_batch=8, lr=6e-4, steps=2000),
+}
+
+
+def preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs; the unit the CLI and the GUI hand to the trainer."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    preset: str = "tiny"
+    out_dir: str | None = None
+    """Folder that holds run folders; ``None`` is the per-user data folder."""
+    resume: str | None = None
+    """Checkpoint to continue exactly (weights, optimizer, schedule, data position)."""
+    init_from: str | None = None
+    """Checkpoint or weights file to start from with a fresh optimizer."""
+    parent: str | None = None
+    """Run id this run continues, for plots that join a lineage."""
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.data.seq_len <= self.model.max_position_embeddings,
+                 f"sequence length {self.data.seq_len} is beyond the model's {self.model.max_position_embeddings} positions")
+        _require(not (self.resume and self.init_from), "use either resume or init-from, not both")
+
+    def tokens_per_step(self, world_size: int = 1) -> int:
+        """Token positions per optimizer step (the effective batch in tokens)."""
+        return self.train.sequences_per_step(world_size) * self.data.seq_len
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict(),
+            "data": self.data.to_dict(),
+            "train": self.train.to_dict(),
+            "preset": self.preset,
+            "out_dir": self.out_dir,
+            "resume": self.resume,
+            "init_from": self.init_from,
+            "parent": self.parent,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        return cls(
+            model=ModelConfig.from_dict(data.get("model", {})),
+            data=DataConfig.from_dict(data.get("data", {})),
+            train=TrainConfig.from_dict(data.get("train", {})),
+            **{k: data.get(k) for k in ("out_dir", "resume", "init_from", "parent", "name")},
+            preset=data.get("preset", "tiny"),
+        )
+
+    def replace(self, **sections: Any) -> RunConfig:
+        """Copy with whole sections or per-section overrides: ``replace(train={"accum_steps": 4})``."""
+        changes: dict[str, Any] = {}
+        for key, value in sections.items():
+            current = getattr(self, key)
+            if isinstance(value, dict) and dataclasses.is_dataclass(current):
+                changes[key] = dataclasses.replace(current, **value)
+            else:
+                changes[key] = value
+        return dataclasses.replace(self, **changes)
+
+
+def config_from_preset(name: str = "tiny", **overrides: Any) -> RunConfig:
+    """A RunConfig for a preset, with ``model=``, ``data=``, ``train=`` dict overrides."""
+    p = preset(name)
+    base = RunConfig(
+        model=p.model,
+        data=DataConfig(seq_len=p.seq_len, vocab_size=p.vocab_size),
+        train=TrainConfig(micro_batch=p.micro_batch, lr=p.lr, min_lr=p.lr / 10, budget=p.steps),
+        preset=name,
+    )
+    return base.replace(**overrides) if overrides else base

@@ -1,0 +1,148 @@
+"""Devices, precision, memory readings and the FLOP arithmetic behind MFU."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+
+import torch
+
+from core.config import ModelConfig
+from core.errors import ConfigError
+
+GIB = 1024**3
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _mps_available() -> bool:
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def available_devices() -> list[str]:
+    """Devices present on this machine, best first (what the GUI offers)."""
+    devices = []
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if _mps_available():
+        devices.append("mps")
+    devices.append("cpu")
+    return devices
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks cuda, then mps, then cpu; a named device must be present."""
+    if name == "auto":
+        return torch.device(available_devices()[0] if torch.cuda.is_available() or _mps_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {name!r} requested, but no CUDA device is present")
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"device {name!r} requested, but only {torch.cuda.device_count()} CUDA device(s) exist")
+        return torch.device("cuda", index)
+    if device.type == "mps" and not _mps_available():
+        raise ConfigError("device 'mps' requested, but Apple's MPS backend is not available")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"unsupported device {name!r}")
+    return device
+
+
+def bf16_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "mps":
+        return bool(torch.backends.mps.is_macos_or_newer(14, 0))
+    return True  # CPU autocast implements bf16 on every x86/Arm build of PyTorch
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto`` is bf16 on CUDA (when supported), fp32 elsewhere; refuse what the device lacks."""
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" and bf16_supported(device) else "fp32"
+    if precision == "bf16" and not bf16_supported(device):
+        raise ConfigError(f"bf16 is not supported on {device}; use fp16 or fp32")
+    return precision
+
+
+def autocast(device: torch.device, precision: str):
+    """Mixed-precision context: parameters stay fp32, matmuls run in bf16/fp16."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=DTYPES[precision])
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels; needed before reading a wall-clock timer on a GPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def memory_gib(device: torch.device) -> float:
+    """Current memory: CUDA allocated, else the process's resident set."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / GIB
+    import psutil
+
+    return psutil.Process().memory_info().rss / GIB
+
+
+def peak_memory_gib(device: torch.device) -> float | None:
+    """CUDA max allocated since the last reset; None elsewhere (callers track sampled RSS)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / GIB
+    return None
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    if device.type == "cpu":
+        return f"cpu ({torch.get_num_threads()} threads)"
+    return str(device)
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Forward + backward FLOPs per token: 6 × parameters in matmuls + causal attention.
+
+    Attention scores and weighted values cost 2 × 2 × T × H FLOPs per layer per
+    token in the forward pass over all T keys (×3 for backward), halved because
+    causal attention only needs the lower triangle; the embedding lookup is not a matmul.
+    """
+    n = cfg.num_parameters() - cfg.vocab_size * cfg.hidden_size * (0 if cfg.tie_word_embeddings else 1)
+    attention = 6 * cfg.num_layers * cfg.hidden_size * seq_len
+    return 6.0 * n + attention
+
+
+@functools.lru_cache(maxsize=8)
+def measure_matmul_peak(device_str: str, precision: str = "fp32", size: int = 0) -> float:
+    """Achieved FLOP/s of a large square GEMM on this device: the MFU denominator.
+
+    Measured, not a datasheet number, so it reflects this machine's threads and clocks.
+    """
+    device = torch.device(device_str)
+    dtype = DTYPES["fp32" if precision == "fp32" or device.type == "cpu" else precision]
+    size = size or (1024 if device.type == "cpu" else 8192)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    synchronize(device)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ b
+        synchronize(device)  # timer read after the kernel really ran
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size**3 / best

@@ -1,0 +1,174 @@
+"""Plain-data events the trainer reports through a sink.
+
+Every event is a frozen dataclass of numbers and strings: no torch, no Qt. The
+same events are written to a run's ``metrics.jsonl``, sent to the GUI thread
+through one signal, and replayed from a run folder written by the CLI or by
+rank 0 of a torchrun job. Names are past tense: they report what happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Event:
+    run_id: str
+    time: float
+    """Seconds since the run started (wall clock)."""
+
+    @property
+    def kind(self) -> str:
+        return _KIND_OF[type(self)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    run_dir: str
+    config: dict[str, Any]
+    device: str
+    precision: str
+    num_parameters: int
+    tokens_per_step: int
+    budget_tokens: int
+    """Token positions the whole lineage trains for (the schedule's horizon)."""
+    total_steps: int
+    """Optimizer step at which this run ends, at its current effective batch."""
+    start_step: int = 0
+    start_tokens: int = 0
+    start_time: float = 0.0
+    """Wall time its parent had trained, so a continued run's curves join its parent's."""
+    parent: str | None = None
+    world_size: int = 1
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompileStarted(Event):
+    mode: str
+    scope: str
+
+
+@dataclass(frozen=True)
+class CompileFinished(Event):
+    mode: str
+    scope: str
+    seconds: float
+    """Wall time of the warm-up steps that compiled, minus the same steps at steady speed."""
+    warmup_steps: int
+    """Optimizer steps treated as warm-up and left out of throughput figures."""
+    fallback: bool = False
+    """True when compilation failed and the run continued eagerly."""
+
+
+@dataclass(frozen=True)
+class StepMetrics(Event):
+    step: int
+    tokens: int
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens_per_s: float
+    step_time: float
+    peak_mem_gib: float
+    mem_gib: float
+    mfu: float
+    warmup: bool = False
+    """A compile warm-up step: excluded from throughput summaries."""
+
+
+@dataclass(frozen=True)
+class ValidationDone(Event):
+    step: int
+    tokens: int
+    loss: float
+    perplexity: float
+
+
+@dataclass(frozen=True)
+class SampleGenerated(Event):
+    step: int
+    prompt: str
+    text: str
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    step: int
+    tokens: int
+    path: str
+
+
+@dataclass(frozen=True)
+class WarningRaised(Event):
+    message: str
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    step: int
+    tokens: int
+    stopped: bool
+    """True when a stop request ended the run before its budget."""
+    final_loss: float | None
+    val_loss: float | None
+    median_tokens_per_s: float | None
+    compile_seconds: float | None
+    peak_mem_gib: float
+    checkpoint: str | None
+
+
+@dataclass(frozen=True)
+class RunFailed(Event):
+    message: str
+    step: int = 0
+
+
+_KIND_OF: dict[type, str] = {
+    RunStarted: "run_started",
+    CompileStarted: "compile_started",
+    CompileFinished: "compile_finished",
+    StepMetrics: "step",
+    ValidationDone: "validation",
+    SampleGenerated: "sample",
+    CheckpointSaved: "checkpoint",
+    WarningRaised: "warning",
+    RunFinished: "finished",
+    RunFailed: "failed",
+}
+_TYPE_OF = {v: k for k, v in _KIND_OF.items()}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Inverse of ``Event.to_dict``; unknown keys (a newer writer) are ignored."""
+    cls = _TYPE_OF.get(data.get("event", ""))
+    if cls is None:
+        raise ValueError(f"unknown event {data.get('event')!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class Sink(Protocol):
+    def __call__(self, event: Event) -> None: ...
+
+
+def null_sink(event: Event) -> None:
+    """A sink that drops everything."""
+
+
+class ListSink:
+    """Collects events in memory (tests, the benchmark)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, cls: type) -> list:
+        return [e for e in self.events if isinstance(e, cls)]

@@ -1,0 +1,144 @@
+"""Run folders: where each run writes its config, tokenizer, metrics and checkpoints.
+
+```
+<out>/<run_id>/
+    config.json        full config, library versions, device (written at start)
+    tokenizer.json     the run's tokenizer
+    metrics.jsonl      one event per line, flushed as it happens
+    checkpoints/step_000100/ ...
+```
+``EventTail`` follows a ``metrics.jsonl`` that another process is still writing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import secrets
+from pathlib import Path
+from typing import Any
+
+from core.events import Event, event_from_dict
+
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"
+
+
+def default_out_dir() -> Path:
+    """Per-user data folder (``SPEEDBOARD_HOME`` overrides it)."""
+    env = os.environ.get("SPEEDBOARD_HOME")
+    if env:
+        return Path(env) / "runs"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("speedboard")) / "runs"
+
+
+def library_versions() -> dict[str, str]:
+    import numpy
+    import tokenizers
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__,
+                "numpy": numpy.__version__, "tokenizers": tokenizers.__version__}
+    try:
+        import safetensors
+
+        versions["safetensors"] = safetensors.__version__
+    except ImportError:  # pragma: no cover - a hard dependency, but never fail a run over a version string
+        pass
+    if torch.version.cuda:
+        versions["cuda"] = torch.version.cuda
+    return versions
+
+
+def new_run_id(tag: str) -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{tag}-{secrets.token_hex(2)}"
+
+
+def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
+    """A new, empty run folder; never reuses one, so earlier runs are never touched."""
+    root = Path(out_dir) if out_dir else default_out_dir()
+    path = root / run_id
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically: a reader sees the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class JsonlSink:
+    """Appends each event to ``metrics.jsonl`` and flushes it, so readers see it at once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8")
+
+    def __call__(self, event: Event) -> None:
+        if self._file.closed:
+            return
+        self._file.write(json.dumps(event.to_dict(), default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TeeSink:
+    """Sends each event to several sinks (the run folder first: nothing is lost)."""
+
+    def __init__(self, *sinks) -> None:
+        self.sinks = sinks
+
+    def __call__(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink(event)
+
+
+class EventTail:
+    """Reads new complete lines of a ``metrics.jsonl`` on each ``poll()``."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        self.path = path / METRICS_FILE if path.is_dir() else path
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[Event]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for the next poll
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                events.append(event_from_dict(json.loads(line)))
+            except (ValueError, TypeError):
+                continue  # a line from a newer or damaged writer: skip it, keep following
+        return events
+
+
+def read_events(run_dir: str | Path) -> list[Event]:
+    return EventTail(run_dir).poll()
+
+
+def is_run_dir(path: str | Path) -> bool:
+    return (Path(path) / METRICS_FILE).is_file()

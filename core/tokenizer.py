@@ -1,0 +1,151 @@
+"""Byte-level BPE tokenizer trained with Hugging Face ``tokenizers``.
+
+A tokenizer is trained on the run's own corpus, cached by the corpus' hash and
+target size, and saved into every run folder and checkpoint as
+``tokenizer.json`` so a model never travels without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from core.errors import CheckpointError
+
+PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
+SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2 in every trained tokenizer
+_FORMAT = "speedboard-bpe-1"
+# Names other tokenizers (e.g. Hugging Face Llama folders) give the same roles.
+_ALIASES = {"bos": (BOS, "<s>", "<|begin_of_text|>"), "eos": (EOS, "</s>", "<|end_of_text|>", "<|endoftext|>"),
+            "pad": (PAD, "<pad>", "<|finetune_right_pad_id|>")}
+
+
+def cache_dir() -> Path:
+    """Per-user cache folder (``SPEEDBOARD_CACHE_DIR`` overrides it)."""
+    env = os.environ.get("SPEEDBOARD_CACHE_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("speedboard"))
+
+
+class BPETokenizer:
+    """A thin wrapper that knows the special tokens' ids."""
+
+    def __init__(self, tok: Tokenizer, bos: str | None = None, eos: str | None = None, pad: str | None = None) -> None:
+        self.tok = tok
+        vocab = tok.get_vocab(with_added_tokens=True)
+
+        def find(role: str, name: str | None) -> int | None:
+            for candidate in ((name,) if name else ()) + _ALIASES[role]:
+                if candidate in vocab:
+                    return vocab[candidate]
+            return None
+
+        self.bos_id = find("bos", bos)
+        self.eos_id = find("eos", eos)
+        self.pad_id = find("pad", pad)
+        names = {v: k for k, v in vocab.items()}
+        self.bos_token = names.get(self.bos_id) if self.bos_id is not None else None
+        self.eos_token = names.get(self.eos_id) if self.eos_id is not None else None
+        self.pad_token = names.get(self.pad_id) if self.pad_id is not None else None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def to_str(self) -> str:
+        return self.tok.to_str()
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``tokenizer.json`` (and the HF ``tokenizer_config.json``) into ``folder``."""
+        folder = Path(folder)
+        path = folder / "tokenizer.json"
+        path.write_text(self.to_str(), encoding="utf-8")
+        (folder / "tokenizer_config.json").write_text(json.dumps(self.hf_config(), indent=2), encoding="utf-8")
+        return path
+
+    def hf_config(self) -> dict:
+        cfg: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+                     "add_bos_token": False, "add_eos_token": False}
+        for role in ("bos", "eos", "pad"):
+            token = getattr(self, f"{role}_token")
+            if token is not None:
+                cfg[f"{role}_token"] = token
+        return cfg
+
+    @classmethod
+    def load(cls, path: str | Path) -> BPETokenizer:
+        """Load ``tokenizer.json`` (a file, or a folder holding it with an optional tokenizer_config.json)."""
+        path = Path(path)
+        folder = path if path.is_dir() else path.parent
+        file = path / "tokenizer.json" if path.is_dir() else path
+        try:
+            tok = Tokenizer.from_file(str(file))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+            raise CheckpointError(f"cannot read tokenizer {file}: {str(exc).splitlines()[0]}") from None
+        special: dict[str, str | None] = {}
+        cfg_file = folder / "tokenizer_config.json"
+        if cfg_file.is_file():
+            try:
+                cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                cfg = {}
+            for role in ("bos", "eos", "pad"):
+                value = cfg.get(f"{role}_token")
+                special[role] = value.get("content") if isinstance(value, dict) else value
+        return cls(tok, **special)
+
+
+def train_bpe(documents: Sequence[str], vocab_size: int) -> BPETokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(documents, trainer=trainer, length=len(documents))
+    return BPETokenizer(tok)
+
+
+def corpus_hash(documents: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for doc in documents:
+        h.update(doc.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def get_tokenizer(documents: Sequence[str], vocab_size: int, fingerprint: str | None = None) -> BPETokenizer:
+    """The tokenizer for this corpus and size, from the cache or freshly trained."""
+    key = hashlib.sha256(f"{_FORMAT}:{fingerprint or corpus_hash(documents)}:{vocab_size}".encode()).hexdigest()[:32]
+    path = cache_dir() / "tokenizers" / f"{key}.json"
+    if path.is_file():
+        try:
+            return BPETokenizer(Tokenizer.from_file(str(path)))
+        except Exception:  # a damaged cache entry is retrained, never trusted
+            pass
+    tokenizer = train_bpe(documents, vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(tokenizer.to_str(), encoding="utf-8")
+    os.replace(tmp, path)  # atomic: concurrent runs never read half a file
+    return tokenizer

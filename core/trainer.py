@@ -1,0 +1,485 @@
+"""The training loop: set-up, then optimizer steps in readable phases.
+
+Each optimizer step:
+1. control: pause, stop, save requests (only ever between steps);
+2. the global batch for this step, read by stream position (same samples for
+   any split into micro-batches or ranks), and its count of real target tokens;
+3. micro-steps: forward, summed cross-entropy divided by that window-wide count,
+   backward (DDP all-reduces on the last micro-step only);
+4. unscale, clip, learning rate from tokens consumed, optimizer step;
+5. one host sync to read loss and grad norm, then the metrics event;
+6. periodic validation, sample and checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from core import checkpoint as ckpt_io
+from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
+from core.config import RunConfig
+from core.control import Control
+from core.data import IGNORE_INDEX, Data, SampleOrder, prepare_data
+from core.device import (autocast, device_name, measure_matmul_peak, memory_gib, peak_memory_gib,
+                         reset_peak_memory, resolve_device, resolve_precision, synchronize,
+                         training_flops_per_token)
+from core.distributed import DistContext, all_reduce_sum, init_distributed
+from core.errors import CheckpointError, SpeedboardError
+from core.events import (CheckpointSaved, CompileFinished, CompileStarted, Event, RunFailed, RunFinished,
+                         RunStarted, SampleGenerated, Sink, StepMetrics, ValidationDone, WarningRaised,
+                         null_sink)
+from core.model import LlamaForCausalLM
+from core.runs import CONFIG_FILE, JsonlSink, METRICS_FILE, create_run_dir, library_versions, new_run_id, write_json
+from core.schedule import LRSchedule
+
+DEFAULT_PROMPT = "The"
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    step: int
+    tokens: int
+    stopped: bool
+    final_loss: float | None
+    val_loss: float | None
+    checkpoint: Path | None
+    median_tokens_per_s: float | None
+    compile_seconds: float | None
+
+
+def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not norms); fused where the device has it."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    fused = device.type in ("cuda", "cpu")
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, fused=fused)
+
+
+def train(config: RunConfig, control: Control | None = None, sink: Sink = null_sink) -> RunResult:
+    """Run one training run to its budget or a stop request; see ``Trainer``."""
+    return Trainer(config, control, sink).run()
+
+
+class Trainer:
+    """One run. ``sink`` receives plain-data events; ``control`` is polled between steps.
+
+    Everything torch happens on the calling thread; the trainer never waits on
+    the sink's consumer (a sink must return quickly, e.g. emit a queued signal).
+    """
+
+    def __init__(self, config: RunConfig, control: Control | None = None, sink: Sink = null_sink) -> None:
+        self.cfg = config
+        self.control = control or Control()
+        self.user_sink = sink
+        self.run_id = ""
+        self.t0 = time.perf_counter()
+        self.paused_s = 0.0
+        self._jsonl: JsonlSink | None = None
+
+    # ------------------------------------------------------------------ events
+    def now(self) -> float:
+        """Wall seconds of this run, pauses excluded, offset by the parent's."""
+        return self.start_time + time.perf_counter() - self.t0 - self.paused_s
+
+    def emit(self, event: Event) -> None:
+        if not self.dist.is_main:
+            return
+        if self._jsonl is not None:
+            self._jsonl(event)  # the run folder first: nothing is lost if the consumer fails
+        self.user_sink(event)
+
+    def warn(self, message: str) -> None:
+        self.emit(WarningRaised(self.run_id, self.now(), message))
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> RunResult:
+        self.start_time = 0.0
+        self.dist = DistContext()
+        try:
+            self._setup()
+            return self._loop()
+        except BaseException as exc:
+            message = str(exc) if isinstance(exc, SpeedboardError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyboardInterrupt):
+                message = "interrupted"
+            self.emit(RunFailed(self.run_id, self.now(), message.strip() or type(exc).__name__,
+                                getattr(self, "step", 0)))
+            raise
+        finally:
+            if self._jsonl is not None:
+                self._jsonl.close()
+
+    def _setup(self) -> None:
+        cfg, tc = self.cfg, self.cfg.train
+        device = resolve_device(tc.device)
+        self.dist = init_distributed(device.type)
+        if self.dist.enabled and device.type == "cuda":
+            device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(device)
+        self.device = device
+        self.precision = resolve_precision(tc.precision, device)
+
+        source = cfg.resume or cfg.init_from
+        loaded = ckpt_io.read_checkpoint(source) if source else None
+        trainer_state = None
+        if cfg.resume:
+            if loaded.trainer_state_path is None:
+                raise CheckpointError(f"cannot resume from {source}: it holds no trainer state "
+                                      f"(use init-from to start a new run from its weights)")
+            trainer_state = ckpt_io.load_trainer_state(loaded.trainer_state_path)
+
+        data_cfg = cfg.data
+        self.data: Data = prepare_data(data_cfg, loaded.tokenizer if loaded else None)
+        tok = self.data.tokenizer
+        model_cfg = loaded.model_config if loaded and loaded.model_config else replace(cfg.model, vocab_size=tok.vocab_size)
+        if data_cfg.seq_len > model_cfg.max_position_embeddings:
+            raise SpeedboardError(f"sequence length {data_cfg.seq_len} is beyond the model's "
+                                  f"{model_cfg.max_position_embeddings} positions")
+        ckpt_io.check_tokenizer_fits(tok, model_cfg)
+        self.model_cfg = model_cfg
+
+        torch.manual_seed(tc.seed)
+        model = LlamaForCausalLM(model_cfg)
+        if loaded:
+            ckpt_io.load_weights(model, loaded.state_dict, source=str(source))
+        self.model = model.to(device)
+        self.optimizer = make_optimizer(self.model, tc, device)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
+
+        world = self.dist.world_size
+        self.tokens_per_step = cfg.tokens_per_step(world)
+        self.step, self.tokens, self.samples = 0, 0, 0
+        seed = tc.seed
+        parent = cfg.parent
+        if trainer_state is not None:
+            self._restore(trainer_state)
+            seed = trainer_state.get("seed", seed)
+            parent = parent or trainer_state.get("run_id")
+            self.start_time = float(trainer_state.get("wall_time", 0.0))
+        self.seed = seed
+        self.order = SampleOrder(len(self.data.train), seed)
+        self.schedule = self._make_schedule(trainer_state)
+
+        tag = f"{cfg.preset}-{tc.compile_mode}{'-block' if tc.compile_scope == 'block' else ''}-a{tc.accum_steps}"
+        self.run_id = new_run_id(tag)
+        self.run_dir: Path | None = None  # only rank 0 writes a run folder
+        if self.dist.is_main:
+            self.run_dir = create_run_dir(cfg.out_dir, self.run_id)
+            self._write_run_files(parent)
+            self._jsonl = JsonlSink(self.run_dir / METRICS_FILE)
+        self.parent = parent
+        self.t0 = time.perf_counter()
+
+        self.peak_flops = measure_matmul_peak(str(device), self.precision)
+        self.flops_per_token = training_flops_per_token(model_cfg, data_cfg.seq_len)
+        reset_peak_memory(device)
+        self.peak_rss = memory_gib(device)
+
+        self.compiled = self._compile(tc.compile_mode, tc.compile_scope)
+        total_steps = self.step + max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
+        self.total_steps = total_steps
+        self.emit(RunStarted(
+            self.run_id, self.now(), run_dir=str(self.run_dir), config=self._config_dict(),
+            device=device_name(device), precision=self.precision, num_parameters=self.model.num_parameters(),
+            tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens, total_steps=total_steps,
+            start_step=self.step, start_tokens=self.tokens, start_time=self.start_time, parent=parent,
+            world_size=world, versions=library_versions()))
+
+    def _config_dict(self) -> dict:
+        d = self.cfg.to_dict()
+        d["model"] = self.model_cfg.to_dict()
+        return d
+
+    def _write_run_files(self, parent: str | None) -> None:
+        corpus = self.data.corpus
+        write_json(self.run_dir / CONFIG_FILE, {
+            "run_id": self.run_id,
+            "parent": parent,
+            "config": self._config_dict(),
+            "device": str(self.device),
+            "precision": self.precision,
+            "world_size": self.dist.world_size,
+            "tokens_per_step": self.tokens_per_step,
+            "corpus": {"name": corpus.name, "sha256": corpus.fingerprint, "documents": len(corpus.documents),
+                       "train_samples": len(self.data.train), "val_samples": len(self.data.val)},
+            "versions": library_versions(),
+        })
+        self.data.tokenizer.save(self.run_dir)
+
+    def _make_schedule(self, state: dict | None) -> LRSchedule:
+        tc = self.cfg.train
+        if state is not None:
+            saved = state["schedule"]
+            if self.tokens < saved["end_tokens"]:
+                # Exact continuation: same horizon, whatever the new effective batch.
+                return LRSchedule(tc.lr, tc.min_lr, saved["warmup_tokens"], saved["end_tokens"], saved["start_tokens"])
+            # The parent finished its budget: a new cosine segment from here (no warmup).
+            return LRSchedule(tc.lr, tc.min_lr, 0, self.tokens + self._budget_tokens(), self.tokens)
+        return LRSchedule(tc.lr, tc.min_lr, tc.warmup_steps * self.tokens_per_step, self._budget_tokens())
+
+    def _budget_tokens(self) -> int:
+        tc = self.cfg.train
+        if tc.budget_kind == "steps":
+            return int(tc.budget) * self.tokens_per_step
+        if tc.budget_kind == "tokens":
+            return max(int(tc.budget), self.tokens_per_step)
+        return max(int(tc.budget * len(self.data.train) * self.data.train.seq_len), self.tokens_per_step)
+
+    def _restore(self, state: dict) -> None:
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError) as exc:
+            raise CheckpointError(f"the optimizer state does not fit this model ({exc})") from None
+        fused = self.device.type in ("cuda", "cpu")
+        for group in self.optimizer.param_groups:  # the saved flags describe the saving device
+            group["fused"], group["foreach"] = fused, None
+        if state.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
+        self.step, self.tokens, self.samples = int(state["step"]), int(state["tokens"]), int(state["samples"])
+        rng = state.get("rng", {})
+        if "torch" in rng:
+            torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+    def trainer_state(self) -> dict:
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "step": self.step, "tokens": self.tokens, "samples": self.samples, "seed": self.seed,
+            "wall_time": self.now(), "run_id": self.run_id, "world_size": self.dist.world_size,
+            "schedule": self.schedule.to_dict(), "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
+            "rng": rng, "train_config": self.cfg.train.to_dict(),
+        }
+
+    # ------------------------------------------------------------------ compile
+    def _compile(self, mode: str, scope: str) -> CompiledModel:
+        if mode != "off":
+            reason = compile_unavailable_reason(self.device)
+            if reason:
+                self.warn(f"torch.compile ({mode}) is unavailable: {reason}; running eagerly")
+                self._compile_fallback = True
+                return self._wrap(compile_model(self.model, "off", scope))
+            self.emit(CompileStarted(self.run_id, self.now(), mode, scope))
+        self._compile_fallback = False
+        return self._wrap(compile_model(self.model, mode, scope))
+
+    def _wrap(self, compiled: CompiledModel) -> CompiledModel:
+        """DDP wraps what the step calls: compile first, then wrap (per-block: wrap the plain model)."""
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            compiled.module = DDP(compiled.module, device_ids=ids)
+        return compiled
+
+    # ------------------------------------------------------------------ loop
+    def _loop(self) -> RunResult:
+        tc = self.cfg.train
+        losses: list[float] = []
+        step_times: list[tuple[float, bool]] = []
+        warmup_steps = (3 if self.compiled.compiled else 1)
+        warmup_time = 0.0
+        compile_seconds: float | None = None
+        val_loss = None
+        last_val_step = -1
+        stopped = False
+        final_ckpt = None
+
+        while self.tokens < self.schedule.end_tokens:
+            if self._between_steps():
+                stopped = True
+                break
+            in_warmup = len(step_times) < warmup_steps
+            t_step = time.perf_counter()
+            loss, grad_norm, lr = self._optimizer_step_with_fallback(first=not step_times)
+            step_time = time.perf_counter() - t_step  # after the host sync inside the step: real time
+            step_times.append((step_time, in_warmup))
+            losses.append(loss)
+            if in_warmup:
+                warmup_time += step_time
+            elif compile_seconds is None and self.compiled.compiled:
+                # Warm-up minus what the same steps take at steady speed.
+                compile_seconds = max(0.0, warmup_time - warmup_steps * step_time)
+                self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope,
+                                          compile_seconds, warmup_steps))
+            if not math.isfinite(loss):
+                raise SpeedboardError(f"loss became {loss} at step {self.step}; lower the learning rate "
+                                      f"or use fp32/bf16")
+            self._emit_metrics(loss, grad_norm, lr, step_time, in_warmup)
+            if tc.eval_every and self.step % tc.eval_every == 0:
+                val_loss = self._validate()
+                last_val_step = self.step
+            if tc.sample_every and self.step % tc.sample_every == 0:
+                self._sample()
+            if tc.save_every and self.step % tc.save_every == 0:
+                self._save_periodic()
+
+        if self.compiled.compiled and compile_seconds is None and step_times:
+            compile_seconds = warmup_time  # the run ended inside warm-up
+            self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope,
+                                      compile_seconds, len(step_times)))
+        if last_val_step != self.step:
+            val_loss = self._validate()
+        self._sample()
+        final_ckpt = self._save_periodic(final=True)
+        steady = [t for t, w in step_times if not w]
+        median_tps = self.tokens_per_step / statistics.median(steady) if steady else None
+        result = RunResult(self.run_id, self.run_dir, self.step, self.tokens, stopped,
+                           losses[-1] if losses else None, val_loss, final_ckpt, median_tps,
+                           compile_seconds)
+        self.emit(RunFinished(self.run_id, self.now(), self.step, self.tokens, stopped, result.final_loss,
+                              val_loss, median_tps, compile_seconds, self._peak_mem(),
+                              str(final_ckpt) if final_ckpt else None))
+        return result
+
+    def _between_steps(self) -> bool:
+        """Apply control requests; True when the run must stop."""
+        if self.control.paused and not self.control.stop_requested:
+            t = time.perf_counter()
+            while not self.control.wait_while_paused(0.1):
+                pass
+            self.paused_s += time.perf_counter() - t
+        for path in self.control.take_save_requests():
+            self._save_to(Path(path)) if path else self._save_periodic()
+        return self.control.stop_requested
+
+    def _optimizer_step_with_fallback(self, first: bool) -> tuple[float, float, float]:
+        if not (first and self.compiled.compiled):
+            return self._optimizer_step()
+        try:
+            return self._optimizer_step()
+        except Exception as exc:  # compilation happens here, at the first call
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.warn(f"torch.compile ({self.compiled.mode}) failed: {type(exc).__name__}: {reason[:300]}; "
+                      f"continuing eagerly")
+            self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope, 0.0, 0,
+                                      fallback=True))
+            self.optimizer.zero_grad(set_to_none=True)
+            reset_compiler()
+            self.compiled = self._wrap(compile_model(self.model, "off", self.compiled.scope))
+            return self._optimizer_step()
+
+    def _optimizer_step(self) -> tuple[float, float, float]:
+        tc, dist = self.cfg.train, self.dist
+        mb, accum, world = tc.micro_batch, tc.accum_steps, dist.world_size
+        # Phase 2: the global batch by stream position; its real-target count is
+        # known on the CPU, so normalising by it needs no device sync or collective.
+        window = self.data.train.batch(self.order.take(self.samples, mb * accum * world))
+        num_targets = max(window.num_targets, 1)
+        loss_sum = torch.zeros((), device=self.device)
+        ddp = self.compiled.module if dist.enabled else None
+        # Phase 3: micro-steps. Each loss is a sum over its tokens divided by the
+        # window's total, so the accumulated gradient is the true window mean
+        # however the real tokens are spread over micro-batches. DDP averages over
+        # ranks, hence × world.
+        scale = world / num_targets
+        for j in range(accum):
+            start = (j * world + dist.rank) * mb
+            micro = window.slice(start, start + mb).to(self.device)
+            last = j == accum - 1
+            # no_sync must be entered before the forward pass: DDP decides then.
+            sync_ctx = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
+            with sync_ctx:
+                with autocast(self.device, self.precision):
+                    logits = self.compiled(micro.inputs, micro.attention_mask)
+                loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), micro.targets.view(-1),
+                                       ignore_index=IGNORE_INDEX, reduction="sum")
+                self.scaler.scale(loss * scale).backward()
+            loss_sum += loss.detach()
+        # Phase 4: clip, schedule, step.
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf"))
+        lr = self.schedule(self.tokens + self.tokens_per_step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens += self.tokens_per_step
+        self.samples += mb * accum * world
+        # Phase 5: the global loss (one small all-reduce under DDP), then the
+        # step's one host sync, reading loss and grad norm together for the log.
+        all_reduce_sum(loss_sum, dist)
+        loss_value, norm_value = torch.stack([loss_sum / num_targets, grad_norm.float()]).tolist()
+        return loss_value, norm_value, lr
+
+    def _peak_mem(self) -> float:
+        peak = peak_memory_gib(self.device)
+        return peak if peak is not None else self.peak_rss
+
+    def _emit_metrics(self, loss: float, grad_norm: float, lr: float, step_time: float, warmup: bool) -> None:
+        mem = memory_gib(self.device)
+        self.peak_rss = max(self.peak_rss, mem)
+        tps = self.tokens_per_step / step_time
+        self.emit(StepMetrics(self.run_id, self.now(), step=self.step, tokens=self.tokens, loss=loss, lr=lr,
+                              grad_norm=grad_norm, tokens_per_s=tps, step_time=step_time,
+                              peak_mem_gib=self._peak_mem(), mem_gib=mem,
+                              mfu=tps * self.flops_per_token / self.peak_flops, warmup=warmup))
+
+    # ------------------------------------------------------------------ eval, sample, save
+    @torch.no_grad()
+    def _validate(self) -> float | None:
+        if not self.dist.is_main:
+            return None
+        tc, val = self.cfg.train, self.data.val
+        n = min(len(val), tc.eval_batches * tc.micro_batch)
+        total, count = torch.zeros((), device=self.device), 0
+        for start in range(0, n, tc.micro_batch):
+            batch = val.batch(list(range(start, min(n, start + tc.micro_batch)))).to(self.device)
+            with autocast(self.device, self.precision):
+                logits = self.model(batch.inputs, batch.attention_mask)  # uncompiled handle
+            total += F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch.targets.view(-1),
+                                     ignore_index=IGNORE_INDEX, reduction="sum")
+            count += batch.num_targets
+        loss = total.item() / max(count, 1)  # host sync: once per validation
+        self.emit(ValidationDone(self.run_id, self.now(), self.step, self.tokens, loss,
+                                 math.exp(min(loss, 50.0))))
+        return loss
+
+    def _sample(self) -> None:
+        if not self.dist.is_main:
+            return
+        tok = self.data.tokenizer
+        ids = [tok.bos_id, *tok.encode(DEFAULT_PROMPT)]
+        gen = torch.Generator(device=self.device).manual_seed(self.seed + self.step)
+        with autocast(self.device, self.precision):
+            out = self.model.generate(torch.tensor([ids], device=self.device), self.cfg.train.sample_tokens,
+                                      temperature=0.8, top_k=40, eos_id=tok.eos_id, generator=gen)
+        text = tok.decode(out[0, 1:].tolist())
+        self.emit(SampleGenerated(self.run_id, self.now(), self.step, DEFAULT_PROMPT, text))
+
+    def _save_to(self, path: Path) -> Path | None:
+        if not self.dist.is_main:
+            return None
+        saved = ckpt_io.save_checkpoint(path, self.model, tokenizer=self.data.tokenizer,
+                                        run_config=self._config_dict(), trainer_state=self.trainer_state(),
+                                        step=self.step, tokens=self.tokens,
+                                        extra={"run_id": self.run_id, "parent": self.parent})
+        self.emit(CheckpointSaved(self.run_id, self.now(), self.step, self.tokens, str(saved)))
+        return saved
+
+    def _save_periodic(self, final: bool = False) -> Path | None:
+        if not self.dist.is_main:
+            return None
+        folder = self.run_dir / "checkpoints"
+        saved = self._save_to(folder / f"step_{self.step:07d}")
+        if not final:
+            for old in ckpt_io.list_checkpoints(folder)[: -self.cfg.train.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        return saved

@@ -1,0 +1,1 @@
+"""The Speedboard dashboard (PySide6 + pyqtgraph)."""

@@ -1,0 +1,44 @@
+"""Shared test set-up: offscreen Qt, private data/cache folders, tiny configs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Before any Qt import: tests never need a display.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Runs and tokenizer caches of the test session never touch the user's folders.
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="speedboard-tests-"))
+os.environ.setdefault("SPEEDBOARD_HOME", str(_SESSION_HOME / "home"))
+os.environ.setdefault("SPEEDBOARD_CACHE_DIR", str(_SESSION_HOME / "cache"))
+# Inductor's disk cache is shared by the session's compile tests (warm after the first).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / "speedboard-inductor-cache"))
+
+
+def micro_config(tmp_path: Path | None = None, **overrides):
+    """A model of a few thousand parameters on the built-in corpus: a step takes milliseconds."""
+    from core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+
+    base = RunConfig(
+        model=ModelConfig(vocab_size=512, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                          intermediate_size=64, max_position_embeddings=64),
+        data=DataConfig(seq_len=32, vocab_size=512),
+        train=TrainConfig(micro_batch=4, accum_steps=1, budget=4, lr=1e-2, min_lr=1e-3, warmup_steps=1,
+                          eval_every=0, eval_batches=2, sample_tokens=4, device="cpu", precision="fp32"),
+        preset="micro",
+        out_dir=str(tmp_path / "runs") if tmp_path is not None else None,
+    )
+    return base.replace(**overrides) if overrides else base
+
+
+@pytest.fixture
+def micro(tmp_path):
+    """``micro(**overrides)`` -> a tiny RunConfig writing under this test's tmp_path."""
+
+    def make(**overrides):
+        return micro_config(tmp_path, **overrides)
+
+    return make
