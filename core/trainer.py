@@ -355,7 +355,7 @@ class Trainer:
                 pass
             self.paused_s += time.perf_counter() - t
         for path in self.control.take_save_requests():
-            self._save_to(Path(path)) if path else self._save_periodic()
+            self.save(Path(path)) if path else self._save_periodic()
         return self.control.stop_requested
 
     def _optimizer_step_with_fallback(self, first: bool) -> tuple[float, float, float]:
@@ -464,7 +464,8 @@ class Trainer:
         text = tok.decode(out[0, 1:].tolist())
         self.emit(SampleGenerated(self.run_id, self.now(), self.step, DEFAULT_PROMPT, text))
 
-    def _save_to(self, path: Path) -> Path | None:
+    def save(self, path: Path) -> Path | None:
+        """Save a checkpoint of the current state to ``path`` (rank 0 only; call on the torch thread)."""
         if not self.dist.is_main:
             return None
         saved = ckpt_io.save_checkpoint(path, self.model, tokenizer=self.data.tokenizer,
@@ -478,7 +479,7 @@ class Trainer:
         if not self.dist.is_main:
             return None
         folder = self.run_dir / "checkpoints"
-        saved = self._save_to(folder / f"step_{self.step:07d}")
+        saved = self.save(folder / f"step_{self.step:07d}")
         if not final:
             for old in ckpt_io.list_checkpoints(folder)[: -self.cfg.train.keep]:
                 shutil.rmtree(old, ignore_errors=True)
