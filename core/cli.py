@@ -71,8 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--sample-every", type=_positive_int)
     t.add_argument("--save-every", type=_positive_int)
     t.add_argument("--keep", type=_positive_int, help="periodic checkpoints to keep")
-    t.add_argument("--resume", help="checkpoint (or run folder) to continue exactly")
-    t.add_argument("--init-from", help="checkpoint or weights to start a new run from (fresh optimizer)")
+    start = t.add_mutually_exclusive_group()
+    start.add_argument("--resume", help="checkpoint (or run folder) to continue exactly; its settings are the "
+                                        "defaults, flags override them")
+    start.add_argument("--init-from", help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.safetensors "
+                                           "weights to start a new run from (fresh optimizer and schedule)")
     t.add_argument("--log-every", type=_positive_int, default=10, help="steps between printed lines")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--nproc", type=_positive_int, help="processes (GPUs, or CPU processes) via torchrun")
@@ -123,19 +126,22 @@ def config_from_args(args: argparse.Namespace):
     """Preset defaults, then the resumed checkpoint's settings, then explicit flags."""
     import torch
 
-    from core.checkpoint import latest_checkpoint, read_checkpoint
+    from core.checkpoint import peek_checkpoint
     from core.config import RunConfig, config_from_preset
 
-    overrides = _train_overrides(args)
+    overrides: dict[str, Any] = _train_overrides(args)
     source = args.resume or args.init_from
-    source_path = str(latest_checkpoint(source)) if source else None
+    info = peek_checkpoint(source) if source else None  # config.json only; weights load in the trainer
     if args.resume:
-        meta = read_checkpoint(source_path).meta
-        base = RunConfig.from_dict(meta.get("run", {})) if meta.get("run") else config_from_preset(args.preset or "tiny")
-        base = base.replace(resume=source_path, init_from=None, out_dir=None, parent=None)
+        meta = info.meta
+        base = RunConfig.from_dict(meta["run"]) if isinstance(meta.get("run"), dict) \
+            else config_from_preset(args.preset or "tiny")
+        base = base.replace(resume=str(info.path), init_from=None, out_dir=None, parent=None)
     else:
         name = args.preset or ("small" if torch.cuda.is_available() else "tiny")
-        base = config_from_preset(name, init_from=source_path)
+        base = config_from_preset(name, init_from=str(info.path) if info else None)
+    if info is not None and info.model_config is not None:
+        overrides["model"] = info.model_config  # the architecture is the checkpoint's own
     return base.replace(out_dir=args.out, **overrides)
 
 
@@ -209,7 +215,7 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     import subprocess
 
     rest, skip = [], False
-    for i, a in enumerate(argv):
+    for a in argv:
         if skip:
             skip = False
             continue

@@ -17,6 +17,7 @@ import torch
 
 from core.model import LlamaForCausalLM
 
+
 @dataclass
 class CompiledModel:
     """The training forward: ``module`` (plain, compiled or DDP-wrapped) plus per-block wrappers."""

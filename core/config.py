@@ -162,7 +162,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _require(self.layout in LAYOUTS, f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
-        _require(isinstance(self.seq_len, int) and self.seq_len >= 2, f"seq_len must be an integer ≥ 2, got {self.seq_len!r}")
+        _require(isinstance(self.seq_len, int) and self.seq_len >= 2,
+                 f"seq_len must be an integer ≥ 2, got {self.seq_len!r}")
         _require(isinstance(self.vocab_size, int) and 300 <= self.vocab_size <= 1_000_000,
                  f"vocab_size must be between 300 and 1,000,000, got {self.vocab_size!r}")
         _require(0.0 < self.val_fraction < 0.5, f"val_fraction must be in (0, 0.5), got {self.val_fraction!r}")
@@ -199,6 +200,8 @@ class TrainConfig:
     compile_mode: str = "off"
     compile_scope: str = "model"
     """``model`` compiles the whole model, ``block`` each transformer block on its own."""
+    fsdp: bool = False
+    """Shard parameters, gradients and optimizer state over the ranks (FSDP2) instead of replicating them (DDP)."""
     precision: str = "auto"
     """``auto`` is bf16 on CUDA, fp32 elsewhere."""
     device: str = "auto"
@@ -239,6 +242,8 @@ class TrainConfig:
         _require(not (self.compile_mode in CUDA_GRAPH_MODES and self.accum_steps > 1),
                  f"compile mode {self.compile_mode!r} uses CUDA graphs, which can give wrong gradients with "
                  f"gradient accumulation; use 'max-autotune-no-cudagraphs' or 'default' with accumulation > 1")
+        _require(not (self.fsdp and self.precision == "fp16"),
+                 "fp16 (with its loss scaler) is not supported with FSDP; use bf16 or fp32")
         for name in ("eval_every", "sample_every", "save_every"):
             _require(getattr(self, name) >= 0, f"{name} must be ≥ 0")
         _require(self.eval_batches >= 1, "eval batches must be ≥ 1")
@@ -309,7 +314,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _require(self.data.seq_len <= self.model.max_position_embeddings,
-                 f"sequence length {self.data.seq_len} is beyond the model's {self.model.max_position_embeddings} positions")
+                 f"sequence length {self.data.seq_len} is beyond the model's "
+                 f"{self.model.max_position_embeddings} positions")
         _require(not (self.resume and self.init_from), "use either resume or init-from, not both")
 
     def tokens_per_step(self, world_size: int = 1) -> int:

@@ -59,6 +59,14 @@ def new_run_id(tag: str) -> str:
     return f"{stamp}-{tag}-{secrets.token_hex(2)}"
 
 
+def run_tag(config, world_size: int = 1) -> str:
+    """The readable middle of a run id: preset, compile mode and scope, accumulation, processes."""
+    tc = config.train
+    scope = "-block" if tc.compile_scope == "block" else ""
+    procs = f"-x{world_size}{'-fsdp' if tc.fsdp else ''}" if world_size > 1 else ""
+    return f"{config.preset}-{tc.compile_mode}{scope}-a{tc.accum_steps}{procs}"
+
+
 def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
     """A new, empty run folder; never reuses one, so earlier runs are never touched."""
     root = Path(out_dir) if out_dir else default_out_dir()

@@ -29,16 +29,36 @@ from core.compile import CompiledModel, compile_model, compile_unavailable_reaso
 from core.config import RunConfig
 from core.control import Control
 from core.data import IGNORE_INDEX, Data, SampleOrder, prepare_data
-from core.device import (autocast, device_name, measure_matmul_peak, memory_gib, peak_memory_gib,
-                         reset_peak_memory, resolve_device, resolve_precision, synchronize,
-                         training_flops_per_token)
+from core.device import (
+    autocast,
+    device_name,
+    measure_matmul_peak,
+    memory_gib,
+    peak_memory_gib,
+    reset_peak_memory,
+    resolve_device,
+    resolve_precision,
+    training_flops_per_token,
+)
 from core.distributed import DistContext, all_reduce_sum, init_distributed
-from core.errors import CheckpointError, SpeedboardError
-from core.events import (CheckpointSaved, CompileFinished, CompileStarted, Event, RunFailed, RunFinished,
-                         RunStarted, SampleGenerated, Sink, StepMetrics, ValidationDone, WarningRaised,
-                         null_sink)
+from core.errors import CheckpointError, ConfigError, SpeedboardError
+from core.events import (
+    CheckpointSaved,
+    CompileFinished,
+    CompileStarted,
+    Event,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    SampleGenerated,
+    Sink,
+    StepMetrics,
+    ValidationDone,
+    WarningRaised,
+    null_sink,
+)
 from core.model import LlamaForCausalLM
-from core.runs import CONFIG_FILE, JsonlSink, METRICS_FILE, create_run_dir, library_versions, new_run_id, write_json
+from core.runs import CONFIG_FILE, METRICS_FILE, JsonlSink, create_run_dir, library_versions, new_run_id, write_json
 from core.schedule import LRSchedule
 
 DEFAULT_PROMPT = "The"
@@ -138,12 +158,14 @@ class Trainer:
             if loaded.trainer_state_path is None:
                 raise CheckpointError(f"cannot resume from {source}: it holds no trainer state "
                                       f"(use init-from to start a new run from its weights)")
-            trainer_state = ckpt_io.load_trainer_state(loaded.trainer_state_path)
+            trainer_state = loaded.read_trainer_state()
 
         data_cfg = cfg.data
         self.data: Data = prepare_data(data_cfg, loaded.tokenizer if loaded else None)
         tok = self.data.tokenizer
-        model_cfg = loaded.model_config if loaded and loaded.model_config else replace(cfg.model, vocab_size=tok.vocab_size)
+        # The architecture is the checkpoint's own when it has one; a bare state dict loads into cfg.model.
+        model_cfg = loaded.model_config if loaded and loaded.model_config else replace(cfg.model,
+                                                                                       vocab_size=tok.vocab_size)
         if data_cfg.seq_len > model_cfg.max_position_embeddings:
             raise SpeedboardError(f"sequence length {data_cfg.seq_len} is beyond the model's "
                                   f"{model_cfg.max_position_embeddings} positions")
@@ -161,6 +183,8 @@ class Trainer:
         world = self.dist.world_size
         self.tokens_per_step = cfg.tokens_per_step(world)
         self.step, self.tokens, self.samples = 0, 0, 0
+        self._rng_state: dict | None = None
+        self._periodic_step = -1
         seed = tc.seed
         parent = cfg.parent
         if trainer_state is not None:
@@ -196,6 +220,13 @@ class Trainer:
             tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens, total_steps=total_steps,
             start_step=self.step, start_tokens=self.tokens, start_time=self.start_time, parent=parent,
             world_size=world, versions=library_versions()))
+        if loaded and loaded.model_config and loaded.tokenizer is None:
+            self.warn(f"{source} has no tokenizer.json: its weights are trained with a new tokenizer "
+                      f"whose token ids do not match the ones they learned")
+        if self._rng_state is not None:
+            # Last, after everything in set-up that draws random numbers: the
+            # loop continues the stream exactly where the parent left it.
+            self._set_rng_state(self._rng_state)
 
     def _config_dict(self) -> dict:
         d = self.cfg.to_dict()
@@ -219,15 +250,35 @@ class Trainer:
         self.data.tokenizer.save(self.run_dir)
 
     def _make_schedule(self, state: dict | None) -> LRSchedule:
+        """Warmup + cosine on tokens. On resume:
+
+        - the parent stopped early: continue its schedule to its horizon, by
+          tokens, whatever the new effective batch (accumulation, micro-batch);
+          a budget changed on resume sets the lineage's new total instead;
+        - the parent finished its budget: a new cosine segment of this run's
+          budget from here, without warmup ("continue training").
+        """
         tc = self.cfg.train
-        if state is not None:
-            saved = state["schedule"]
-            if self.tokens < saved["end_tokens"]:
-                # Exact continuation: same horizon, whatever the new effective batch.
-                return LRSchedule(tc.lr, tc.min_lr, saved["warmup_tokens"], saved["end_tokens"], saved["start_tokens"])
-            # The parent finished its budget: a new cosine segment from here (no warmup).
+        if state is None:
+            return LRSchedule(tc.lr, tc.min_lr, tc.warmup_steps * self.tokens_per_step, self._budget_tokens())
+        saved = state["schedule"]
+        if self.tokens >= saved["end_tokens"]:
             return LRSchedule(tc.lr, tc.min_lr, 0, self.tokens + self._budget_tokens(), self.tokens)
-        return LRSchedule(tc.lr, tc.min_lr, tc.warmup_steps * self.tokens_per_step, self._budget_tokens())
+        parent = state.get("train_config") or {}
+        end = saved["end_tokens"]
+        if (parent.get("budget_kind"), parent.get("budget")) != (tc.budget_kind, tc.budget):
+            end = self._lineage_end_tokens()
+            if end <= self.tokens:
+                raise ConfigError(f"a budget of {tc.budget:g} {tc.budget_kind} is already used up: the checkpoint "
+                                  f"is at step {self.step} ({self.tokens:,} tokens); give a larger budget")
+        return LRSchedule(tc.lr, tc.min_lr, saved["warmup_tokens"], end, saved["start_tokens"])
+
+    def _lineage_end_tokens(self) -> int:
+        """This config's budget as the lineage's total, counted from its start."""
+        tc = self.cfg.train
+        if tc.budget_kind == "steps":
+            return self.tokens + (int(tc.budget) - self.step) * self.tokens_per_step
+        return self._budget_tokens()
 
     def _budget_tokens(self) -> int:
         tc = self.cfg.train
@@ -248,10 +299,13 @@ class Trainer:
         if state.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.tokens, self.samples = int(state["step"]), int(state["tokens"]), int(state["samples"])
-        rng = state.get("rng", {})
+        self._rng_state = state.get("rng") or None  # applied at the end of set-up
+
+    @staticmethod
+    def _set_rng_state(rng: dict) -> None:
         if "torch" in rng:
             torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
+        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(rng["cuda"])
 
     def trainer_state(self) -> dict:
@@ -327,7 +381,7 @@ class Trainer:
             if tc.sample_every and self.step % tc.sample_every == 0:
                 self._sample()
             if tc.save_every and self.step % tc.save_every == 0:
-                self._save_periodic()
+                self._save_or_warn(None)
 
         if self.compiled.compiled and compile_seconds is None and step_times:
             compile_seconds = warmup_time  # the run ended inside warm-up
@@ -336,7 +390,8 @@ class Trainer:
         if last_val_step != self.step:
             val_loss = self._validate()
         self._sample()
-        final_ckpt = self._save_periodic(final=True)
+        self._serve_save_requests()  # requests that came in during the last step
+        final_ckpt = self._save_or_warn(None, final=True)  # also on stop
         steady = [t for t, w in step_times if not w]
         median_tps = self.tokens_per_step / statistics.median(steady) if steady else None
         result = RunResult(self.run_id, self.run_dir, self.step, self.tokens, stopped,
@@ -349,13 +404,13 @@ class Trainer:
 
     def _between_steps(self) -> bool:
         """Apply control requests; True when the run must stop."""
+        self._serve_save_requests()
         if self.control.paused and not self.control.stop_requested:
             t = time.perf_counter()
             while not self.control.wait_while_paused(0.1):
-                pass
+                self._serve_save_requests()  # saving works while paused
             self.paused_s += time.perf_counter() - t
-        for path in self.control.take_save_requests():
-            self.save(Path(path)) if path else self._save_periodic()
+        self._serve_save_requests()
         return self.control.stop_requested
 
     def _optimizer_step_with_fallback(self, first: bool) -> tuple[float, float, float]:
@@ -475,12 +530,30 @@ class Trainer:
         self.emit(CheckpointSaved(self.run_id, self.now(), self.step, self.tokens, str(saved)))
         return saved
 
+    def _serve_save_requests(self) -> None:
+        for path in self.control.take_save_requests():
+            self._save_or_warn(Path(path).expanduser() if path else None)
+
+    def _save_or_warn(self, path: Path | None, final: bool = False) -> Path | None:
+        """Save to ``path`` or the run's own folder; a checkpoint that cannot be written
+        (disk full, a bad path) is a warning, never the end of the run."""
+        try:
+            return self.save(path) if path is not None else self._save_periodic(final)
+        except CheckpointError as exc:
+            self.warn(f"checkpoint not saved: {exc}")
+            return None
+
     def _save_periodic(self, final: bool = False) -> Path | None:
+        """``<run>/checkpoints/step_NNNNNNN``, keeping the newest ``keep`` of them."""
         if not self.dist.is_main:
             return None
-        folder = self.run_dir / "checkpoints"
-        saved = self.save(folder / f"step_{self.step:07d}")
-        if not final:
-            for old in ckpt_io.list_checkpoints(folder)[: -self.cfg.train.keep]:
+        folder = self.run_dir / ckpt_io.CHECKPOINTS_DIR
+        path = folder / f"step_{self.step:07d}"
+        if final and self._periodic_step == self.step and path.is_dir():
+            return path  # the run ended right after saving this very step
+        saved = self.save(path)
+        self._periodic_step = self.step
+        for old in ckpt_io.list_checkpoints(folder)[: -self.cfg.train.keep]:
+            if old != saved:
                 shutil.rmtree(old, ignore_errors=True)
         return saved

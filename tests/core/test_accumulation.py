@@ -1,0 +1,78 @@
+"""Gradient accumulation is exact: any split of a global batch gives the same step."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core.data import IGNORE_INDEX, prepare_data
+from core.events import ListSink, StepMetrics
+from core.model import LlamaForCausalLM
+from core.trainer import Trainer
+
+
+@pytest.fixture(scope="module")
+def uneven_corpus(tmp_path_factory):
+    """Documents from 2 to 60 words: in the document layout micro-batches hold very different token counts."""
+    path = tmp_path_factory.mktemp("corpus") / "uneven.jsonl"
+    words = "the quick brown fox jumps over a lazy dog while the cat sleeps".split()
+    rows = [" ".join(words[j % len(words)] for j in range(2 + (i * 7) % 59)) for i in range(120)]
+    path.write_text("\n".join(json.dumps({"text": r}) for r in rows))
+    return str(path)
+
+
+def one_step(micro, layout: str, source: str, mb: int, accum: int, **train):
+    cfg = micro(data={"layout": layout, "source": source, "vocab_size": 300},
+                train={"micro_batch": mb, "accum_steps": accum, "budget": 1, "warmup_steps": 0, **train})
+    sink = ListSink()
+    trainer = Trainer(cfg, sink=sink)
+    trainer.run()
+    params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return params, sink.of(StepMetrics)[0].loss
+
+
+def assert_same_params(a, b, atol=2e-6):
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=atol, rtol=0), (key, (a[key] - b[key]).abs().max())
+
+
+@pytest.mark.parametrize("layout", ["packed", "document"])
+def test_micro_batch_split_gives_the_same_parameters(micro, uneven_corpus, layout):
+    ref, ref_loss = one_step(micro, layout, uneven_corpus, 8, 1)
+    for mb, accum in ((2, 4), (1, 8)):
+        params, loss = one_step(micro, layout, uneven_corpus, mb, accum)
+        assert_same_params(ref, params)
+        assert loss == pytest.approx(ref_loss, rel=1e-5)  # the logged loss is the true window mean
+
+
+def test_dividing_by_accumulation_steps_would_be_wrong(micro, uneven_corpus):
+    """Negative control: per-micro-batch means / accum differ from the window mean when token counts differ."""
+    data = prepare_data(micro(data={"layout": "document", "source": uneven_corpus, "vocab_size": 300}).data)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(dataclasses.replace(micro().model, vocab_size=data.tokenizer.vocab_size))
+    window = data.train.batch(list(range(8)))
+
+    def loss_of(batch):
+        logits = model(batch.inputs, batch.attention_mask)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), batch.targets.view(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+
+    with torch.no_grad():
+        exact = loss_of(window) / window.num_targets
+        naive = sum(loss_of(window.slice(i, i + 2)) / window.slice(i, i + 2).num_targets for i in range(0, 8, 2)) / 4
+    counts = [window.slice(i, i + 2).num_targets for i in range(0, 8, 2)]
+    assert len(set(counts)) > 1
+    assert abs(float(exact - naive)) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope, layout", [("model", "document"), ("block", "packed")])
+def test_compiled_accumulation_matches_eager(micro, uneven_corpus, scope, layout):
+    ref, ref_loss = one_step(micro, layout, uneven_corpus, 4, 1)
+    params, loss = one_step(micro, layout, uneven_corpus, 2, 2, compile_mode="default", compile_scope=scope)
+    assert_same_params(ref, params, atol=1e-5)
+    assert loss == pytest.approx(ref_loss, rel=1e-4)

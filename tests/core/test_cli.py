@@ -1,0 +1,103 @@
+"""The headless CLI end to end, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--preset", "tiny", "--micro-batch", "2", "--seq-len", "32", "--vocab-size", "512", "--eval-every", "2",
+         "--no-progress", "--log-every", "1"]
+
+
+def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_train_then_generate_end_to_end(tmp_path):
+    out = run_cli("train", *SMALL, "--steps", "3", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "step      3 | loss" in out.stdout and "finished at step 3" in out.stdout
+    (run_dir,) = tmp_path.iterdir()
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if x["event"] == "step"] == [1, 2, 3]
+    assert lines[-1]["event"] == "finished"
+    gen = run_cli("generate", str(run_dir), "--prompt", "The", "--max-new-tokens", "5")
+    assert gen.returncode == 0, gen.stderr
+    assert gen.stdout.startswith("The")
+
+
+@pytest.fixture(scope="module")
+def existing_run(tmp_path_factory):
+    """One finished run that every bad invocation below must leave exactly as it is."""
+    out_dir = tmp_path_factory.mktemp("out")
+    assert main(["train", *SMALL, "--steps", "1", "--out", str(out_dir)]) == 0
+    (run_dir,) = out_dir.iterdir()
+    snapshot = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+    return out_dir, run_dir, snapshot
+
+
+def bad_corpus(tmp_path: Path, kind: str) -> str:
+    path = tmp_path / "corpus.txt"
+    if kind == "empty":
+        path.write_text("")
+    elif kind == "latin1":
+        path.write_bytes(b"caf\xe9 au lait\n" * 50)
+    elif kind == "short":
+        path.write_text("only a handful of words")
+    return str(path)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "{tmp}/missing.txt"], "does not exist"),
+    (["--data", "empty"], "is empty"),
+    (["--data", "latin1"], "not UTF-8"),
+    (["--data", "short"], "fewer than one sample"),
+    (["--seq-len", "4096"], "beyond the model's"),
+    (["--accum", "0"], "accumulation steps must be"),
+    (["--micro-batch", "0"], "micro-batch must be"),
+    (["--compile", "turbo"], "invalid choice"),
+    (["--preset", "huge"], "invalid choice"),
+    (["--precision", "fp8"], "invalid choice"),
+    (["--device", "cuda"], "no CUDA device"),
+    (["--lr", "-1"], "learning rate must be positive"),
+    (["--compile", "reduce-overhead", "--accum", "2"], "max-autotune-no-cudagraphs"),
+])
+def test_bad_input_is_one_line_exit_2_and_touches_nothing(existing_run, capsys, args, message):
+    out_dir, run_dir, snapshot = existing_run
+    capsys.readouterr()
+    args = [bad_corpus(out_dir.parent, a) if a in ("empty", "latin1", "short") else a.format(tmp=out_dir)
+            for a in args]
+    base = [a for a in SMALL if a not in ("--seq-len", "32")] if "--seq-len" in args else SMALL
+    try:
+        code = main(["train", *base, "--steps", "1", "--out", str(out_dir), *args])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert list(out_dir.iterdir()) == [run_dir]  # no new run folder
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == snapshot
+
+
+def test_bf16_on_a_device_without_it(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("core.device.bf16_supported", lambda device: False)
+    assert main(["train", *SMALL, "--steps", "1", "--precision", "bf16", "--out", str(tmp_path)]) == 2
+    assert "bf16 is not supported" in capsys.readouterr().err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
+    out = run_cli("train", "--data", str(tmp_path / "nope.txt"), "--out", str(tmp_path))
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"speedboard: error: data source {tmp_path / 'nope.txt'} does not exist"

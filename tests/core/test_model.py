@@ -1,0 +1,125 @@
+"""The model: Hugging Face names and math, causality, padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.config import ModelConfig
+from core.errors import ConfigError
+from core.model import LlamaForCausalLM
+
+CFG = ModelConfig(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                  intermediate_size=48, max_position_embeddings=64)
+
+
+def make_model(cfg: ModelConfig = CFG, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_parameter_names_are_hugging_face_llama():
+    keys = set(make_model().state_dict())
+    expected = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    for i in range(CFG.num_layers):
+        p = f"model.layers.{i}."
+        expected |= {p + "input_layernorm.weight", p + "post_attention_layernorm.weight"}
+        expected |= {p + f"self_attn.{n}_proj.weight" for n in "qkvo"}
+        expected |= {p + f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")}
+    assert keys == expected
+
+
+def test_shapes_and_parameter_count():
+    model = make_model()
+    sd = model.state_dict()
+    kv = CFG.num_kv_heads * CFG.head_dim
+    assert sd["model.layers.0.self_attn.q_proj.weight"].shape == (32, 32)
+    assert sd["model.layers.0.self_attn.k_proj.weight"].shape == (kv, 32)
+    assert sd["model.layers.0.mlp.gate_proj.weight"].shape == (48, 32)
+    assert sd["lm_head.weight"].shape == (97, 32)
+    assert model.num_parameters() == CFG.num_parameters()
+    assert not any(name.endswith("bias") for name in sd)
+
+
+def test_tied_embeddings_share_one_tensor():
+    model = make_model(ModelConfig(**{**CFG.to_dict(), "tie_word_embeddings": True}))
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_matches_transformers_llama():
+    transformers = pytest.importorskip("transformers")
+    ours = make_model()
+    hf_cfg = {k: v for k, v in CFG.to_hf_dict().items() if k != "architectures"}
+    theirs = transformers.LlamaForCausalLM(transformers.LlamaConfig(**hf_cfg)).eval()
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    x = torch.randint(0, CFG.vocab_size, (2, 20))
+    with torch.no_grad():
+        assert torch.allclose(ours(x), theirs(x).logits, atol=1e-5)
+        mask = torch.ones(2, 20, dtype=torch.long)
+        mask[1, 12:] = 0
+        assert torch.allclose(ours(x, mask)[1, :12], theirs(x, attention_mask=mask).logits[1, :12], atol=1e-5)
+
+
+def test_causality_future_tokens_never_change_earlier_logits():
+    model = make_model()
+    x = torch.randint(0, CFG.vocab_size, (1, 24))
+    y = x.clone()
+    y[0, 10:] = torch.randint(0, CFG.vocab_size, (14,))
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert torch.equal(a[0, :10], b[0, :10])
+    assert not torch.allclose(a[0, 10:], b[0, 10:])
+
+
+def test_padding_never_changes_real_tokens():
+    model = make_model()
+    x = torch.randint(3, CFG.vocab_size, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[0, 9:] = 0
+    y = x.clone()
+    y[0, 9:] = torch.randint(3, CFG.vocab_size, (7,))  # other garbage in the padded slots
+    with torch.no_grad():
+        a, b = model(x, mask), model(y, mask)
+        unpadded = model(x[:1, :9])
+    assert torch.allclose(a[0, :9], b[0, :9], atol=1e-6)
+    assert torch.allclose(a[0, :9], unpadded[0], atol=1e-5)
+    assert torch.isfinite(a).all()
+
+
+def test_left_padding_stays_finite_and_matches():
+    """A fully padded prefix must not produce NaN that leaks into real tokens."""
+    model = make_model()
+    x = torch.randint(3, CFG.vocab_size, (1, 12))
+    mask = torch.ones(1, 12, dtype=torch.long)
+    mask[0, :4] = 0
+    with torch.no_grad():
+        out = model(x, mask)
+    assert torch.isfinite(out).all()
+
+
+def test_rope_theta_changes_the_math():
+    x = torch.randint(0, CFG.vocab_size, (1, 16))
+    a = make_model(CFG, 0)
+    b = LlamaForCausalLM(ModelConfig(**{**CFG.to_dict(), "rope_theta": 500_000.0})).eval()
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        assert not torch.allclose(a(x), b(x))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"hidden_size": 30, "num_heads": 4}, "not divisible by num_heads"),
+    ({"num_heads": 4, "num_kv_heads": 3}, "not divisible by num_kv_heads"),
+    ({"hidden_size": 12, "num_heads": 4, "num_kv_heads": 2}, "must be even"),
+    ({"num_layers": 0}, "positive integer"),
+])
+def test_invalid_model_configs_are_refused(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(**{**CFG.to_dict(), **kwargs})
+
+
+def test_greedy_generation_is_deterministic():
+    model = make_model()
+    prompt = torch.tensor([[1, 5, 7]])
+    a = model.generate(prompt, 5)
+    b = model.generate(prompt, 5)
+    assert a.shape == (1, 8) and torch.equal(a, b)

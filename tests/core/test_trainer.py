@@ -1,0 +1,175 @@
+"""The trainer: events, run folder, control from another thread, budgets, fallbacks."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+
+from core import compile as compile_mod
+from core.config import TrainConfig
+from core.control import Control
+from core.errors import ConfigError
+from core.events import (
+    CheckpointSaved,
+    CompileFinished,
+    ListSink,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    SampleGenerated,
+    StepMetrics,
+    ValidationDone,
+    WarningRaised,
+)
+from core.runs import read_events
+from core.trainer import Trainer, train
+
+
+def test_run_emits_events_in_order_and_writes_its_folder(micro):
+    sink = ListSink()
+    result = train(micro(train={"budget": 6, "eval_every": 3}), sink=sink)
+    kinds = [type(e) for e in sink.events]
+    assert kinds[0] is RunStarted and kinds[-1] is RunFinished
+    steps = sink.of(StepMetrics)
+    assert [s.step for s in steps] == list(range(1, 7))  # one metrics event per optimizer step
+    assert steps[0].warmup and not any(s.warmup for s in steps[1:])
+    assert [v.step for v in sink.of(ValidationDone)] == [3, 6]
+    assert sink.of(SampleGenerated) and sink.of(CheckpointSaved)
+    assert all(s.tokens == s.step * 4 * 32 for s in steps)
+    run_dir = result.run_dir
+    assert {p.name for p in run_dir.iterdir()} >= {"config.json", "metrics.jsonl", "tokenizer.json", "checkpoints"}
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["config"]["train"]["micro_batch"] == 4 and cfg["versions"]["torch"] == torch.__version__
+    assert cfg["device"] == "cpu"
+    # The folder replays to exactly the events the sink saw.
+    assert [e.to_dict() for e in read_events(run_dir)] == [e.to_dict() for e in sink.events]
+    finished = sink.of(RunFinished)[0]
+    assert finished.median_tokens_per_s > 0 and finished.compile_seconds is None and not finished.stopped
+
+
+def test_loss_falls(micro):
+    sink = ListSink()
+    train(micro(train={"budget": 40, "lr": 1e-2}), sink=sink)
+    losses = [s.loss for s in sink.of(StepMetrics)]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+
+
+@pytest.mark.parametrize("kind, budget, expected_steps", [("steps", 3, 3), ("tokens", 128 * 5, 5), ("epochs", 1, None)])
+def test_budget_kinds(micro, tmp_path, kind, budget, expected_steps):
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n\n".join(f"paragraph {i} " + "words and more words " * (i % 5 + 1) for i in range(60)))
+    sink = ListSink()
+    trainer = Trainer(micro(data={"source": str(corpus), "vocab_size": 300},
+                            train={"budget_kind": kind, "budget": budget}), sink=sink)
+    trainer.run()
+    steps = sink.of(StepMetrics)
+    if expected_steps is None:  # one pass over the training samples
+        expected_steps = -(-len(trainer.data.train) // 4)
+    assert len(steps) == expected_steps
+
+
+def test_stop_pause_and_resume_from_another_thread(micro):
+    control = Control()
+    sink = ListSink()
+    seen_step = threading.Event()
+    release = threading.Event()
+
+    def sink_with_hook(event):
+        sink(event)
+        if isinstance(event, StepMetrics) and event.step == 2:
+            seen_step.set()
+
+    def driver():
+        seen_step.wait(30)
+        control.pause()
+        release.wait(0.3)  # the trainer must stay paused meanwhile
+        paused_steps = len(sink.of(StepMetrics))
+        release.paused_steps = paused_steps
+        control.resume()
+        control.stop()
+
+    t = threading.Thread(target=driver)
+    t.start()
+    result = train(micro(train={"budget": 10_000}), control=control, sink=sink_with_hook)
+    t.join()
+    assert result.stopped and result.step < 10_000
+    assert release.paused_steps <= 3  # at most the step in flight completed after pause
+    finished = sink.of(RunFinished)[0]
+    assert finished.stopped and finished.checkpoint  # save-on-stop
+
+
+def test_failure_becomes_a_failed_event(micro, monkeypatch):
+    sink = ListSink()
+
+    def explode(self):
+        raise RuntimeError("boom in the step")
+
+    monkeypatch.setattr(Trainer, "_optimizer_step", explode)
+    with pytest.raises(RuntimeError):
+        train(micro(), sink=sink)
+    failed = sink.of(RunFailed)
+    assert failed and "boom in the step" in failed[0].message
+
+
+def test_compile_unavailable_falls_back_with_a_warning(micro, monkeypatch):
+    monkeypatch.setattr("core.trainer.compile_unavailable_reason", lambda device: "no C++ compiler found")
+    sink = ListSink()
+    result = train(micro(train={"compile_mode": "default"}), sink=sink)
+    warnings = [w.message for w in sink.of(WarningRaised)]
+    assert any("no C++ compiler found" in w and "eager" in w for w in warnings)
+    assert result.step == 4
+
+
+def test_compile_error_at_first_step_falls_back(micro, monkeypatch):
+    real = compile_mod.compile_model
+
+    def broken(model, mode, scope):
+        compiled = real(model, "off", scope)
+        if mode == "off":
+            return compiled
+
+        def fail(*args, **kwargs):
+            raise RuntimeError("Inductor: C++ compile error")
+
+        compiled.mode = mode
+        compiled.module = fail
+        return compiled
+
+    monkeypatch.setattr("core.trainer.compile_model", broken)
+    sink = ListSink()
+    result = train(micro(train={"compile_mode": "default"}), sink=sink)
+    assert result.step == 4
+    assert any("C++ compile error" in w.message for w in sink.of(WarningRaised))
+    assert sink.of(CompileFinished)[0].fallback
+
+
+def test_cuda_graph_modes_refuse_accumulation():
+    with pytest.raises(ConfigError, match="max-autotune-no-cudagraphs"):
+        TrainConfig(compile_mode="reduce-overhead", accum_steps=4)
+    TrainConfig(compile_mode="reduce-overhead", accum_steps=1)
+    TrainConfig(compile_mode="max-autotune-no-cudagraphs", accum_steps=4)
+
+
+def test_nan_loss_fails_clearly(micro):
+    sink = ListSink()
+    with pytest.raises(ValueError, match="loss became"):
+        train(micro(train={"lr": 1e6, "min_lr": 1e5, "grad_clip": 0.0, "budget": 50}), sink=sink)
+    assert sink.of(RunFailed)
+
+
+@pytest.mark.slow
+def test_mode_switches_do_not_grow_memory(micro):
+    """Ten runs alternating eager and compiled in one process: RSS settles."""
+    import psutil
+
+    rss = []
+    for i in range(10):
+        mode = "default" if i % 2 else "off"
+        result = train(micro(train={"compile_mode": mode, "budget": 2, "eval_batches": 1}))
+        assert result.step == 2
+        rss.append(psutil.Process().memory_info().rss / 2**20)
+    growth = rss[-1] - rss[3]
+    assert growth < 60, rss  # MiB, over six switches after the first warm-up
