@@ -173,3 +173,11 @@ def test_mode_switches_do_not_grow_memory(micro):
         rss.append(psutil.Process().memory_info().rss / 2**20)
     growth = rss[-1] - rss[3]
     assert growth < 60, rss  # MiB, over six switches after the first warm-up
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_runs(micro, precision):
+    sink = ListSink()
+    result = train(micro(train={"precision": precision, "budget": 3}), sink=sink)
+    assert result.step == 3 and all(torch.isfinite(torch.tensor(s.loss)) for s in sink.of(StepMetrics))
+    assert sink.of(RunStarted)[0].precision == precision
