@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seq-len", type=_positive_int)
     t.add_argument("--lr", type=_number)
     t.add_argument("--min-lr", type=_number)
-    t.add_argument("--warmup", type=_positive_int, help="warmup length in optimizer steps")
+    t.add_argument("--warmup", type=_number, help="warmup as a share of the budget (default 0.05)")
     t.add_argument("--weight-decay", type=_number)
     t.add_argument("--grad-clip", type=_number)
     t.add_argument("--compile", choices=COMPILE_MODES, dest="compile_mode")
@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--log-every", type=_positive_int, default=10, help="steps between printed lines")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--nproc", type=_positive_int, help="processes (GPUs, or CPU processes) via torchrun")
+    t.add_argument("--fsdp", action="store_true", default=None,
+                   help="with several processes: shard the model and optimizer state (FSDP2) instead of DDP")
+    t.add_argument("--config", help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
+    t.add_argument("--run-id", help="name of the run folder to create (default: date, settings, random suffix)")
 
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
     g.add_argument("checkpoint", help="run folder, checkpoint folder, Hugging Face folder")
@@ -107,11 +111,11 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                               "vocab_size": args.vocab_size}.items() if v is not None}
     train: dict[str, Any] = {
         "micro_batch": args.micro_batch, "accum_steps": args.accum, "lr": args.lr, "min_lr": args.min_lr,
-        "warmup_steps": args.warmup, "weight_decay": args.weight_decay, "grad_clip": args.grad_clip,
+        "warmup_ratio": args.warmup, "weight_decay": args.weight_decay, "grad_clip": args.grad_clip,
         "compile_mode": args.compile_mode, "compile_scope": args.compile_scope, "precision": args.precision,
         "device": args.device, "seed": args.seed, "eval_every": args.eval_every,
         "eval_batches": args.eval_batches, "sample_every": args.sample_every, "save_every": args.save_every,
-        "keep": args.keep,
+        "keep": args.keep, "fsdp": args.fsdp,
     }
     for kind in ("steps", "tokens", "epochs"):
         if getattr(args, kind) is not None:
@@ -127,22 +131,45 @@ def config_from_args(args: argparse.Namespace):
     import torch
 
     from core.checkpoint import peek_checkpoint
-    from core.config import RunConfig, config_from_preset
+    from core.config import config_from_preset
 
     overrides: dict[str, Any] = _train_overrides(args)
     source = args.resume or args.init_from
     info = peek_checkpoint(source) if source else None  # config.json only; weights load in the trainer
     if args.resume:
-        meta = info.meta
-        base = RunConfig.from_dict(meta["run"]) if isinstance(meta.get("run"), dict) \
-            else config_from_preset(args.preset or "tiny")
-        base = base.replace(resume=str(info.path), init_from=None, out_dir=None, parent=None)
+        base = info.run_config or config_from_preset(args.preset or "tiny")
+        base = base.replace(resume=str(info.path))
+    elif args.config:
+        base = _read_config_file(args.config)
+        if info is not None:
+            base = base.replace(init_from=str(info.path), resume=None)
     else:
         name = args.preset or ("small" if torch.cuda.is_available() else "tiny")
         base = config_from_preset(name, init_from=str(info.path) if info else None)
     if info is not None and info.model_config is not None:
         overrides["model"] = info.model_config  # the architecture is the checkpoint's own
-    return base.replace(out_dir=args.out, **overrides)
+    return base.replace(out_dir=args.out or base.out_dir, **overrides)
+
+
+def _read_config_file(path: str):
+    """A RunConfig saved as JSON (``RunConfig.to_dict()``, or a run folder's config.json)."""
+    import json
+
+    from core.config import RunConfig
+    from core.errors import ConfigError
+
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read the configuration file {path} ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        data = data["config"]  # a run folder's config.json holds the RunConfig under "config"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} does not hold a run configuration (a JSON object)")
+    try:
+        return RunConfig.from_dict(data)
+    except TypeError as exc:
+        raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
 
 
 class ConsoleSink:
@@ -210,47 +237,75 @@ class ConsoleSink:
             self.bar = None
 
 
-def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
-    """``--nproc N``: re-run this command under PyTorch's own launcher."""
-    import subprocess
-
-    rest, skip = [], False
+def _without_option(argv: list[str], name: str, takes_value: bool = True) -> list[str]:
+    """``argv`` without ``--name VALUE`` / ``--name=VALUE`` (as argparse reads them)."""
+    out, skip = [], False
     for a in argv:
         if skip:
             skip = False
-            continue
-        if a == "--nproc":
-            skip = True
-            continue
-        if a.startswith("--nproc="):
-            continue
-        rest.append(a)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-           "-m", "core.cli", *rest]
-    return subprocess.call(cmd)
+        elif a == name:
+            skip = takes_value
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out
+
+
+def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--nproc N``: run this command in N processes under PyTorch's own launcher, torchrun.
+
+    The configuration is checked here first, and the run folder named, so the
+    exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
+    """
+    from core.launch import check_nproc, check_run_id, run_torchrun, worker_env
+    from core.runs import default_out_dir, new_run_id, run_tag
+
+    config = config_from_args(args)
+    check_nproc(args.nproc, config.train.device)
+    run_id = check_run_id(args.run_id or new_run_id(run_tag(config, args.nproc)))
+    run_dir = (Path(config.out_dir) if config.out_dir else default_out_dir()) / run_id
+    rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
+    return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
+                        env=worker_env(args.nproc, config.train.device))
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from core.control import Control
-    from core.distributed import launched_by_torchrun, shutdown
+    from core.distributed import JobTerminated, PeerLost, launched_by_torchrun, shutdown
     from core.trainer import Trainer
 
+    if args.config and (args.preset or args.resume):
+        from core.errors import ConfigError
+
+        raise ConfigError("--config holds the whole configuration; use flags other than --preset/--resume with it")
     if args.nproc and args.nproc > 1 and not launched_by_torchrun():
         return _handover_to_torchrun(args, argv)
     config = config_from_args(args)
     control = Control()
-    rank0 = int(os.environ.get("RANK", "0")) == 0
+    rank = int(os.environ.get("RANK", "0"))
+    rank0 = rank == 0
 
     def on_sigint(signum, frame):  # first Ctrl-C: stop after this step and save; second: abort
         if control.stop_requested:
             raise KeyboardInterrupt
-        print("\nstopping after this step (Ctrl-C again to abort) …", file=sys.stderr, flush=True)
+        if rank0:
+            print("\nstopping after this step (Ctrl-C again to abort) …", file=sys.stderr, flush=True)
         control.stop()
 
+    def on_sigterm(signum, frame):  # torchrun ends the job: record it in the run folder, then go
+        raise JobTerminated("terminated (SIGTERM): the job was ended, by its launcher when another "
+                            "process failed, or by the user")
+
     signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGTERM, on_sigterm)
     sink = ConsoleSink(args.log_every, progress=not args.no_progress and rank0 and sys.stderr.isatty())
     try:
-        Trainer(config, control, sink if rank0 else (lambda e: None)).run()
+        Trainer(config, control, sink if rank0 else (lambda e: None), run_id=args.run_id).run()
+    except PeerLost as exc:
+        print(f"speedboard: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except JobTerminated as exc:
+        print(f"speedboard: rank {rank}: {exc}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
     finally:
         sink.close()
         shutdown()
@@ -315,7 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     from core.errors import SpeedboardError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["bench"]:  # the benchmark parses its own options (bench/run.py), --help included
+        args = argparse.Namespace(command="bench", args=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
             return cmd_train(args, argv)

@@ -190,8 +190,8 @@ class TrainConfig:
     """Optimizer steps, tokens or epochs, per ``budget_kind``."""
     lr: float = 3e-3
     min_lr: float = 3e-4
-    warmup_steps: int = 20
-    """Linear warmup length, converted to tokens at the start of a lineage."""
+    warmup_ratio: float = 0.05
+    """Linear warmup as a share of the token budget: the same LR-vs-tokens curve for any effective batch."""
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -226,7 +226,8 @@ class TrainConfig:
         _require(self.budget > 0 and math.isfinite(self.budget), f"budget must be positive, got {self.budget!r}")
         _require(self.lr > 0, f"learning rate must be positive, got {self.lr!r}")
         _require(0 <= self.min_lr <= self.lr, f"min-lr must be between 0 and lr ({self.lr}), got {self.min_lr!r}")
-        _require(self.warmup_steps >= 0, "warmup must be ≥ 0")
+        _require(0 <= self.warmup_ratio < 1,
+                 f"warmup must be a share of the budget in [0, 1), got {self.warmup_ratio!r}")
         _require(self.weight_decay >= 0, "weight decay must be ≥ 0")
         _require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "Adam betas must be in [0, 1)")
         _require(self.grad_clip >= 0, "grad clip must be ≥ 0")

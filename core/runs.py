@@ -118,7 +118,8 @@ class EventTail:
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
-        self.path = path / METRICS_FILE if path.is_dir() else path
+        # A run folder, also one that does not exist yet (a run being started elsewhere).
+        self.path = path / METRICS_FILE if path.is_dir() or path.suffix != ".jsonl" else path
         self._offset = 0
         self._partial = b""
 

@@ -5,15 +5,17 @@ Each optimizer step:
 2. the global batch for this step, read by stream position (same samples for
    any split into micro-batches or ranks), and its count of real target tokens;
 3. micro-steps: forward, summed cross-entropy divided by that window-wide count,
-   backward (DDP all-reduces on the last micro-step only);
+   backward (DDP/FSDP reduce gradients on the last micro-step only);
 4. unscale, clip, learning rate from tokens consumed, optimizer step;
-5. one host sync to read loss and grad norm, then the metrics event;
+5. one small all-reduce (global loss, stop requests of every rank), one host
+   sync to read loss and grad norm, then the metrics event;
 6. periodic validation, sample and checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import shutil
 import statistics
@@ -40,7 +42,20 @@ from core.device import (
     resolve_precision,
     training_flops_per_token,
 )
-from core.distributed import DistContext, all_reduce_sum, init_distributed
+from core.distributed import (
+    DistContext,
+    JobTerminated,
+    PeerLost,
+    all_reduce_sum,
+    check_same_on_all_ranks,
+    full_state_dicts,
+    init_distributed,
+    is_peer_failure,
+    load_full_optimizer_state,
+    local_scalar,
+    peer_failure_message,
+    shard_model,
+)
 from core.errors import CheckpointError, ConfigError, SpeedboardError
 from core.events import (
     CheckpointSaved,
@@ -57,8 +72,18 @@ from core.events import (
     WarningRaised,
     null_sink,
 )
+from core.launch import check_run_id
 from core.model import LlamaForCausalLM
-from core.runs import CONFIG_FILE, METRICS_FILE, JsonlSink, create_run_dir, library_versions, new_run_id, write_json
+from core.runs import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    JsonlSink,
+    create_run_dir,
+    library_versions,
+    new_run_id,
+    run_tag,
+    write_json,
+)
 from core.schedule import LRSchedule
 
 DEFAULT_PROMPT = "The"
@@ -99,8 +124,10 @@ class Trainer:
     the sink's consumer (a sink must return quickly, e.g. emit a queued signal).
     """
 
-    def __init__(self, config: RunConfig, control: Control | None = None, sink: Sink = null_sink) -> None:
+    def __init__(self, config: RunConfig, control: Control | None = None, sink: Sink = null_sink,
+                 run_id: str | None = None) -> None:
         self.cfg = config
+        self.requested_run_id = check_run_id(run_id) if run_id else None
         self.control = control or Control()
         self.user_sink = sink
         self.run_id = ""
@@ -131,11 +158,16 @@ class Trainer:
             self._setup()
             return self._loop()
         except BaseException as exc:
-            message = str(exc) if isinstance(exc, SpeedboardError) else f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, KeyboardInterrupt):
-                message = "interrupted"
-            self.emit(RunFailed(self.run_id, self.now(), message.strip() or type(exc).__name__,
+            # A collective that failed because a peer died: one clear line, not a backend trace.
+            failure = PeerLost(peer_failure_message(exc, self.dist)) if is_peer_failure(exc, self.dist) else exc
+            clear = isinstance(failure, (SpeedboardError, PeerLost))
+            message = str(failure) if clear else f"{type(failure).__name__}: {failure}"
+            if isinstance(failure, KeyboardInterrupt):
+                message = str(failure) or "interrupted"
+            self.emit(RunFailed(self.run_id, self.now(), message.strip() or type(failure).__name__,
                                 getattr(self, "step", 0)))
+            if failure is not exc:
+                raise failure from exc
             raise
         finally:
             if self._jsonl is not None:
@@ -163,6 +195,11 @@ class Trainer:
         data_cfg = cfg.data
         self.data: Data = prepare_data(data_cfg, loaded.tokenizer if loaded else None)
         tok = self.data.tokenizer
+        if self.dist.enabled:  # each rank prepared its own data: all must hold the same samples
+            tok_hash = hashlib.sha256(tok.to_str().encode()).hexdigest()
+            check_same_on_all_ranks(f"{self.data.corpus.fingerprint} {tok_hash} {tuple(self.data.train.samples.shape)} "
+                                    f"{tuple(self.data.val.samples.shape)}", "data (corpus, tokenizer, samples)",
+                                    self.dist)
         # The architecture is the checkpoint's own when it has one; a bare state dict loads into cfg.model.
         model_cfg = loaded.model_config if loaded and loaded.model_config else replace(cfg.model,
                                                                                        vocab_size=tok.vocab_size)
@@ -177,6 +214,10 @@ class Trainer:
         if loaded:
             ckpt_io.load_weights(model, loaded.state_dict, source=str(source))
         self.model = model.to(device)
+        # FSDP shards in place and replaces the parameters, so it comes before the optimizer.
+        self.fsdp = tc.fsdp and self.dist.enabled
+        if self.fsdp:
+            shard_model(self.model, device)
         self.optimizer = make_optimizer(self.model, tc, device)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
 
@@ -185,6 +226,7 @@ class Trainer:
         self.step, self.tokens, self.samples = 0, 0, 0
         self._rng_state: dict | None = None
         self._periodic_step = -1
+        self._stop_agreed = False  # under torchrun: some rank was asked to stop (read once per step)
         seed = tc.seed
         parent = cfg.parent
         if trainer_state is not None:
@@ -196,11 +238,13 @@ class Trainer:
         self.order = SampleOrder(len(self.data.train), seed)
         self.schedule = self._make_schedule(trainer_state)
 
-        tag = f"{cfg.preset}-{tc.compile_mode}{'-block' if tc.compile_scope == 'block' else ''}-a{tc.accum_steps}"
-        self.run_id = new_run_id(tag)
+        self.run_id = self.requested_run_id or new_run_id(run_tag(cfg, world))
         self.run_dir: Path | None = None  # only rank 0 writes a run folder
         if self.dist.is_main:
-            self.run_dir = create_run_dir(cfg.out_dir, self.run_id)
+            try:
+                self.run_dir = create_run_dir(cfg.out_dir, self.run_id)
+            except FileExistsError:
+                raise ConfigError(f"run folder {self.run_id} already exists; choose another run id") from None
             self._write_run_files(parent)
             self._jsonl = JsonlSink(self.run_dir / METRICS_FILE)
         self.parent = parent
@@ -220,6 +264,8 @@ class Trainer:
             tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens, total_steps=total_steps,
             start_step=self.step, start_tokens=self.tokens, start_time=self.start_time, parent=parent,
             world_size=world, versions=library_versions()))
+        if tc.fsdp and not self.dist.enabled:
+            self.warn("FSDP shards over several processes (--nproc N); this single process trains unsharded")
         if loaded and loaded.model_config and loaded.tokenizer is None:
             self.warn(f"{source} has no tokenizer.json: its weights are trained with a new tokenizer "
                       f"whose token ids do not match the ones they learned")
@@ -260,7 +306,8 @@ class Trainer:
         """
         tc = self.cfg.train
         if state is None:
-            return LRSchedule(tc.lr, tc.min_lr, tc.warmup_steps * self.tokens_per_step, self._budget_tokens())
+            budget = self._budget_tokens()
+            return LRSchedule(tc.lr, tc.min_lr, int(tc.warmup_ratio * budget), budget)
         saved = state["schedule"]
         if self.tokens >= saved["end_tokens"]:
             return LRSchedule(tc.lr, tc.min_lr, 0, self.tokens + self._budget_tokens(), self.tokens)
@@ -290,7 +337,10 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         try:
-            self.optimizer.load_state_dict(state["optimizer"])
+            if self.fsdp:  # the saved full state, sharded over the ranks (every rank read the file)
+                load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
+            else:
+                self.optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError) as exc:
             raise CheckpointError(f"the optimizer state does not fit this model ({exc})") from None
         fused = self.device.type in ("cuda", "cpu")
@@ -308,14 +358,16 @@ class Trainer:
         if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(rng["cuda"])
 
-    def trainer_state(self) -> dict:
+    def trainer_state(self, optimizer_state: dict | None = None) -> dict:
+        """Everything an exact resume needs; ``optimizer_state`` is the full one gathered under FSDP."""
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return {
             "step": self.step, "tokens": self.tokens, "samples": self.samples, "seed": self.seed,
             "wall_time": self.now(), "run_id": self.run_id, "world_size": self.dist.world_size,
-            "schedule": self.schedule.to_dict(), "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.to_dict(),
+            "optimizer": optimizer_state if optimizer_state is not None else self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
             "rng": rng, "train_config": self.cfg.train.to_dict(),
         }
@@ -333,8 +385,13 @@ class Trainer:
         return self._wrap(compile_model(self.model, mode, scope))
 
     def _wrap(self, compiled: CompiledModel) -> CompiledModel:
-        """DDP wraps what the step calls: compile first, then wrap (per-block: wrap the plain model)."""
-        if self.dist.enabled:
+        """DDP wraps what the step calls: compile first, then wrap (per-block: wrap the plain model).
+
+        DDP stays outside the compiled graph, so ``no_sync`` and its bucketed
+        all-reduces run as in eager mode. FSDP needs no wrapper: it was applied
+        in place before compiling.
+        """
+        if self.dist.enabled and not self.fsdp:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -403,7 +460,13 @@ class Trainer:
         return result
 
     def _between_steps(self) -> bool:
-        """Apply control requests; True when the run must stop."""
+        """Apply control requests; True when the run must stop.
+
+        Under torchrun every rank must stop after the same step, so the stop
+        requests (SIGINT) of all ranks travel with each step's loss all-reduce.
+        """
+        if self.dist.launcher_gone():
+            raise JobTerminated("terminated: the launcher (torchrun) is gone")
         self._serve_save_requests()
         if self.control.paused and not self.control.stop_requested:
             t = time.perf_counter()
@@ -411,7 +474,7 @@ class Trainer:
                 self._serve_save_requests()  # saving works while paused
             self.paused_s += time.perf_counter() - t
         self._serve_save_requests()
-        return self.control.stop_requested
+        return self._stop_agreed if self.dist.enabled else self.control.stop_requested
 
     def _optimizer_step_with_fallback(self, first: bool) -> tuple[float, float, float]:
         if not (first and self.compiled.compiled):
@@ -437,7 +500,7 @@ class Trainer:
         window = self.data.train.batch(self.order.take(self.samples, mb * accum * world))
         num_targets = max(window.num_targets, 1)
         loss_sum = torch.zeros((), device=self.device)
-        ddp = self.compiled.module if dist.enabled else None
+        ddp = self.compiled.module if dist.enabled and not self.fsdp else None
         # Phase 3: micro-steps. Each loss is a sum over its tokens divided by the
         # window's total, so the accumulated gradient is the true window mean
         # however the real tokens are spread over micro-batches. DDP averages over
@@ -449,6 +512,8 @@ class Trainer:
             last = j == accum - 1
             # no_sync must be entered before the forward pass: DDP decides then.
             sync_ctx = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
+            if self.fsdp:  # FSDP's equivalent: no reduce-scatter until the last micro-step
+                self.model.set_requires_gradient_sync(last)
             with sync_ctx:
                 with autocast(self.device, self.precision):
                     logits = self.compiled(micro.inputs, micro.attention_mask)
@@ -458,7 +523,7 @@ class Trainer:
             loss_sum += loss.detach()
         # Phase 4: clip, schedule, step.
         self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf"))
+        grad_norm = local_scalar(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf")))
         lr = self.schedule(self.tokens + self.tokens_per_step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -468,11 +533,13 @@ class Trainer:
         self.step += 1
         self.tokens += self.tokens_per_step
         self.samples += mb * accum * world
-        # Phase 5: the global loss (one small all-reduce under DDP), then the
-        # step's one host sync, reading loss and grad norm together for the log.
-        all_reduce_sum(loss_sum, dist)
-        loss_value, norm_value = torch.stack([loss_sum / num_targets, grad_norm.float()]).tolist()
-        return loss_value, norm_value, lr
+        # Phase 5: one small all-reduce carries the global loss and the ranks'
+        # stop requests; then the step's one host sync reads them with the grad norm.
+        stop = torch.full((), float(self.control.stop_requested), device=self.device)
+        totals = all_reduce_sum(torch.stack([loss_sum, stop]), dist)
+        loss_total, stops, norm_value = torch.cat([totals, grad_norm.float().view(1)]).tolist()
+        self._stop_agreed = stops > 0
+        return loss_total / num_targets, norm_value, lr
 
     def _peak_mem(self) -> float:
         peak = peak_memory_gib(self.device)
@@ -481,56 +548,96 @@ class Trainer:
     def _emit_metrics(self, loss: float, grad_norm: float, lr: float, step_time: float, warmup: bool) -> None:
         mem = memory_gib(self.device)
         self.peak_rss = max(self.peak_rss, mem)
+        # Global: tokens of all ranks over a step time that ends with an all-reduce every rank joins.
         tps = self.tokens_per_step / step_time
         self.emit(StepMetrics(self.run_id, self.now(), step=self.step, tokens=self.tokens, loss=loss, lr=lr,
                               grad_norm=grad_norm, tokens_per_s=tps, step_time=step_time,
                               peak_mem_gib=self._peak_mem(), mem_gib=mem,
-                              mfu=tps * self.flops_per_token / self.peak_flops, warmup=warmup))
+                              mfu=tps * self.flops_per_token / (self.peak_flops * self.dist.world_size),
+                              warmup=warmup))
 
     # ------------------------------------------------------------------ eval, sample, save
     @torch.no_grad()
     def _validate(self) -> float | None:
-        if not self.dist.is_main:
-            return None
-        tc, val = self.cfg.train, self.data.val
+        """Mean loss over the first ``eval_batches`` validation batches, shared out over the ranks.
+
+        Every rank runs the same number of forward passes (FSDP gathers weights
+        in each); a rank without a batch of its own in the last round repeats
+        one and leaves it out of the sum.
+        """
+        tc, val, world, rank = self.cfg.train, self.data.val, self.dist.world_size, self.dist.rank
         n = min(len(val), tc.eval_batches * tc.micro_batch)
-        total, count = torch.zeros((), device=self.device), 0
-        for start in range(0, n, tc.micro_batch):
-            batch = val.batch(list(range(start, min(n, start + tc.micro_batch)))).to(self.device)
+        batches = [list(range(start, min(n, start + tc.micro_batch))) for start in range(0, n, tc.micro_batch)]
+        count = sum(val.batch(b).num_targets for b in batches)  # on the CPU, the same on every rank
+        total = torch.zeros((), device=self.device)
+        for i in range(rank, math.ceil(len(batches) / world) * world, world):
+            batch = val.batch(batches[min(i, len(batches) - 1)]).to(self.device)
             with autocast(self.device, self.precision):
                 logits = self.model(batch.inputs, batch.attention_mask)  # uncompiled handle
-            total += F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch.targets.view(-1),
-                                     ignore_index=IGNORE_INDEX, reduction="sum")
-            count += batch.num_targets
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch.targets.view(-1),
+                                   ignore_index=IGNORE_INDEX, reduction="sum")
+            if i < len(batches):
+                total += loss
+        all_reduce_sum(total, self.dist)
         loss = total.item() / max(count, 1)  # host sync: once per validation
         self.emit(ValidationDone(self.run_id, self.now(), self.step, self.tokens, loss,
                                  math.exp(min(loss, 50.0))))
         return loss
 
     def _sample(self) -> None:
-        if not self.dist.is_main:
+        # Under FSDP every rank takes part in each forward pass (weights are
+        # gathered), so all generate the same number of tokens: no early stop at EOS.
+        if not (self.dist.is_main or self.fsdp):
             return
         tok = self.data.tokenizer
         ids = [tok.bos_id, *tok.encode(DEFAULT_PROMPT)]
         gen = torch.Generator(device=self.device).manual_seed(self.seed + self.step)
         with autocast(self.device, self.precision):
             out = self.model.generate(torch.tensor([ids], device=self.device), self.cfg.train.sample_tokens,
-                                      temperature=0.8, top_k=40, eos_id=tok.eos_id, generator=gen)
-        text = tok.decode(out[0, 1:].tolist())
+                                      temperature=0.8, top_k=40, eos_id=None if self.fsdp else tok.eos_id,
+                                      generator=gen)
+        new = out[0, 1:].tolist()
+        if tok.eos_id in new:
+            new = new[: new.index(tok.eos_id) + 1]
+        text = tok.decode(new)
         self.emit(SampleGenerated(self.run_id, self.now(), self.step, DEFAULT_PROMPT, text))
 
     def save(self, path: Path) -> Path | None:
-        """Save a checkpoint of the current state to ``path`` (rank 0 only; call on the torch thread)."""
+        """Save a checkpoint of the current state to ``path`` (call on the torch thread).
+
+        Rank 0 writes. Under FSDP every rank must call this: the sharded weights
+        and optimizer state are first gathered into full tensors on rank 0.
+        """
+        model, optimizer_state = self.model, None
+        if self.fsdp:
+            weights, optimizer_state = full_state_dicts(self.model, self.optimizer)  # collective
+            if self.dist.is_main:
+                model = self._plain_model(weights)
         if not self.dist.is_main:
             return None
-        saved = ckpt_io.save_checkpoint(path, self.model, tokenizer=self.data.tokenizer,
-                                        run_config=self._config_dict(), trainer_state=self.trainer_state(),
+        saved = ckpt_io.save_checkpoint(path, model, tokenizer=self.data.tokenizer, run_config=self._config_dict(),
+                                        trainer_state=self.trainer_state(optimizer_state),
                                         step=self.step, tokens=self.tokens,
                                         extra={"run_id": self.run_id, "parent": self.parent})
         self.emit(CheckpointSaved(self.run_id, self.now(), self.step, self.tokens, str(saved)))
         return saved
 
+    def _plain_model(self, weights: dict[str, torch.Tensor]) -> LlamaForCausalLM:
+        """An unsharded model holding ``weights`` (gathered from FSDP), for saving: no copy, no init."""
+        with torch.device("meta"):
+            plain = LlamaForCausalLM(self.model_cfg)
+        missing, unexpected = plain.load_state_dict(weights, assign=True, strict=False)
+        if self.model_cfg.tie_word_embeddings:  # assign replaced the embedding: tie the head to it again
+            plain.lm_head.weight = plain.model.embed_tokens.weight
+            missing = [k for k in missing if k != "lm_head.weight"]
+        assert not missing and not unexpected, (missing, unexpected)
+        return plain
+
     def _serve_save_requests(self) -> None:
+        if self.fsdp:  # saving is collective under FSDP; the launcher's processes never get these requests
+            for _ in self.control.take_save_requests():
+                self.warn("save requests are not supported under FSDP; checkpoints follow --save-every")
+            return
         for path in self.control.take_save_requests():
             self._save_or_warn(Path(path).expanduser() if path else None)
 
@@ -545,12 +652,19 @@ class Trainer:
 
     def _save_periodic(self, final: bool = False) -> Path | None:
         """``<run>/checkpoints/step_NNNNNNN``, keeping the newest ``keep`` of them."""
+        name = f"step_{self.step:07d}"
         if not self.dist.is_main:
+            if self.fsdp and not (final and self._periodic_step == self.step):
+                self._periodic_step = self.step
+                self.save(Path(name))  # gathers the sharded state for rank 0, which writes it
             return None
         folder = self.run_dir / ckpt_io.CHECKPOINTS_DIR
-        path = folder / f"step_{self.step:07d}"
-        if final and self._periodic_step == self.step and path.is_dir():
+        path = folder / name
+        # Under FSDP the other ranks decide without seeing the folder: the same rule here.
+        if final and self._periodic_step == self.step and (self.fsdp or path.is_dir()):
             return path  # the run ended right after saving this very step
+        if self.fsdp:
+            self._periodic_step = self.step
         saved = self.save(path)
         self._periodic_step = self.step
         for old in ckpt_io.list_checkpoints(folder)[: -self.cfg.train.keep]:

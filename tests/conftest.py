@@ -26,7 +26,7 @@ def micro_config(tmp_path: Path | None = None, **overrides):
         model=ModelConfig(vocab_size=512, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                           intermediate_size=64, max_position_embeddings=64),
         data=DataConfig(seq_len=32, vocab_size=512),
-        train=TrainConfig(micro_batch=4, accum_steps=1, budget=4, lr=1e-2, min_lr=1e-3, warmup_steps=1,
+        train=TrainConfig(micro_batch=4, accum_steps=1, budget=4, lr=1e-2, min_lr=1e-3, warmup_ratio=0.25,
                           eval_every=0, eval_batches=2, sample_tokens=4, device="cpu", precision="fp32"),
         preset="micro",
         out_dir=str(tmp_path / "runs") if tmp_path is not None else None,

@@ -27,7 +27,7 @@ def uneven_corpus(tmp_path_factory):
 
 def one_step(micro, layout: str, source: str, mb: int, accum: int, **train):
     cfg = micro(data={"layout": layout, "source": source, "vocab_size": 300},
-                train={"micro_batch": mb, "accum_steps": accum, "budget": 1, "warmup_steps": 0, **train})
+                train={"micro_batch": mb, "accum_steps": accum, "budget": 1, "warmup_ratio": 0.0, **train})
     sink = ListSink()
     trainer = Trainer(cfg, sink=sink)
     trainer.run()

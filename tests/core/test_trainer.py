@@ -181,3 +181,18 @@ def test_mixed_precision_runs(micro, precision):
     result = train(micro(train={"precision": precision, "budget": 3}), sink=sink)
     assert result.step == 3 and all(torch.isfinite(torch.tensor(s.loss)) for s in sink.of(StepMetrics))
     assert sink.of(RunStarted)[0].precision == precision
+
+
+def test_same_seed_same_run_and_schedule_follows_tokens(micro):
+    """Two runs with one seed are identical; with 4× the batch, the LR at equal tokens is equal."""
+    tokens = 4 * 32 * 8  # eight steps of micro-batch 4, two steps of micro-batch 4 × accumulation 4
+    runs = []
+    for accum in (1, 1, 4):
+        sink = ListSink()
+        train(micro(train={"budget_kind": "tokens", "budget": tokens, "accum_steps": accum, "warmup_ratio": 0.25}),
+              sink=sink)
+        runs.append({s.tokens: (s.loss, s.lr) for s in sink.of(StepMetrics)})
+    assert runs[0] == runs[1]
+    assert len(runs[0]) == 8 and len(runs[2]) == 2
+    for t, (_, lr) in runs[2].items():
+        assert lr == pytest.approx(runs[0][t][1])

@@ -1,0 +1,429 @@
+"""Saving and safe loading: plain keys from compiled models, the folder's contents, atomic writes,
+and one clear message for every bad checkpoint with the model left exactly as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from core import checkpoint as ck
+from core.cli import main
+from core.compile import compile_model
+from core.errors import CheckpointError, SpeedboardError
+from tests.core.checkpoint_helpers import (
+    assert_unchanged,
+    corpus_file,
+    input_ids,
+    logits,
+    make_model,
+    make_tokenizer,
+    one_thread,
+    params_snapshot,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer()
+
+
+def saved_keys(folder: Path) -> set[str]:
+    with safe_open(str(folder / ck.WEIGHTS_FILE), "pt") as f:
+        return set(f.keys())
+
+
+# --------------------------------------------------------------------------- keys
+@pytest.mark.parametrize("key, clean", [
+    ("model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.weight"),
+    ("_orig_mod.model.embed_tokens.weight", "model.embed_tokens.weight"),
+    ("model.layers.0._orig_mod.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"),
+    ("module.lm_head.weight", "lm_head.weight"),
+    ("module._orig_mod.model.norm.weight", "model.norm.weight"),
+    ("_orig_mod.module.model.norm.weight", "model.norm.weight"),
+    ("module.model.layers.1._orig_mod.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"),
+])
+def test_clean_key_removes_every_wrapper_form(key, clean):
+    assert ck.clean_key(key) == clean
+
+
+def test_compiled_models_write_plain_keys(tmp_path, tok):
+    plain_keys = set(make_model(0).state_dict())
+    whole = torch.compile(make_model(0))  # compilation is lazy: no call, no compile cost
+    assert all(k.startswith("_orig_mod.") for k in whole.state_dict())  # the trap being avoided
+    user_blocks = make_model(0)  # per-block compilation as users write it: wrappers registered in the model
+    for i, layer in enumerate(user_blocks.model.layers):
+        user_blocks.model.layers[i] = torch.compile(layer)
+    assert any(".layers.0._orig_mod." in k for k in user_blocks.state_dict())
+    ours = compile_model(make_model(0), "default", "block")  # Speedboard's own per-block compilation
+    for name, model in {"whole": whole, "user_blocks": user_blocks, "ours": ours}.items():
+        folder = ck.save_checkpoint(tmp_path / name, model, tokenizer=tok)
+        keys = saved_keys(folder)
+        assert keys == plain_keys, name
+        assert not any("_orig_mod" in k or k.startswith("module.") for k in keys)
+
+
+def test_gathered_weights_are_saved_with_plain_keys(tmp_path, tok):
+    """Sharded training hands over a gathered state dict; its keys are cleaned like the model's own."""
+    model = make_model(2)
+    gathered = {f"_orig_mod.{k}": v.clone() for k, v in model.state_dict().items()}
+    folder = ck.save_checkpoint(tmp_path / "gathered", make_model(9), tokenizer=tok, weights=gathered)
+    assert saved_keys(folder) == set(model.state_dict())
+    restored, _ = ck.model_from_checkpoint(folder)
+    torch.testing.assert_close(logits(restored, input_ids()), logits(model, input_ids()), rtol=0, atol=0)
+
+
+def test_tied_head_is_stored_once_and_loads_back(tmp_path, tok):
+    model = make_model(3, tie_word_embeddings=True)
+    folder = ck.save_checkpoint(tmp_path / "tied", model, tokenizer=tok)
+    assert "lm_head.weight" not in saved_keys(folder)
+    restored, _ = ck.model_from_checkpoint(folder)
+    assert restored.lm_head.weight is restored.model.embed_tokens.weight
+    ids = input_ids()
+    torch.testing.assert_close(logits(restored, ids), logits(model, ids), rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- folder contents
+def test_checkpoint_folder_holds_weights_config_tokenizer_and_trainer_state(micro):
+    from core.trainer import train
+
+    result = train(micro(train={"budget": 3}))
+    folder = result.checkpoint
+    assert folder == result.run_dir / "checkpoints" / "step_0000003"
+    assert {p.name for p in folder.iterdir()} == {"model.safetensors", "config.json", "tokenizer.json",
+                                                  "tokenizer_config.json", "trainer_state.pt"}
+    meta = json.loads((folder / "config.json").read_text())
+    assert meta["format"] == ck.FORMAT and meta["format_version"] == ck.FORMAT_VERSION
+    assert meta["step"] == 3 and meta["tokens"] == 3 * 4 * 32
+    assert meta["versions"]["torch"] == torch.__version__ and "safetensors" in meta["versions"]
+    assert meta["run"]["train"]["micro_batch"] == 4 and meta["run"]["data"]["seq_len"] == 32
+    assert meta["model"]["hidden_size"] == 32 and meta["run"]["model"] == meta["model"]
+    assert set(meta["files"]) == {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "trainer_state.pt"}
+    state = ck.read_checkpoint(folder).read_trainer_state()
+    assert (state["step"], state["tokens"], state["samples"]) == (3, 3 * 4 * 32, 12)
+    assert state["optimizer"]["state"] and state["schedule"]["end_tokens"] == 3 * 4 * 32
+    assert isinstance(state["rng"]["torch"], torch.Tensor) and "scaler" in state
+
+
+def test_run_folder_resolves_to_its_newest_checkpoint(micro, tmp_path):
+    from core.trainer import train
+
+    result = train(micro(train={"budget": 4, "save_every": 2}))
+    assert ck.latest_checkpoint(result.run_dir) == result.run_dir / "checkpoints" / "step_0000004"
+    assert ck.read_checkpoint(result.run_dir).meta["step"] == 4
+    shutil.rmtree(result.run_dir / "checkpoints")
+    with pytest.raises(CheckpointError, match="holds no checkpoint yet"):
+        ck.read_checkpoint(result.run_dir)
+
+
+# --------------------------------------------------------------------------- atomic save
+def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, tok, monkeypatch):
+    """A save that fails between writing and renaming leaves the previous checkpoint loadable and
+    nothing that looks like a checkpoint; a crash there leaves only a hidden folder no loader accepts."""
+    folder = tmp_path / "checkpoints"
+    old_model, new_model = make_model(0), make_model(1)
+    ids = input_ids()
+    expected = logits(old_model, ids)
+    previous = ck.save_checkpoint(folder / "step_0000001", old_model, tokenizer=tok, step=1)
+
+    real_rename = os.rename
+
+    def rename_fails_for_new_folders(src, dst):
+        if ".tmp-" in Path(src).name:
+            raise OSError(28, "No space left on device")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename_fails_for_new_folders)
+    with pytest.raises(CheckpointError, match="No space left on device"):  # a new step next to the old one
+        ck.save_checkpoint(folder / "step_0000002", new_model, tokenizer=tok, step=2)
+    with pytest.raises(CheckpointError, match="No space left on device"):  # replacing the old one itself
+        ck.save_checkpoint(previous, new_model, tokenizer=tok, step=2)
+    assert sorted(p.name for p in folder.iterdir()) == ["step_0000001"]  # no half folder, hidden or not
+
+    # A crash at the same point: the temporary folder is never cleaned up.
+    monkeypatch.setattr(ck.shutil, "rmtree", lambda *a, **k: None)
+    with pytest.raises(CheckpointError):
+        ck.save_checkpoint(folder / "step_0000003", new_model, tokenizer=tok, step=3)
+    monkeypatch.undo()
+    (leftover,) = [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert (leftover / "config.json").is_file()  # fully written, but never renamed into place
+    assert ck.list_checkpoints(folder) == [previous]
+    with pytest.raises(CheckpointError, match="unfinished save"):
+        ck.read_checkpoint(leftover)
+
+    loaded = ck.read_checkpoint(previous)
+    assert loaded.meta["step"] == 1
+    restored, _ = ck.model_from_checkpoint(previous)
+    torch.testing.assert_close(logits(restored, ids), expected, rtol=0, atol=0)
+
+
+def test_save_replaces_an_old_checkpoint_but_never_other_folders(tmp_path, tok):
+    target = tmp_path / "ckpt"
+    ck.save_checkpoint(target, make_model(0), tokenizer=tok, step=1)
+    ck.save_checkpoint(target, make_model(1), tokenizer=tok, step=2)  # e.g. "save to …" twice
+    assert ck.read_checkpoint(target).meta["step"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+
+    precious = tmp_path / "thesis"
+    precious.mkdir()
+    (precious / "chapter1.txt").write_text("years of work")
+    with pytest.raises(CheckpointError, match="not a Speedboard checkpoint"):
+        ck.save_checkpoint(precious, make_model(0), tokenizer=tok)
+    assert [p.name for p in precious.iterdir()] == ["chapter1.txt"]
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    with pytest.raises(CheckpointError, match="a file of that name exists"):
+        ck.save_checkpoint(a_file, make_model(0), tokenizer=tok)
+    assert a_file.read_text() == "keep me"
+
+
+# --------------------------------------------------------------------------- bad input: all or nothing
+def _good_folder(tmp_path: Path, tok, **model_changes) -> Path:
+    return ck.save_checkpoint(tmp_path / f"good{len(list(tmp_path.iterdir()))}", make_model(7, **model_changes),
+                              tokenizer=tok)
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    meta = json.loads((folder / "config.json").read_text())
+    meta.update(changes)
+    (folder / "config.json").write_text(json.dumps(meta))
+
+
+def _bad(kind: str, tmp_path: Path, tok) -> Path:
+    """Build one kind of bad checkpoint under ``tmp_path`` and return its path."""
+    if kind == "missing":
+        return tmp_path / "nowhere"
+    if kind == "truncated_weights_in_folder":
+        folder = _good_folder(tmp_path, tok)
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+        return folder
+    if kind == "truncated_weights_unrecorded":  # an older folder without size/sha256 records
+        folder = _good_folder(tmp_path, tok)
+        _edit_config(folder, files={})
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+        return folder
+    if kind == "corrupted_weights":  # same size, flipped bytes: only the checksum can tell
+        folder = _good_folder(tmp_path, tok)
+        data = bytearray((folder / "model.safetensors").read_bytes())
+        data[-64:] = bytes(b ^ 0xFF for b in data[-64:])
+        (folder / "model.safetensors").write_bytes(bytes(data))
+        return folder
+    if kind == "truncated_pt":
+        path = tmp_path / "weights.pt"
+        torch.save(make_model(7).state_dict(), path)
+        path.write_bytes(path.read_bytes()[:1000])
+        return path
+    if kind == "empty_pt":
+        path = tmp_path / "weights.pth"
+        path.write_bytes(b"")
+        return path
+    if kind == "text_as_pt":
+        path = tmp_path / "weights.pt"
+        path.write_text("these are not weights")
+        return path
+    if kind == "garbage_safetensors":
+        path = tmp_path / "weights.safetensors"
+        path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+        return path
+    if kind == "unsupported_file":
+        path = tmp_path / "notes.txt"
+        path.write_text("hello")
+        return path
+    if kind == "pt_without_state_dict":
+        path = tmp_path / "numbers.pt"
+        torch.save({"step": 3, "loss": 1.5}, path)
+        return path
+    if kind == "folder_without_config":
+        folder = tmp_path / "empty_folder"
+        folder.mkdir()
+        return folder
+    if kind == "folder_missing_weights":
+        folder = _good_folder(tmp_path, tok)
+        (folder / "model.safetensors").unlink()
+        return folder
+    if kind == "folder_missing_tokenizer":
+        folder = _good_folder(tmp_path, tok)
+        (folder / "tokenizer.json").unlink()
+        return folder
+    if kind == "config_not_json":
+        folder = _good_folder(tmp_path, tok)
+        (folder / "config.json").write_text("{ truncated")
+        return folder
+    if kind == "unknown_folder_config":
+        folder = tmp_path / "other"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+        return folder
+    if kind == "newer_format":
+        folder = _good_folder(tmp_path, tok)
+        _edit_config(folder, format_version=ck.FORMAT_VERSION + 1)
+        return folder
+    if kind == "architecture_mismatch":
+        return _good_folder(tmp_path, tok, hidden_size=64, num_heads=8, num_kv_heads=4)
+    if kind == "architecture_mismatch_state_dict":
+        path = tmp_path / "wider_mlp.pt"
+        torch.save(make_model(7, intermediate_size=96).state_dict(), path)
+        return path
+    if kind == "missing_keys":
+        path = tmp_path / "partial.pt"
+        state = make_model(7).state_dict()
+        del state["model.layers.1.mlp.up_proj.weight"], state["model.norm.weight"]
+        torch.save(state, path)
+        return path
+    if kind == "unexpected_keys":
+        path = tmp_path / "deeper.safetensors"
+        save_file(make_model(7, num_layers=3).state_dict(), str(path))
+        return path
+    if kind == "non_float_weights":
+        path = tmp_path / "ints.pt"
+        torch.save({k: v.to(torch.int32) for k, v in make_model(7).state_dict().items()}, path)
+        return path
+    if kind == "tokenizer_too_large":
+        return _good_folder(tmp_path, tok, vocab_size=tok.vocab_size - 10)
+    if kind == "shapeless_config_mismatch":  # same shapes, different math
+        return _good_folder(tmp_path, tok, rope_theta=500_000.0)
+    if kind == "own_head_into_tied_model":
+        path = tmp_path / "untied.pt"
+        torch.save(make_model(7).state_dict(), path)
+        return path
+    raise AssertionError(kind)
+
+
+BAD_CASES = {
+    "missing": "does not exist",
+    "truncated_weights_in_folder": "model.safetensors in .* is truncated or damaged",
+    "truncated_weights_unrecorded": "model.safetensors is truncated or corrupted",
+    "corrupted_weights": "model.safetensors in .* is corrupted: its checksum differs",
+    "truncated_pt": "weights.pt is not a PyTorch weights file, or is truncated or corrupted",
+    "empty_pt": "weights.pth is not a PyTorch weights file, or is truncated or corrupted",
+    "text_as_pt": "weights.pt is not a PyTorch weights file",
+    "garbage_safetensors": "weights.safetensors is truncated or corrupted",
+    "unsupported_file": "unsupported checkpoint file notes.txt",
+    "pt_without_state_dict": "numbers.pt does not hold a model state dict",
+    "folder_without_config": "is not a checkpoint folder",
+    "folder_missing_weights": "is incomplete: model.safetensors is missing",
+    "folder_missing_tokenizer": "is incomplete: tokenizer.json is missing",
+    "config_not_json": "config.json is not readable JSON",
+    "unknown_folder_config": "neither a Speedboard checkpoint nor a Hugging Face Llama folder",
+    "newer_format": "written by a newer Speedboard",
+    "architecture_mismatch": r"architecture mismatch .*model\.embed_tokens\.weight: expected \(512, 32\), "
+                             r"found \(512, 64\)",
+    "architecture_mismatch_state_dict": r"architecture mismatch .*model\.layers\.0\.mlp\.gate_proj\.weight: "
+                                        r"expected \(64, 32\), found \(96, 32\)",
+    "missing_keys": r"missing keys model\.layers\.1\.mlp\.up_proj\.weight, model\.norm\.weight",
+    "unexpected_keys": r"unexpected keys model\.layers\.2\.",
+    "non_float_weights": "non-float tensors",
+    "tokenizer_too_large": r"the tokenizer has \d+ tokens but the model's embedding has only \d+ rows",
+    "shapeless_config_mismatch": "architecture mismatch .*rope_theta: expected 10000.0, found 500000.0",
+    "own_head_into_tied_model": "has its own output head",
+}
+
+
+@pytest.mark.parametrize("target", ["eager", "compiled"])
+@pytest.mark.parametrize("kind", list(BAD_CASES))
+def test_bad_checkpoint_gives_one_clear_error_and_changes_nothing(kind, target, tmp_path, tok):
+    model = make_model(5, tie_word_embeddings=kind == "own_head_into_tied_model")
+    before = params_snapshot(model)
+    # torch.compile is lazy: the wrapper is what users hold, and no compile happens here.
+    into = torch.compile(model) if target == "compiled" else model
+    path = _bad(kind, tmp_path, tok)
+    with pytest.raises(CheckpointError, match=BAD_CASES[kind]) as err:
+        ck.load_checkpoint(into, path)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, SpeedboardError)
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 400
+    assert_unchanged(model, before)
+
+
+def test_malicious_pickle_is_refused_and_never_runs(tmp_path, tok):
+    """A pickle whose ``__reduce__`` creates a file: refused, and the file is never created."""
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    data = pickle.dumps({"model.norm.weight": torch.ones(32), "x": Payload()}, protocol=2)
+    pickle.loads(data).get("x").close()  # control: an ordinary unpickler does run it
+    assert marker.exists()
+    marker.unlink()
+
+    model = make_model(5)
+    before = params_snapshot(model)
+    bare = tmp_path / "evil.pt"
+    bare.write_bytes(data)
+    saved = tmp_path / "evil_saved.pth"
+    torch.save({"model": {"model.norm.weight": torch.ones(32)}, "extra": Payload()}, saved)
+    hf = tmp_path / "hf_folder"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(make_model(0).config.to_hf_dict()))
+    shutil.copy(bare, hf / "pytorch_model.bin")
+    for path in (bare, saved, hf):
+        with pytest.raises(CheckpointError, match="refused to load .*could run code"):
+            ck.load_checkpoint(model, path)
+        assert not marker.exists()
+    with pytest.raises(CheckpointError, match="refused"):
+        ck.load_trainer_state(bare)
+    assert not marker.exists()
+    assert_unchanged(model, before)
+
+
+# --------------------------------------------------------------------------- the CLI: exit code 2, one line
+ALL_COMMANDS = ("export", "init-from", "resume", "generate")
+
+
+@pytest.mark.parametrize("kind, commands, message", [
+    ("truncated_weights_in_folder", ALL_COMMANDS, None),
+    ("text_as_pt", ALL_COMMANDS, None),
+    ("folder_missing_weights", ALL_COMMANDS, None),
+    ("tokenizer_too_large", ALL_COMMANDS, None),
+    ("missing", ALL_COMMANDS, None),
+    # A bare state dict meets the preset's model (hidden 128) in a new run.
+    ("architecture_mismatch_state_dict", ("init-from",),
+     r"architecture mismatch .*model\.embed_tokens\.weight: expected \(\d+, 128\), found \(512, 32\)"),
+])
+def test_cli_reports_a_bad_checkpoint_in_one_line(kind, commands, message, tmp_path, tok, capsys):
+    path = str(_bad(kind, tmp_path, tok))
+    out_dir, export_to = tmp_path / "out", tmp_path / "exported"
+    small = ["--data", str(corpus_file(tmp_path)), "--vocab-size", "512", "--seq-len", "32", "--micro-batch", "2",
+             "--steps", "1", "--out", str(out_dir), "--no-progress"]
+    argvs = {"export": ["export", path, "--format", "hf", str(export_to)],
+             "init-from": ["train", "--init-from", path, *small],
+             "resume": ["train", "--resume", path, *small],
+             "generate": ["generate", path, "--max-new-tokens", "2"]}
+    for command in commands:
+        assert main(argvs[command]) == 2, command
+        err = capsys.readouterr().err
+        assert err.startswith("speedboard: error: ") and err.count("\n") == 1, err
+        assert re.search(message or BAD_CASES[kind], err), err
+    assert not out_dir.exists() and not export_to.exists()  # nothing written, not even a run folder
+
+
+def test_cli_bad_checkpoint_in_a_real_process_has_no_traceback(tmp_path, tok):
+    bad = _bad("corrupted_weights", tmp_path, tok)
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "export", str(bad), str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("speedboard: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "checksum differs" in proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,344 @@
+"""Resume exactly, start from weights, continue with other speedups; periodic, requested and final saves."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core import checkpoint as ck
+from core.cli import main
+from core.control import Control
+from core.data import IGNORE_INDEX, SampleOrder
+from core.errors import CheckpointError, ConfigError
+from core.events import (
+    CheckpointSaved,
+    CompileFinished,
+    ListSink,
+    RunFinished,
+    RunStarted,
+    StepMetrics,
+    WarningRaised,
+)
+from core.runs import read_events
+from core.schedule import LRSchedule
+from core.trainer import Trainer, train
+from tests.conftest import micro_config
+from tests.core.checkpoint_helpers import corpus_file, input_ids, logits, one_thread
+
+TOKENS_PER_STEP = 4 * 32  # micro config: micro-batch 4 × seq_len 32
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
+
+
+def config(folder: Path, **train):
+    """The micro config on a small corpus (sets up in milliseconds)."""
+    return micro_config(folder, data={"source": str(corpus_file(folder))}, train=train)
+
+
+class StopAt:
+    """A sink that records events and stops the run when step ``step``'s metrics arrive."""
+
+    def __init__(self, control: Control, step: int) -> None:
+        self.control, self.step, self.sink = control, step, ListSink()
+
+    def __call__(self, event) -> None:
+        self.sink(event)
+        if isinstance(event, StepMetrics) and event.step == self.step:
+            self.control.stop()
+
+
+def run_stopped_at(cfg, step: int) -> tuple[ListSink, Path]:
+    control = Control()
+    stopper = StopAt(control, step)
+    result = train(cfg, control, stopper)
+    assert result.stopped and result.step == step
+    return stopper.sink, result.checkpoint
+
+
+def steps(sink: ListSink) -> list[StepMetrics]:
+    return sink.of(StepMetrics)
+
+
+@pytest.fixture(scope="module")
+def stopped_parent(tmp_path_factory):
+    """A run planned for 8 steps, stopped after step 4 (its checkpoint is saved on stop)."""
+    folder = tmp_path_factory.mktemp("parent")
+    with one_thread():
+        sink, checkpoint = run_stopped_at(config(folder, budget=8), 4)
+    return sink, checkpoint
+
+
+# --------------------------------------------------------------------------- exact resume
+def test_resume_gives_the_same_loss_curve_as_an_uninterrupted_run(tmp_path):
+    """50 steps + resume + 50 steps == 100 uninterrupted steps (eager, one seed)."""
+    cfg = config(tmp_path, budget=100, lr=3e-3, min_lr=3e-4, warmup_ratio=0.1)
+    first, checkpoint = run_stopped_at(cfg, 50)  # the 100-step schedule, stopped half-way
+    second = ListSink()
+    resumed = Trainer(cfg.replace(resume=str(checkpoint)), sink=second)
+    resumed.run()
+    whole = ListSink()
+    uninterrupted = Trainer(cfg, sink=whole)
+    uninterrupted.run()
+
+    joined = steps(first) + steps(second)
+    assert [s.step for s in joined] == list(range(1, 101)) == [s.step for s in steps(whole)]
+    for name in ("loss", "lr", "grad_norm", "tokens"):
+        torch.testing.assert_close(torch.tensor([getattr(s, name) for s in joined], dtype=torch.float64),
+                                   torch.tensor([getattr(s, name) for s in steps(whole)], dtype=torch.float64),
+                                   rtol=1e-6, atol=1e-7, msg=name)
+    started = second.of(RunStarted)[0]
+    assert (started.start_step, started.start_tokens, started.total_steps) == (50, 50 * TOKENS_PER_STEP, 100)
+    assert started.parent == first.of(RunStarted)[0].run_id
+    for a, b in zip(resumed.model.parameters(), uninterrupted.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_resume_from_the_cli_takes_the_checkpoints_settings(stopped_parent, tmp_path, capsys):
+    _, checkpoint = stopped_parent
+    assert main(["train", "--resume", str(checkpoint.parent.parent), "--out", str(tmp_path), "--no-progress"]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    events = read_events(run_dir)
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert started.config["train"]["micro_batch"] == 4 and started.config["model"]["hidden_size"] == 32
+    assert started.config["resume"] == str(checkpoint)
+    assert [e.step for e in events if isinstance(e, StepMetrics)] == [5, 6, 7, 8]
+
+
+# --------------------------------------------------------------------------- changing speedups on resume
+def test_resume_with_other_accumulation_continues_the_schedule_by_tokens(stopped_parent, tmp_path):
+    parent_sink, checkpoint = stopped_parent
+    saved = ck.read_checkpoint(checkpoint).read_trainer_state()["schedule"]
+    schedule = LRSchedule(**saved)
+    assert main(["train", "--resume", str(checkpoint), "--accum", "2", "--out", str(tmp_path), "--no-progress"]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    events = read_events(run_dir)
+    metrics = [e for e in events if isinstance(e, StepMetrics)]
+    # Twice the tokens per step: the remaining 4 × 128 tokens take 2 steps, and each step's
+    # learning rate is the one the parent's schedule gives at that many tokens.
+    assert [(m.step, m.tokens) for m in metrics] == [(5, 6 * TOKENS_PER_STEP), (6, 8 * TOKENS_PER_STEP)]
+    assert [m.lr for m in metrics] == [schedule(6 * TOKENS_PER_STEP), schedule(8 * TOKENS_PER_STEP)]
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert started.budget_tokens == 8 * TOKENS_PER_STEP and started.tokens_per_step == 2 * TOKENS_PER_STEP
+    # The parent's own steps followed the same function of tokens.
+    assert [m.lr for m in steps(parent_sink)] == [schedule(s * TOKENS_PER_STEP) for s in range(1, 5)]
+
+
+def test_a_new_budget_on_resume_sets_the_lineage_total(stopped_parent, tmp_path, capsys):
+    _, checkpoint = stopped_parent
+    cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3]))})
+    sink = ListSink()
+    train(cfg.replace(resume=str(checkpoint), train={"budget": 10}), sink=sink)
+    assert [s.step for s in steps(sink)] == [5, 6, 7, 8, 9, 10]
+    assert sink.of(RunStarted)[0].budget_tokens == 10 * TOKENS_PER_STEP
+    assert steps(sink)[-1].lr == pytest.approx(cfg.train.min_lr)  # the cosine ends at the new total
+    with pytest.raises(ConfigError, match="already used up: the checkpoint is at step 4"):
+        train(cfg.replace(resume=str(checkpoint), train={"budget": 3}))
+    assert main(["train", "--resume", str(checkpoint), "--steps", "3", "--out", str(tmp_path / "cli")]) == 2
+    assert "already used up" in capsys.readouterr().err
+    assert not (tmp_path / "cli").exists()
+
+
+def test_resuming_a_finished_run_continues_with_a_new_cosine_segment(tmp_path):
+    cfg = config(tmp_path, budget=4)
+    first = train(cfg)
+    sink = ListSink()
+    train(cfg.replace(resume=str(first.checkpoint)), sink=sink)
+    lrs = [s.lr for s in steps(sink)]
+    assert [s.step for s in steps(sink)] == [5, 6, 7, 8]
+    assert lrs[0] == pytest.approx(cfg.train.lr, rel=0.2) and lrs[-1] == pytest.approx(cfg.train.min_lr)
+    assert lrs == sorted(lrs, reverse=True)  # no warmup: straight into the decay
+
+
+# --------------------------------------------------------------------------- init-from
+def test_init_from_starts_a_new_run_from_the_weights_with_a_fresh_optimizer(stopped_parent, tmp_path):
+    _, checkpoint = stopped_parent
+    parent_state = ck.read_checkpoint(checkpoint).read_trainer_state()
+    cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3]))},
+                       train={"budget": 4, "warmup_ratio": 1 / 2})
+    sink = ListSink()
+    child = Trainer(cfg.replace(init_from=str(checkpoint)), sink=sink)
+    child.run()
+    started = sink.of(RunStarted)[0]
+    assert (started.start_step, started.start_tokens, started.parent) == (0, 0, None)
+    assert [s.step for s in steps(sink)] == [1, 2, 3, 4]
+    assert steps(sink)[0].lr == pytest.approx(cfg.train.lr / 2)  # a fresh warmup, not the parent's position
+    adam_steps = {float(s["step"]) for s in child.optimizer.state_dict()["state"].values()}
+    assert adam_steps == {4.0}  # the parent's moments (4 steps) were not carried over
+    assert {float(s["step"]) for s in parent_state["optimizer"]["state"].values()} == {4.0}
+
+    # Its first step started from the parent's weights: its loss is theirs on the first batch.
+    model, loaded = ck.model_from_checkpoint(checkpoint)
+    batch = child.data.train.batch(SampleOrder(len(child.data.train), cfg.train.seed).take(0, 4))
+    with torch.no_grad():
+        out = model(batch.inputs, batch.attention_mask)
+        loss = F.cross_entropy(out.view(-1, out.size(-1)), batch.targets.view(-1), ignore_index=IGNORE_INDEX)
+    assert steps(sink)[0].loss == pytest.approx(loss.item(), rel=1e-5)
+    assert child.data.tokenizer.to_str() == loaded.tokenizer.to_str()  # the checkpoint's tokenizer, not a new one
+
+
+def test_resume_needs_a_trainer_state_and_an_intact_one(stopped_parent, tmp_path):
+    _, checkpoint = stopped_parent
+    cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3]))})
+    weights_only = tmp_path / "weights.pt"
+    torch.save(ck.read_checkpoint(checkpoint).state_dict, weights_only)
+    with pytest.raises(CheckpointError, match="holds no trainer state .*use init-from"):
+        train(cfg.replace(resume=str(weights_only)))
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for f in checkpoint.iterdir():
+        (damaged / f.name).write_bytes(f.read_bytes())
+    state = (damaged / "trainer_state.pt").read_bytes()
+    (damaged / "trainer_state.pt").write_bytes(state[:-100] + bytes(100))
+    with pytest.raises(CheckpointError, match="trainer_state.pt in .* is corrupted"):
+        train(cfg.replace(resume=str(damaged)))
+    (damaged / "trainer_state.pt").unlink()
+    with pytest.raises(CheckpointError, match="incomplete: trainer_state.pt is missing"):
+        train(cfg.replace(resume=str(damaged)))
+    assert not (tmp_path / "runs").exists()  # a failed start writes no run folder
+
+
+# --------------------------------------------------------------------------- periodic, requested, final saves
+def test_save_every_keeps_the_newest_checkpoints(tmp_path):
+    sink = ListSink()
+    result = train(config(tmp_path, budget=7, save_every=2, keep=2), sink=sink)
+    assert [e.step for e in sink.of(CheckpointSaved)] == [2, 4, 6, 7]  # periodic, then the final one
+    assert [p.name for p in ck.list_checkpoints(result.run_dir / "checkpoints")] == ["step_0000006", "step_0000007"]
+    assert not [p for p in (result.run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+    sink = ListSink()
+    result = train(config(tmp_path, budget=6, save_every=3, keep=5), sink=sink)
+    assert [e.step for e in sink.of(CheckpointSaved)] == [3, 6]  # the last step is saved once
+    assert result.checkpoint == result.run_dir / "checkpoints" / "step_0000006"
+
+
+def test_save_on_stop_and_resume_from_it(tmp_path):
+    cfg = config(tmp_path, budget=1000)
+    sink, checkpoint = run_stopped_at(cfg, 3)
+    finished = sink.of(RunFinished)[0]
+    assert finished.stopped and finished.step == 3 and finished.checkpoint == str(checkpoint)
+    assert ck.read_checkpoint(checkpoint).meta["step"] == 3
+    resumed, _ = run_stopped_at(cfg.replace(resume=str(checkpoint)), 5)
+    assert [s.step for s in steps(resumed)] == [4, 5]
+
+
+def _run_in_thread(cfg, control: Control, sink) -> threading.Thread:
+    errors: list[BaseException] = []
+
+    def target():
+        try:
+            train(cfg, control, sink)
+        except BaseException as exc:  # surfaced by the test through .errors
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.errors = errors
+    thread.start()
+    return thread
+
+
+class Waiter:
+    """A sink that lets the test thread wait for a given event (no sleeping)."""
+
+    def __init__(self) -> None:
+        self.sink = ListSink()
+        self._cond = threading.Condition()
+
+    def __call__(self, event) -> None:
+        with self._cond:
+            self.sink(event)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate, timeout: float = 120):
+        with self._cond:
+            assert self._cond.wait_for(lambda: any(predicate(e) for e in self.sink.events), timeout)
+            return next(e for e in self.sink.events if predicate(e))
+
+
+def test_save_requested_from_another_thread_happens_at_the_next_step(tmp_path):
+    control, waiter = Control(), Waiter()
+    thread = _run_in_thread(config(tmp_path, budget=100_000), control, waiter)
+    seen = waiter.wait_for(lambda e: isinstance(e, StepMetrics) and e.step >= 2)
+    target = tmp_path / "requested"
+    control.request_save(str(target))
+    saved = waiter.wait_for(lambda e: isinstance(e, CheckpointSaved) and e.path == str(target))
+    control.request_save()  # no path: into the run's own checkpoints folder
+    own = waiter.wait_for(lambda e: isinstance(e, CheckpointSaved) and e.path != str(target))
+    control.stop()
+    thread.join(120)
+    assert not thread.is_alive() and not thread.errors
+    assert saved.step >= seen.step
+    before = waiter.sink.events[: waiter.sink.events.index(saved)]
+    assert [e for e in before if isinstance(e, StepMetrics)][-1].step == saved.step  # between two steps
+    meta = ck.read_checkpoint(target).meta
+    assert meta["step"] == saved.step and ck.read_checkpoint(target).read_trainer_state()["step"] == saved.step
+    assert Path(own.path).parent.name == "checkpoints" and Path(own.path).name == f"step_{own.step:07d}"
+
+
+def test_save_works_while_paused(tmp_path):
+    control, waiter = Control(), Waiter()
+    thread = _run_in_thread(config(tmp_path, budget=100_000), control, waiter)
+    waiter.wait_for(lambda e: isinstance(e, StepMetrics) and e.step >= 1)
+    control.pause()
+    control.request_save(str(tmp_path / "while_paused"))
+    saved = waiter.wait_for(lambda e: isinstance(e, CheckpointSaved))
+    steps_when_saved = len(waiter.sink.of(StepMetrics))
+    assert saved.step == waiter.sink.of(StepMetrics)[-1].step  # no step ran after the pause took hold
+    control.stop()
+    thread.join(120)
+    assert not thread.errors and len(waiter.sink.of(StepMetrics)) == steps_when_saved
+    assert ck.read_checkpoint(tmp_path / "while_paused").meta["step"] == saved.step
+
+
+def test_a_save_that_cannot_be_written_is_a_warning_not_the_end_of_the_run(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    control = Control()
+    control.request_save(str(blocker))
+    control.request_save(str(blocker / "inside_a_file"))
+    sink = ListSink()
+    result = train(config(tmp_path, budget=3), control, sink)
+    warnings = [w.message for w in sink.of(WarningRaised)]
+    assert len(warnings) == 2
+    assert all(w.startswith("checkpoint not saved: cannot write the checkpoint") for w in warnings)
+    assert result.step == 3 and not result.stopped and result.checkpoint.is_dir()
+    assert blocker.read_text() == "not a folder"
+
+
+# --------------------------------------------------------------------------- compile and accumulation on resume
+@pytest.mark.slow
+def test_resume_compiled_per_block_with_other_accumulation(stopped_parent, tmp_path):
+    """Flip torch.compile (per block) and accumulation on resume: same schedule by tokens, the same
+    losses as an eager resume, and the checkpoint it writes is plain and loads into an eager model."""
+    _, checkpoint = stopped_parent
+    schedule = LRSchedule(**ck.read_checkpoint(checkpoint).read_trainer_state()["schedule"])
+    cfg = ck.peek_checkpoint(checkpoint).run_config.replace(out_dir=str(tmp_path))  # what the CLI does
+    runs = {}
+    for mode in ("off", "default"):
+        sink = ListSink()
+        trainer = Trainer(cfg.replace(resume=str(checkpoint), train={"compile_mode": mode, "compile_scope": "block",
+                                                                     "accum_steps": 2}), sink=sink)
+        trainer.run()
+        runs[mode] = (trainer, sink)
+    compiled, sink = runs["default"]
+    assert not sink.of(WarningRaised) and not any(e.fallback for e in sink.of(CompileFinished))
+    assert sink.of(CompileFinished)  # it really compiled
+    assert [(s.step, s.tokens) for s in steps(sink)] == [(5, 6 * TOKENS_PER_STEP), (6, 8 * TOKENS_PER_STEP)]
+    assert [s.lr for s in steps(sink)] == [schedule(6 * TOKENS_PER_STEP), schedule(8 * TOKENS_PER_STEP)]
+    torch.testing.assert_close([s.loss for s in steps(sink)], [s.loss for s in steps(runs["off"][1])],
+                               rtol=1e-4, atol=1e-4)
+    written = compiled.run_dir / "checkpoints" / "step_0000006"
+    meta = json.loads((written / "config.json").read_text())
+    assert meta["run"]["train"]["compile_mode"] == "default"
+    loaded = ck.read_checkpoint(written)
+    assert loaded.state_dict.keys() == compiled.model.state_dict().keys()
+    model, _ = ck.model_from_checkpoint(written)
+    ids = input_ids(vocab=model.config.vocab_size)
+    torch.testing.assert_close(logits(model, ids), logits(compiled.model, ids), rtol=0, atol=0)
