@@ -256,11 +256,12 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     The configuration is checked here first, and the run folder named, so the
     exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
     """
-    from core.launch import check_nproc, check_run_id, run_torchrun, worker_env
+    from core.launch import check_data_source, check_nproc, check_run_id, run_torchrun, worker_env
     from core.runs import default_out_dir, new_run_id, run_tag
 
     config = config_from_args(args)
     check_nproc(args.nproc, config.train.device)
+    check_data_source(config.data.source)
     run_id = check_run_id(args.run_id or new_run_id(run_tag(config, args.nproc)))
     run_dir = (Path(config.out_dir) if config.out_dir else default_out_dir()) / run_id
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
@@ -271,12 +272,13 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from core.control import Control
     from core.distributed import JobTerminated, PeerLost, launched_by_torchrun, shutdown
+    from core.errors import ConfigError
     from core.trainer import Trainer
 
     if args.config and (args.preset or args.resume):
-        from core.errors import ConfigError
-
         raise ConfigError("--config holds the whole configuration; use flags other than --preset/--resume with it")
+    if args.nproc is not None and args.nproc < 1:
+        raise ConfigError(f"--nproc must be ≥ 1, got {args.nproc}")
     if args.nproc and args.nproc > 1 and not launched_by_torchrun():
         return _handover_to_torchrun(args, argv)
     config = config_from_args(args)

@@ -128,6 +128,7 @@ class Trainer:
                  run_id: str | None = None) -> None:
         self.cfg = config
         self.requested_run_id = check_run_id(run_id) if run_id else None
+        self.fsdp = False  # set in set-up: FSDP2 across the processes of a torchrun job
         self.control = control or Control()
         self.user_sink = sink
         self.run_id = ""
@@ -482,6 +483,8 @@ class Trainer:
         try:
             return self._optimizer_step()
         except Exception as exc:  # compilation happens here, at the first call
+            if is_peer_failure(exc, self.dist):
+                raise  # a peer is gone: not a compile problem
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.warn(f"torch.compile ({self.compiled.mode}) failed: {type(exc).__name__}: {reason[:300]}; "
                       f"continuing eagerly")

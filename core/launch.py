@@ -1,0 +1,225 @@
+"""Starting a run in other processes: the torchrun command line, and the launcher around it.
+
+One run of N processes is ``torchrun --nproc-per-node N -m core.cli train …``.
+``speedboard train --nproc N`` wraps that command (``run_torchrun``): it checks
+the configuration first (a bad flag costs one line, not N tracebacks), names
+the run folder in advance, passes stop signals on to the workers, and reports
+the run's outcome from its folder.
+
+Another program (the dashboard) starts a run with ``prepare_launch``: an argv
+for a subprocess, the environment it needs, and the run folder to follow.
+Signals, for every way of starting a run:
+
+- SIGINT: stop after the current optimizer step; all ranks agree on the step,
+  rank 0 saves a final checkpoint and records ``finished`` (stopped).
+- SIGTERM: end now; rank 0 records ``failed`` ("terminated").
+
+Importing this module loads no torch (only ``check_nproc`` and ``process_capacity`` do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ConfigError
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.fullmatch(run_id or ""):
+        raise ConfigError(f"run id {run_id!r} must be a plain folder name (letters, digits, '.', '_', '-')")
+    return run_id
+
+
+def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = None) -> list[str]:
+    """The torchrun command for one machine: N workers of ``python -m core.cli train_args…``."""
+    if nproc < 1:
+        raise ConfigError(f"the number of processes must be ≥ 1, got {nproc}")
+    return [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", "-m", "core.cli", *train_args]
+
+
+def worker_env(nproc: int, device: str = "auto", cpu_count: int | None = None) -> dict[str, str]:
+    """Variables to add to the environment of a run of ``nproc`` processes."""
+    env = {"PYTHONUNBUFFERED": "1"}  # rank 0's progress lines arrive as they are printed
+    if nproc > 1 and device.startswith("cpu") and "OMP_NUM_THREADS" not in os.environ:
+        # CPU processes share the cores (torchrun would give each a single thread).
+        env["OMP_NUM_THREADS"] = str(max(1, (cpu_count or os.cpu_count() or 1) // nproc))
+    return env
+
+
+def check_nproc(nproc: int, device: str) -> None:
+    """One process per GPU: NCCL cannot run two ranks on one device."""
+    if nproc < 1:
+        raise ConfigError(f"--nproc must be ≥ 1, got {nproc}")
+    if nproc == 1 or device.startswith(("cpu", "mps")):
+        return
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.startswith("cuda") and gpus == 0:
+        raise ConfigError(f"--nproc {nproc} on {device}: no CUDA device is present")
+    if gpus and nproc > gpus:
+        raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} GPU(s) here "
+                          f"(one process per GPU); use --device cpu for CPU processes")
+    if device.startswith("cuda:"):
+        raise ConfigError(f"--device {device} names one GPU; with --nproc each process takes its own "
+                          f"(use --device cuda or auto)")
+
+
+def process_capacity() -> tuple[str, int]:
+    """What a "Processes" setting can offer here: ``("cuda", GPUs)`` when there are several, else ``("cpu", cores)``.
+
+    With ``"cpu"``, the run's device must be ``cpu`` (NCCL cannot put two ranks on one GPU).
+    """
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return ("cuda", gpus) if gpus > 1 else ("cpu", os.cpu_count() or 1)
+
+
+def check_data_source(source: str) -> None:
+    """Before starting N processes: a missing corpus is one line here, not one per process."""
+    from core.config import BUILTIN_CORPUS
+    from core.errors import DataError
+
+    if source != BUILTIN_CORPUS and not Path(source).expanduser().exists():
+        raise DataError(f"data source {source} does not exist")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start a run in a subprocess and where to follow it."""
+
+    argv: list[str]
+    """Program and arguments (QProcess: ``argv[0]``, ``argv[1:]``)."""
+    env: dict[str, str]
+    """Variables to add to the current environment."""
+    run_id: str
+    run_dir: Path
+    """Rank 0 creates it and appends ``metrics.jsonl`` there; follow it with ``runs.EventTail``."""
+    config_file: Path
+    """The run's configuration, read by every process at start; delete it when the run has ended."""
+    nproc: int = 1
+
+    @property
+    def metrics_file(self) -> Path:
+        """What to follow (``runs.EventTail``); it appears once rank 0 has set the run up."""
+        from core.runs import METRICS_FILE
+
+        return self.run_dir / METRICS_FILE
+
+
+def prepare_launch(config, nproc: int, *, run_id: str | None = None, python: str | None = None) -> LaunchSpec:
+    """Write ``config`` (a RunConfig) to a file and return the command that trains it in ``nproc`` processes.
+
+    The command is ``python -m core.cli train --config FILE --run-id ID --nproc N``;
+    with N > 1 it hands over to torchrun (``run_torchrun``). Its exit code is 0
+    when the run finished or was stopped, 1 when it failed, 2 for a bad setting.
+    """
+    from core.runs import default_out_dir, new_run_id, run_tag
+
+    check_nproc(nproc, config.train.device)
+    check_data_source(config.data.source)
+    run_id = check_run_id(run_id or new_run_id(run_tag(config, nproc)))
+    run_dir = (Path(config.out_dir) if config.out_dir else default_out_dir()) / run_id
+    if run_dir.exists():
+        raise ConfigError(f"run folder {run_dir} already exists")
+    fd, name = tempfile.mkstemp(prefix=f"speedboard-{run_id}-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(config.to_dict(), f, indent=2)
+    argv = [python or sys.executable, "-m", "core.cli", "train", "--config", name, "--run-id", run_id,
+            "--nproc", str(nproc), "--no-progress"]
+    return LaunchSpec(argv, worker_env(nproc, config.train.device), run_id, run_dir, Path(name), nproc)
+
+
+def stop_launch(pid: int) -> None:
+    """Stop a run started from a ``LaunchSpec`` after its current step (final checkpoint, ``finished``/stopped)."""
+    os.kill(pid, signal.SIGINT)
+
+
+def end_launch(pid: int) -> None:
+    """End a run started from a ``LaunchSpec`` now (every rank, recorded as ``failed``: terminated)."""
+    os.kill(pid, signal.SIGTERM)
+
+
+def run_outcome(run_dir: str | Path) -> str | None:
+    """``finished``, ``stopped`` or ``failed`` from a run folder's last event; None before it has one."""
+    from core.events import RunFailed, RunFinished
+    from core.runs import read_events
+
+    for event in reversed(read_events(run_dir)):
+        if isinstance(event, RunFinished):
+            return "stopped" if event.stopped else "finished"
+        if isinstance(event, RunFailed):
+            return "failed"
+    return None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: torchrun gets SIGTERM if this launcher dies, so no worker is ever orphaned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of torchrun: its workers (none yet while it starts them)."""
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children()]
+    except Exception:  # psutil missing or the process gone: signal torchrun itself
+        return []
+
+
+def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str, str] | None = None) -> int:
+    """Run torchrun with ``nproc`` workers and wait; the exit code follows the run folder.
+
+    torchrun runs in its own session, so a terminal's Ctrl-C reaches this
+    launcher alone. The first SIGINT goes straight to torchrun's workers (stop
+    after this step): they end cleanly and torchrun with them, as after a run
+    that reached its budget. A second Ctrl-C or a SIGTERM goes to torchrun as
+    SIGTERM, which it passes on to every worker (end now).
+    """
+    argv = torchrun_argv(nproc, train_args)
+    child_env = {**os.environ, **(env or {})}
+    posix = os.name == "posix"
+    proc = subprocess.Popen(argv, env=child_env, start_new_session=posix,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    forwarded: list[int] = []
+
+    def forward(signum, frame):
+        stop = signum == signal.SIGINT and not forwarded  # rank 0 says it is stopping
+        forwarded.append(signum)
+        targets = (_children(proc.pid) if stop else []) or [proc.pid]
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGINT if stop else signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    outcome = run_outcome(run_dir) if run_dir.is_dir() else None
+    if outcome in ("finished", "stopped"):
+        return 0  # torchrun exits 1 when it passed a signal on, even if every rank then stopped cleanly
+    if outcome == "failed":
+        return code or 1
+    return code
