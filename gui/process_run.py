@@ -1,0 +1,96 @@
+"""A run trained by several processes (torchrun), followed through its run folder.
+
+The dashboard starts ``python -m core.cli train --config … --nproc N`` with
+``QProcess``; the CLI hands over to torchrun, rank 0 appends every event to the
+run folder's ``metrics.jsonl``, and this object tails that file on a timer and
+re-emits the events, the same plain dataclasses an in-process run sends. Stop
+sends SIGINT to the launcher: every rank agrees to stop after the same step and
+rank 0 saves a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+
+from core.launch import LaunchSpec, end_launch, stop_launch
+from core.runs import EventTail
+
+POLL_MS = 100
+
+
+class ProcessRun(QObject):
+    event = Signal(object)
+    """A core event read from the run folder."""
+    ended = Signal(int, str)
+    """Exit code (0 finished or stopped, 1 failed, 2 bad settings) and the error line, if any."""
+
+    def __init__(self, spec: LaunchSpec, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.spec = spec
+        self.tail = EventTail(spec.metrics_file)
+        self.output: list[str] = []
+        self.process = QProcess(self)
+        self.process.setProgram(spec.argv[0])
+        self.process.setArguments(spec.argv[1:])
+        env = QProcessEnvironment.systemEnvironment()
+        for key, value in spec.env.items():
+            env.insert(key, value)
+        self.process.setProcessEnvironment(env)
+        self.process.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
+        self.process.readyReadStandardOutput.connect(self._read_output)
+        self.process.finished.connect(self._on_finished)
+        self.timer = QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.poll)
+
+    @property
+    def running(self) -> bool:
+        return self.process.state() != QProcess.ProcessState.NotRunning
+
+    def start(self) -> None:
+        self.process.start()
+        self.timer.start()
+
+    def stop(self) -> None:
+        """Every rank stops after the same optimizer step; rank 0 saves and reports ``finished`` (stopped)."""
+        pid = self.process.processId()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                stop_launch(pid)
+
+    def terminate(self) -> None:
+        """End every rank now (recorded as failed: terminated)."""
+        pid = self.process.processId()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                end_launch(pid)
+
+    def wait(self, msecs: int) -> bool:
+        return self.process.waitForFinished(msecs)
+
+    def poll(self) -> None:
+        for event in self.tail.poll():
+            self.event.emit(event)
+
+    def _read_output(self) -> None:
+        text = bytes(self.process.readAllStandardOutput()).decode("utf-8", errors="replace")
+        self.output.extend(line for line in text.splitlines() if line.strip())
+        del self.output[:-200]  # keep the tail: enough for the last error line
+
+    def error_line(self) -> str:
+        for line in reversed(self.output):
+            if line.startswith("speedboard: error:"):
+                return line.removeprefix("speedboard: error:").strip()
+        return ""
+
+    def _on_finished(self, code: int, status: QProcess.ExitStatus) -> None:
+        self._read_output()
+        self.timer.stop()
+        self.poll()  # the last events rank 0 wrote before exiting
+        with contextlib.suppress(OSError):
+            self.spec.config_file.unlink()
+        if status == QProcess.ExitStatus.CrashExit and code == 0:
+            code = 1
+        self.ended.emit(code, self.error_line())

@@ -1,0 +1,38 @@
+"""A two-process (torchrun, gloo) run started with QProcess, followed live, stopped cleanly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.events import RunFinished, RunStarted, StepMetrics
+from core.launch import prepare_launch
+from core.runs import read_events
+from gui.process_run import ProcessRun
+from tests.conftest import micro_config
+
+
+@pytest.mark.slow
+def test_two_processes_follow_live_and_stop_every_rank(qtbot, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"text": f"document {i} " + "some words " * (1 + i % 7)})
+                                for i in range(80)))
+    cfg = micro_config(tmp_path).replace(data={"source": str(corpus), "vocab_size": 300},
+                                         train={"micro_batch": 2, "budget": 100_000, "eval_every": 0})
+    run = ProcessRun(prepare_launch(cfg, 2))
+    seen = []
+    run.event.connect(seen.append)
+    run.start()
+    qtbot.waitUntil(lambda: any(isinstance(e, StepMetrics) for e in seen), timeout=120_000)
+    started = next(e for e in seen if isinstance(e, RunStarted))
+    assert started.world_size == 2
+    with qtbot.waitSignal(run.ended, timeout=120_000) as ended:
+        run.stop()
+    code, message = ended.args
+    assert code == 0, "\n".join(run.output[-20:])
+    finished = [e for e in seen if isinstance(e, RunFinished)]
+    assert finished and finished[0].stopped and finished[0].checkpoint
+    # What the window saw is what the run folder holds.
+    assert [e.to_dict() for e in read_events(run.spec.run_dir)] == [e.to_dict() for e in seen]
+    assert not run.spec.config_file.exists() and not run.running

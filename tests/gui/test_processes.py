@@ -1,0 +1,30 @@
+"""Processes > 1: the window starts the run through torchrun (QProcess), follows its folder, Stop ends every rank."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gui.conftest import RUN_TIMEOUT_MS, child, click, read_jsonl
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_from_the_window(qtbot, make_window):
+    window = make_window(train={"budget": 100_000, "micro_batch": 2, "eval_every": 0})
+    child(window, "processesSpin").setValue(2)
+    assert window.config_panel.config is not None, window.config_panel.error
+    click(window, "startButton")
+    record = window.records[-1]
+    qtbot.waitUntil(lambda: record.step >= 2, timeout=RUN_TIMEOUT_MS)
+    assert window._process is not None and record.folder
+    assert not child(window, "pauseButton").isEnabled()
+    click(window, "stopButton")
+    qtbot.waitUntil(lambda: window._process is None, timeout=RUN_TIMEOUT_MS)
+    assert record.ended and record.checkpoint, record.state
+    events = read_jsonl(record.folder)
+    assert events[0]["event"] == "run_started" and events[0]["world_size"] == 2
+    assert events[-1]["event"] == "finished" and events[-1]["stopped"]
+    steps = [e["step"] for e in events if e["event"] == "step"]
+    assert record.step == steps[-1]
+    x, _ = window.store.series(record.key, "train/loss")
+    assert len(x) == len(steps)  # the plots hold every step rank 0 logged
+    assert child(window, "startButton").isEnabled()
