@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make run    install what is needed, run the default headless training
+#   make run    install what is needed, open the dashboard (train with one click on Start)
 #   make test   install what is needed, run the test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 setup: $(VENV)/.installed
 
 run: setup
-	$(BIN)/speedboard train
+	$(BIN)/speedboard gui
 
 train: setup
 	$(BIN)/speedboard train

@@ -1,0 +1,158 @@
+"""What the window knows about one run: settings, state and results, updated from events.
+
+A record exists from the moment the user presses Start (before the trainer
+has a run id) or opens a run folder; plain Python, no Qt, so it is easy to test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.events import (
+    CheckpointSaved,
+    CompileFinished,
+    CompileStarted,
+    Event,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepMetrics,
+    ValidationDone,
+)
+
+# Distinct, readable on white; a run keeps its colour for the whole session.
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#bcbd22", "#7f7f7f")
+
+ACTIVE_STATES = ("starting", "compiling", "training", "paused", "stopping", "following")
+ENDED_STATES = ("finished", "stopped", "failed")
+
+
+@dataclass
+class RunRecord:
+    key: int
+    """Stable id in this window (run ids arrive only once the trainer has started)."""
+    number: int
+    """1-based number shown to the user."""
+    config: dict[str, Any]
+    origin: str = "live"
+    """``live`` (started here) or ``folder`` (opened from disk)."""
+    folder: str | None = None
+    run_id: str | None = None
+    parent_id: str | None = None
+    parent_number: int | None = None
+    state: str = "starting"
+    message: str = ""
+    device: str = ""
+    precision: str = ""
+    num_parameters: int = 0
+    tokens_per_step: int = 0
+    start_step: int = 0
+    total_steps: int = 0
+    step: int = 0
+    tokens: int = 0
+    last_loss: float | None = None
+    mem_gib: float | None = None
+    compile_seconds: float | None = None
+    compile_fallback: bool = False
+    median_tokens_per_s: float | None = None
+    final_loss: float | None = None
+    val_loss: float | None = None
+    peak_mem_gib: float | None = None
+    checkpoint: str | None = None
+    checkpoints: list[str] = field(default_factory=list)
+
+    @property
+    def color(self) -> str:
+        return PALETTE[(self.number - 1) % len(PALETTE)]
+
+    @property
+    def train(self) -> dict[str, Any]:
+        return self.config.get("train", {})
+
+    @property
+    def compile_text(self) -> str:
+        mode = self.train.get("compile_mode", "off")
+        if mode == "off":
+            return "off"
+        scope = self.train.get("compile_scope", "model")
+        return f"{mode} ({'per block' if scope == 'block' else 'model'})"
+
+    @property
+    def label(self) -> str:
+        """Short name for legends: number, compile mode and accumulation."""
+        mode = self.train.get("compile_mode", "off")
+        mode = "eager" if mode == "off" else mode
+        if self.train.get("compile_scope") == "block" and mode != "eager":
+            mode += "/block"
+        text = f"#{self.number} {mode} ×{self.train.get('accum_steps', 1)}"
+        if self.parent_number is not None:
+            text += f" ← #{self.parent_number}"
+        elif self.parent_id:
+            text += " (continued)"
+        return text
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    def apply(self, event: Event) -> bool:
+        """Update from one event; True when something the run table shows (other than progress) changed."""
+        if isinstance(event, StepMetrics):
+            self.step, self.tokens, self.last_loss, self.mem_gib = event.step, event.tokens, event.loss, event.mem_gib
+            self.peak_mem_gib = event.peak_mem_gib
+            if self.state in ("starting", "compiling") and not event.warmup:
+                self.state = "training"
+            return False
+        if isinstance(event, RunStarted):
+            self.run_id = event.run_id
+            self.config = dict(event.config) or self.config
+            self.parent_id = event.parent
+            self.folder = event.run_dir
+            self.device, self.precision = event.device, event.precision
+            self.num_parameters, self.tokens_per_step = event.num_parameters, event.tokens_per_step
+            self.start_step = self.step = event.start_step
+            self.tokens = event.start_tokens
+            self.total_steps = event.total_steps
+            if self.state == "starting":
+                self.state = "training"
+        elif isinstance(event, CompileStarted):
+            if self.state in ("starting", "training"):
+                self.state = "compiling"
+        elif isinstance(event, CompileFinished):
+            self.compile_fallback = event.fallback
+            self.compile_seconds = None if event.fallback else event.seconds
+            if self.state == "compiling":
+                self.state = "training"
+        elif isinstance(event, ValidationDone):
+            self.val_loss = event.loss
+        elif isinstance(event, CheckpointSaved):
+            self.checkpoints.append(event.path)
+            return False
+        elif isinstance(event, RunFinished):
+            self.state = "stopped" if event.stopped else "finished"
+            self.step, self.tokens = event.step, event.tokens
+            self.final_loss, self.val_loss = event.final_loss, event.val_loss
+            self.median_tokens_per_s = event.median_tokens_per_s
+            if event.compile_seconds is not None and not self.compile_fallback:
+                self.compile_seconds = event.compile_seconds
+            self.peak_mem_gib = event.peak_mem_gib
+            self.checkpoint = event.checkpoint
+        elif isinstance(event, RunFailed):
+            self.state = "failed"
+            self.message = event.message
+        else:
+            return False
+        return True
+
+    def progress_text(self) -> str:
+        if self.state in ("training", "following") and self.total_steps:
+            return f"{self.state} {self.step}/{self.total_steps}"
+        if self.state == "failed":
+            return "failed"
+        return self.state

@@ -1,0 +1,458 @@
+"""Settings of the next run, checked on every change.
+
+The panel builds a ``RunConfig`` whenever a control changes; the core's own
+validation (``__post_init__``) decides what is valid, and its message is shown
+under the control it is about, before Start, not after a crash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.config import BUILTIN_CORPUS, COMPILE_MODES, LAYOUTS, PRECISIONS, ModelConfig, RunConfig, config_from_preset
+from core.errors import SpeedboardError
+from core.launch import check_nproc, process_capacity
+
+COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
+                     "max-autotune": "max-autotune", "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
+SCOPE_TEXT = {"model": "whole model", "block": "per block"}
+PRECISION_TEXT = {"auto": "auto (bf16 on CUDA, else fp32)", "fp32": "fp32", "bf16": "bf16 autocast",
+                  "fp16": "fp16 + loss scaling"}
+BUDGET_KINDS = ("steps", "tokens")
+MAX_INT = 2**31 - 1
+
+# First keyword found in a validation message -> the control it is about.
+_ERROR_FIELDS = (
+    ("CUDA graphs", "compile_mode"), ("compile mode", "compile_mode"), ("compile scope", "compile_scope"),
+    ("sequence length", "seq_len"), ("seq_len", "seq_len"), ("micro-batch", "micro_batch"),
+    ("accumulation", "accum_steps"), ("min-lr", "lr"), ("learning rate", "lr"), ("warmup", "warmup"),
+    ("budget", "budget"), ("bf16", "precision"), ("fp16", "precision"), ("precision", "precision"),
+    ("--nproc", "processes"), ("device", "device"), ("layout", "layout"), ("data", "source"), ("corpus", "source"),
+)
+
+
+def _combo(name: str, items: dict[str, str]) -> QComboBox:
+    combo = QComboBox()
+    combo.setObjectName(name)
+    for value, text in items.items():
+        combo.addItem(text, value)
+    return combo
+
+
+def _spin(name: str, lo: int, hi: int, step: int = 1) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setObjectName(name)
+    spin.setRange(lo, hi)
+    spin.setSingleStep(step)
+    spin.setGroupSeparatorShown(True)
+    return spin
+
+
+def _set_combo(combo: QComboBox, value: Any) -> bool:
+    index = combo.findData(value)
+    if index >= 0:
+        combo.setCurrentIndex(index)
+    return index >= 0
+
+
+class ConfigPanel(QWidget):
+    changed = Signal()
+    """Any setting changed; ``config`` and ``error`` are up to date."""
+
+    def __init__(self, presets: dict[str, RunConfig], devices: list[str], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._presets = presets
+        self._source = BUILTIN_CORPUS
+        self._start_from: tuple[str, str] | None = None  # (path, "init" | "resume")
+        self._start_model: dict | None = None
+        self._updating = False
+        self._config: RunConfig | None = None
+        self._error = ""
+        self._error_rows: dict[str, tuple[QFormLayout, QLabel]] = {}
+
+        self.preset = _combo("presetCombo", {name: name for name in presets})
+        self.source_edit = QLineEdit()
+        self.source_edit.setObjectName("dataSourceEdit")
+        self.source_edit.setReadOnly(True)
+        self.file_button = QPushButton("File…")
+        self.file_button.setObjectName("dataFileButton")
+        self.folder_button = QPushButton("Folder…")
+        self.folder_button.setObjectName("dataFolderButton")
+        self.builtin_button = QPushButton("Built-in")
+        self.builtin_button.setObjectName("dataBuiltinButton")
+        self.layout_combo = _combo("layoutCombo", {v: v for v in LAYOUTS})
+        self.seq_len = _spin("seqLenSpin", 2, 65536, 16)
+        self.micro_batch = _spin("microBatchSpin", 1, 4096)
+        self.accum = _spin("accumStepsSpin", 1, 1024)
+        self.effective = QLabel()
+        self.effective.setObjectName("effectiveBatchLabel")
+        self.compile_mode = _combo("compileModeCombo", {m: COMPILE_MODE_TEXT.get(m, m) for m in COMPILE_MODES})
+        self.compile_scope = _combo("compileScopeCombo", SCOPE_TEXT)
+        self.precision = _combo("precisionCombo", {p: PRECISION_TEXT.get(p, p) for p in PRECISIONS})
+        self.device = _combo("deviceCombo", {"auto": "auto", **{d: d for d in devices}})
+        # More than one process trains through torchrun (DDP): GPUs when CUDA has several, else CPU processes.
+        self.process_kind, most = process_capacity()
+        self.processes = _spin("processesSpin", 1, max(1, most))
+        self.processes.setToolTip(f"Processes (one per {'GPU' if self.process_kind == 'cuda' else 'CPU process'}); "
+                                  f"more than one trains with DistributedDataParallel through torchrun")
+        self.lr = QDoubleSpinBox()
+        self.lr.setObjectName("lrSpin")
+        self.lr.setDecimals(5)
+        self.lr.setRange(0.00001, 1.0)
+        self.lr.setSingleStep(0.0001)
+        self.warmup = _spin("warmupSpin", 0, 50)  # percent of the budget
+        self.warmup.setSuffix(" %")
+        self.budget = _spin("budgetSpin", 1, MAX_INT, 10)
+        self.budget_kind = _combo("budgetKindCombo", {k: k for k in BUDGET_KINDS})
+        self.seed = _spin("seedSpin", 0, MAX_INT)
+        self.start_from_label = QLabel("random initialisation")
+        self.start_from_label.setObjectName("startFromLabel")
+        self.start_from_label.setWordWrap(True)
+        self.clear_start_button = QPushButton("Clear")
+        self.clear_start_button.setObjectName("clearStartFromButton")
+        self.clear_start_button.setEnabled(False)
+        self.general_error = QLabel()
+        self.general_error.setObjectName("configErrorLabel")
+        self.general_error.setWordWrap(True)
+        self.general_error.setStyleSheet("color: #b00020;")
+        self.general_error.hide()
+
+        self._build_layout()
+        self._connect()
+        self._fill_from_preset(self.preset.currentData())
+
+    # ------------------------------------------------------------------ layout
+    def _error_label(self) -> QLabel:
+        label = QLabel()
+        label.setWordWrap(True)
+        label.setStyleSheet("color: #b00020;")
+        return label
+
+    def _row(self, form: QFormLayout, key: str, text: str, widget: QWidget) -> None:
+        form.addRow(text, widget)
+        label = self._error_label()
+        label.setObjectName(f"{key}Error")
+        form.addRow(label)
+        form.setRowVisible(label, False)
+        self._error_rows[key] = (form, label)
+
+    def _group(self, title: str) -> tuple[QGroupBox, QFormLayout]:
+        box = QGroupBox(title)
+        form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return box, form
+
+    def _build_layout(self) -> None:
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+
+        box, form = self._group("Model and data")
+        self._row(form, "preset", "Preset", self.preset)
+        source_box = QWidget()
+        column = QVBoxLayout(source_box)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(2)
+        column.addWidget(self.source_edit)
+        row = QHBoxLayout()
+        for button in (self.file_button, self.folder_button, self.builtin_button):
+            button.setAutoDefault(False)
+            row.addWidget(button)
+        column.addLayout(row)
+        self._row(form, "source", "Data", source_box)
+        self._row(form, "layout", "Layout", self.layout_combo)
+        self._row(form, "seq_len", "Sequence length", self.seq_len)
+        outer.addWidget(box)
+
+        box, form = self._group("Batch")
+        self._row(form, "micro_batch", "Micro-batch", self.micro_batch)
+        self._row(form, "accum_steps", "Accumulation steps", self.accum)
+        form.addRow("Effective batch", self.effective)
+        outer.addWidget(box)
+
+        box, form = self._group("Speed-ups")
+        self._row(form, "compile_mode", "torch.compile", self.compile_mode)
+        self._row(form, "compile_scope", "Compile scope", self.compile_scope)
+        self._row(form, "precision", "Precision", self.precision)
+        self._row(form, "device", "Device", self.device)
+        self._row(form, "processes", "Processes", self.processes)
+        outer.addWidget(box)
+
+        box, form = self._group("Schedule")
+        self._row(form, "lr", "Learning rate", self.lr)
+        self._row(form, "warmup", "Warmup (share of budget)", self.warmup)
+        budget_row = QWidget()
+        row = QHBoxLayout(budget_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.budget, 1)
+        row.addWidget(self.budget_kind)
+        self._row(form, "budget", "Budget", budget_row)
+        self._row(form, "seed", "Seed", self.seed)
+        outer.addWidget(box)
+
+        box, form = self._group("Start from")
+        start_row = QWidget()
+        row = QHBoxLayout(start_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.start_from_label, 1)
+        self.clear_start_button.setAutoDefault(False)
+        row.addWidget(self.clear_start_button)
+        form.addRow(start_row)
+        outer.addWidget(box)
+        outer.addWidget(self.general_error)
+        outer.addStretch(1)
+
+    def _connect(self) -> None:
+        self.preset.currentIndexChanged.connect(self._on_preset)
+        for combo in (self.layout_combo, self.compile_mode, self.compile_scope, self.precision, self.device,
+                      self.budget_kind):
+            combo.currentIndexChanged.connect(self._on_changed)
+        for spin in (self.seq_len, self.micro_batch, self.accum, self.warmup, self.budget, self.seed,
+                     self.processes):
+            spin.valueChanged.connect(self._on_changed)
+        self.lr.valueChanged.connect(self._on_changed)
+        self.file_button.clicked.connect(self._choose_file)
+        self.folder_button.clicked.connect(self._choose_folder)
+        self.builtin_button.clicked.connect(lambda: self.set_source(BUILTIN_CORPUS))
+        self.clear_start_button.clicked.connect(self.clear_start_from)
+
+    # ------------------------------------------------------------------ state in, state out
+    @property
+    def config(self) -> RunConfig | None:
+        """The next run's config, or None while a setting is invalid (see ``error``)."""
+        return self._config
+
+    @property
+    def error(self) -> str:
+        return self._error
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def preset_config(self, name: str | None = None) -> RunConfig:
+        return self._presets[name or self.preset.currentData()]
+
+    def set_source(self, source: str) -> None:
+        self._source = source or BUILTIN_CORPUS
+        builtin = self._source == BUILTIN_CORPUS
+        self.source_edit.setText("built-in corpus (Python documentation)" if builtin else self._source)
+        self.source_edit.setToolTip("" if builtin else self._source)
+        self._on_changed()
+
+    def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None) -> None:
+        """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
+        self._start_from = (path, mode)
+        self._start_model = model_config
+        verb = "resume" if mode == "resume" else "weights of"
+        self.start_from_label.setText(f"{verb} {description}")
+        self.start_from_label.setToolTip(path)
+        self.clear_start_button.setEnabled(True)
+        self._on_changed()
+
+    def clear_start_from(self) -> None:
+        self._start_from = None
+        self._start_model = None
+        self.start_from_label.setText("random initialisation")
+        self.start_from_label.setToolTip("")
+        self.clear_start_button.setEnabled(False)
+        self._on_changed()
+
+    @property
+    def start_from(self) -> tuple[str, str] | None:
+        return self._start_from
+
+    def set_from_config(self, cfg: RunConfig) -> None:
+        """Show a run's settings (e.g. of a checkpoint being resumed)."""
+        self._updating = True
+        try:
+            if cfg.preset in self._presets:
+                _set_combo(self.preset, cfg.preset)
+            self._source = cfg.data.source
+            self.set_source(cfg.data.source)
+            _set_combo(self.layout_combo, cfg.data.layout)
+            self.seq_len.setValue(cfg.data.seq_len)
+            tc = cfg.train
+            self.micro_batch.setValue(tc.micro_batch)
+            self.accum.setValue(tc.accum_steps)
+            _set_combo(self.compile_mode, tc.compile_mode)
+            _set_combo(self.compile_scope, tc.compile_scope)
+            _set_combo(self.precision, tc.precision)
+            _set_combo(self.device, tc.device)
+            self.lr.setValue(tc.lr)
+            self.warmup.setValue(round(tc.warmup_ratio * 100))
+            if tc.budget_kind in BUDGET_KINDS:
+                _set_combo(self.budget_kind, tc.budget_kind)
+                self.budget.setValue(min(int(tc.budget), MAX_INT))
+            self.seed.setValue(tc.seed)
+        finally:
+            self._updating = False
+        self._on_changed()
+
+    # ------------------------------------------------------------------ QSettings
+    _SETTINGS_WIDGETS = ("layout_combo", "compile_mode", "compile_scope", "precision", "device", "budget_kind")
+    _SETTINGS_SPINS = ("seq_len", "micro_batch", "accum", "warmup", "budget", "seed", "processes")
+
+    def save_state(self, settings: QSettings) -> None:
+        settings.beginGroup("config")
+        settings.setValue("preset", self.preset.currentData())
+        settings.setValue("source", self._source)
+        for name in self._SETTINGS_WIDGETS:
+            settings.setValue(name, getattr(self, name).currentData())
+        for name in self._SETTINGS_SPINS:
+            settings.setValue(name, getattr(self, name).value())
+        settings.setValue("lr", self.lr.value())
+        settings.endGroup()
+
+    def restore_state(self, settings: QSettings) -> None:
+        """Bring back the last session's settings; anything unknown or unreadable keeps its default."""
+        settings.beginGroup("config")
+        try:
+            preset = settings.value("preset")
+            if preset in self._presets:
+                _set_combo(self.preset, preset)
+            self._updating = True
+            source = settings.value("source")
+            if isinstance(source, str) and source and (source == BUILTIN_CORPUS or Path(source).exists()):
+                self._source = source
+            for name in self._SETTINGS_WIDGETS:
+                value = settings.value(name)
+                if value is not None:
+                    _set_combo(getattr(self, name), str(value))
+            for name in self._SETTINGS_SPINS:
+                value = settings.value(name)
+                try:
+                    if value is not None:
+                        getattr(self, name).setValue(int(value))
+                except (TypeError, ValueError):
+                    pass
+            try:
+                if settings.value("lr") is not None:
+                    self.lr.setValue(float(settings.value("lr")))
+            except (TypeError, ValueError):
+                pass
+        finally:
+            self._updating = False
+            settings.endGroup()
+        self.set_source(self._source)
+
+    # ------------------------------------------------------------------ reactions
+    def _on_preset(self) -> None:
+        self._fill_from_preset(self.preset.currentData())
+
+    def _fill_from_preset(self, name: str) -> None:
+        """Sizes and schedule of the preset; speed-ups, data and seed stay as the user set them."""
+        cfg = self._presets[name]
+        self._updating = True
+        try:
+            self.seq_len.setValue(cfg.data.seq_len)
+            self.micro_batch.setValue(cfg.train.micro_batch)
+            self.lr.setValue(cfg.train.lr)
+            self.warmup.setValue(round(cfg.train.warmup_ratio * 100))
+            if cfg.train.budget_kind in BUDGET_KINDS:
+                _set_combo(self.budget_kind, cfg.train.budget_kind)
+                self.budget.setValue(min(int(cfg.train.budget), MAX_INT))
+        finally:
+            self._updating = False
+        self.set_source(self._source)
+
+    def _choose_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Training text", str(Path.home()),
+                                              "Text corpora (*.txt *.md *.jsonl);;All files (*)")
+        if path:
+            self.set_source(path)
+
+    def _choose_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Folder of .txt/.md files", str(Path.home()))
+        if path:
+            self.set_source(path)
+
+    def build_config(self) -> RunConfig:
+        """The config the controls describe; raises ConfigError (a ValueError) when invalid."""
+        base = self.preset_config()
+        lr = self.lr.value()
+        ratio = base.train.min_lr / base.train.lr if base.train.lr else 0.1
+        data = {"source": self._source, "layout": self.layout_combo.currentData(), "seq_len": self.seq_len.value()}
+        train = {
+            "micro_batch": self.micro_batch.value(), "accum_steps": self.accum.value(),
+            "compile_mode": self.compile_mode.currentData(), "compile_scope": self.compile_scope.currentData(),
+            "precision": self.precision.currentData(), "device": self.device.currentData(),
+            "lr": lr, "min_lr": lr * ratio, "warmup_ratio": self.warmup.value() / 100,
+            "budget_kind": self.budget_kind.currentData(), "budget": self.budget.value(), "seed": self.seed.value(),
+        }
+        overrides: dict[str, Any] = {"data": data, "train": train, "init_from": None, "resume": None}
+        if self._start_model is not None:
+            overrides["model"] = ModelConfig.from_dict(self._start_model)  # the checkpoint's architecture
+        if self._start_from is not None:
+            path, mode = self._start_from
+            overrides["resume" if mode == "resume" else "init_from"] = path
+        cfg = base.replace(**overrides)
+        if self._source != BUILTIN_CORPUS and not Path(self._source).exists():
+            raise SpeedboardError(f"data source {self._source} does not exist")
+        self._check_device(cfg)
+        if self.nproc > 1:
+            check_nproc(self.nproc, cfg.train.device)
+            if cfg.train.device == "auto" and self.process_kind == "cpu":
+                cfg = cfg.replace(train={"device": "cpu"})
+        return cfg
+
+    @property
+    def nproc(self) -> int:
+        """Processes for the next run; more than one starts it through torchrun."""
+        return self.processes.value()
+
+    @staticmethod
+    def _check_device(cfg: RunConfig) -> None:
+        from core.device import resolve_device, resolve_precision  # queries only: no tensors
+
+        resolve_precision(cfg.train.precision, resolve_device(cfg.train.device))
+
+    def _on_changed(self) -> None:
+        if self._updating:
+            return
+        sequences = self.micro_batch.value() * self.accum.value() * self.processes.value()
+        self.effective.setText(f"{sequences:,} sequences · {sequences * self.seq_len.value():,} tokens per step")
+        try:
+            self._config, self._error = self.build_config(), ""
+        except (SpeedboardError, ValueError) as exc:
+            self._config, self._error = None, str(exc)
+        self._show_error(self._error)
+        self.changed.emit()
+
+    def _show_error(self, message: str) -> None:
+        target = None
+        if message:
+            target = next((key for word, key in _ERROR_FIELDS if word in message and key in self._error_rows),
+                          None)
+        for key, (form, label) in self._error_rows.items():
+            show = key == target
+            label.setText(message if show else "")
+            form.setRowVisible(label, show)
+        self.general_error.setText(message if message and target is None else "")
+        self.general_error.setVisible(bool(message) and target is None)
+
+
+def presets_with(extra: dict[str, RunConfig] | None = None) -> dict[str, RunConfig]:
+    """The built-in presets (and any extra named base configs) as RunConfigs."""
+    from core.config import PRESETS
+
+    presets = {name: config_from_preset(name) for name in PRESETS}
+    presets.update(extra or {})
+    return presets

@@ -1,0 +1,215 @@
+"""The four live plots (loss, learning rate, throughput, memory) and their options.
+
+``refresh()`` is called by the window's timer (10–20 Hz), never per event: it
+redraws only the runs whose buffers changed since the last call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+
+from gui.metric_store import MetricStore, moving_average
+from gui.widgets.metric_plot import MetricPlot, configure_pyqtgraph
+
+X_AXIS_TEXT = {"step": "optimizer step", "tokens": "tokens seen", "time": "wall time (s)"}
+MAX_SMOOTHING = 100
+
+
+class PlotPanel(QWidget):
+    def __init__(self, store: MetricStore, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        configure_pyqtgraph()
+        self.store = store
+        self._runs: dict[Hashable, tuple[str, str]] = {}  # key -> (colour, legend label)
+        self._drawn: dict[tuple[str, Hashable], int] = {}  # (plot, run) -> store version drawn
+        self._counts: dict[tuple, int] = {}
+        self._next = 0
+        self.live = False
+        """Some run is growing: keep room on the right of the x range."""
+        self._visible: set[Hashable] | None = None
+
+        self.x_axis_combo = QComboBox()
+        self.x_axis_combo.setObjectName("xAxisCombo")
+        for value, text in X_AXIS_TEXT.items():
+            self.x_axis_combo.addItem(text, value)
+        self.smoothing = QSlider(Qt.Orientation.Horizontal)
+        self.smoothing.setObjectName("smoothingSlider")
+        self.smoothing.setRange(0, MAX_SMOOTHING)
+        self.smoothing.setFixedWidth(140)
+        self.smoothing_label = QLabel()
+        self.smoothing_label.setMinimumWidth(60)
+        self.log_scale = QCheckBox("log-scale loss")
+        self.log_scale.setObjectName("logScaleCheck")
+        self.grid = QCheckBox("grid")
+        self.grid.setObjectName("gridCheck")
+
+        self.loss = MetricPlot("lossPlot", "Loss (train, validation dashed)", "loss", legend=True)
+        self.lr = MetricPlot("lrPlot", "Learning rate", "lr")
+        self.throughput = MetricPlot("throughputPlot", "Throughput (× warm-up step, shaded: compile warm-up)",
+                                     "tokens/s")
+        self.memory = MetricPlot("memoryPlot", "Memory in use", "GiB")
+
+        options = QHBoxLayout()
+        options.setContentsMargins(4, 0, 4, 0)
+        options.addWidget(QLabel("x-axis:"))
+        options.addWidget(self.x_axis_combo)
+        options.addSpacing(16)
+        options.addWidget(QLabel("loss smoothing:"))
+        options.addWidget(self.smoothing)
+        options.addWidget(self.smoothing_label)
+        options.addSpacing(16)
+        options.addWidget(self.log_scale)
+        options.addSpacing(16)
+        options.addWidget(self.grid)
+        options.addStretch(1)
+        grid = QGridLayout()
+        grid.setSpacing(4)
+        grid.addWidget(self.loss, 0, 0)
+        grid.addWidget(self.lr, 0, 1)
+        grid.addWidget(self.throughput, 1, 0)
+        grid.addWidget(self.memory, 1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(options)
+        layout.addLayout(grid, 1)
+
+        self.x_axis_combo.currentIndexChanged.connect(self._on_x_axis)
+        self.smoothing.valueChanged.connect(self._on_smoothing)
+        self.log_scale.toggled.connect(self.loss.set_log_y)
+        self.grid.toggled.connect(self._on_grid)
+        self._on_x_axis()
+        self._on_smoothing()
+
+    @property
+    def plots(self) -> tuple[MetricPlot, ...]:
+        return (self.loss, self.lr, self.throughput, self.memory)
+
+    @property
+    def x_axis(self) -> str:
+        return self.x_axis_combo.currentData()
+
+    def set_x_axis(self, axis: str) -> None:
+        index = self.x_axis_combo.findData(axis)
+        if index >= 0:
+            self.x_axis_combo.setCurrentIndex(index)
+
+    # ------------------------------------------------------------------ runs
+    def add_run(self, key: Hashable, color: str, label: str) -> None:
+        self._runs[key] = (color, label)
+        for plot in self.plots:
+            self._drawn.pop((plot.objectName(), key), None)
+
+    def set_visible_runs(self, keys: set[Hashable] | None) -> None:
+        """Show only ``keys`` (None: every run)."""
+        self._visible = keys
+        for key in self._runs:
+            visible = keys is None or key in keys
+            for plot in self.plots:
+                plot.set_run_visible(key, visible)
+        for plot in self.plots:
+            plot.refit(force=True, tight=not self.live)
+
+    # ------------------------------------------------------------------ drawing
+    def refresh(self, force: bool = False, budget: int | None = None) -> None:
+        """Redraw what changed. ``budget`` caps how many plots one call redraws (the stalest
+        first), so a timer tick stays short; None redraws every plot that needs it."""
+        plots = self.plots
+        order = [plots[(self._next + i) % len(plots)] for i in range(len(plots))]
+        drawn = 0
+        for plot in order:
+            if budget is not None and drawn >= budget:
+                break
+            changed = False
+            for key, (color, label) in self._runs.items():
+                if key not in self.store:
+                    continue
+                version = self.store.run(key).version
+                tag = (plot.objectName(), key)
+                if force or self._drawn.get(tag) != version:
+                    self._draw(plot, key, color, label, force)
+                    self._drawn[tag] = version
+                    changed = True
+            if changed or force:
+                plot.refit(force=force, tight=not self.live)
+                drawn += 1
+                self._next = (plots.index(plot) + 1) % len(plots)
+
+    def fit_tight(self) -> None:
+        """Fit every plot to its data with no room to grow (called when training stops)."""
+        self.refresh()
+        for plot in self.plots:
+            plot.refit(force=True, tight=True)
+
+    def _set(self, plot: MetricPlot, key: Hashable, series: str, xy: tuple, force: bool, **style) -> None:
+        """Hand a series to the plot unless it has the same number of points as last time
+        (warm-up points and validation change rarely; every other series grows each step)."""
+        tag = (plot.objectName(), key, series, self.x_axis)
+        if not force and self._counts.get(tag) == len(xy[0]) and series in ("warmup", "val"):
+            return
+        self._counts[tag] = len(xy[0])
+        plot.set_curve(key, series, *xy, **style)
+
+    def _draw(self, plot: MetricPlot, key: Hashable, color: str, label: str, force: bool) -> None:
+        store, x = self.store, self.x_axis
+        run = store.run(key)
+        if len(run.steps) == 0 and len(run.val) == 0:
+            return
+        if plot is self.loss:
+            window = self.smoothing.value()
+            style = "faint" if window > 1 else "line"
+            xs, loss = store.series(key, "train/loss", x)
+            self._set(plot, key, "train", (xs, loss), force, color=color, style=style, legend_label=label)
+            if force:
+                plot.set_style(key, "train", style, color)
+            if window > 1:
+                self._set(plot, key, "smooth", (xs, moving_average(loss, window)), force, color=color)
+            plot.hide_series(key, "smooth", window <= 1)
+            if len(run.val):
+                self._set(plot, key, "val", store.series(key, "val/loss", x), force, color=color, style="dash")
+        elif plot is self.lr:
+            self._set(plot, key, "lr", store.series(key, "train/lr", x), force, color=color)
+        elif plot is self.throughput:
+            self._set(plot, key, "steady", store.series(key, "perf/tokens_per_s", x, warmup=False), force,
+                      color=color)
+            wx, wy = store.series(key, "perf/tokens_per_s", x, warmup=True)
+            self._set(plot, key, "warmup", (wx, wy), force, color=color, style="points")
+            if run.compiled and len(wx):
+                plot.set_region(key, run.start[x], float(wx.max()), color)
+        elif plot is self.memory:
+            self._set(plot, key, "mem", store.series(key, "mem/gib", x), force, color=color)
+
+    # ------------------------------------------------------------------ options
+    def _on_x_axis(self) -> None:
+        for plot in self.plots:
+            plot.set_x_label(X_AXIS_TEXT[self.x_axis])
+            plot.follow = True  # a new axis: the old zoom means nothing on it
+        self.refresh(force=True)
+
+    def _on_grid(self, on: bool) -> None:
+        for plot in self.plots:
+            plot.set_grid(on)
+
+    def _on_smoothing(self) -> None:
+        value = self.smoothing.value()
+        self.smoothing_label.setText(f"{value} steps" if value > 1 else "off")
+        self.refresh(force=True)
+
+    def save_state(self, settings: QSettings) -> None:
+        settings.setValue("plots/x_axis", self.x_axis)
+        settings.setValue("plots/smoothing", self.smoothing.value())
+        settings.setValue("plots/log_scale", self.log_scale.isChecked())
+        settings.setValue("plots/grid", self.grid.isChecked())
+
+    def restore_state(self, settings: QSettings) -> None:
+        axis = settings.value("plots/x_axis")
+        if axis in X_AXIS_TEXT:
+            self.set_x_axis(axis)
+        try:
+            self.smoothing.setValue(int(settings.value("plots/smoothing", 0)))
+        except (TypeError, ValueError):
+            pass
+        self.log_scale.setChecked(str(settings.value("plots/log_scale", "false")).lower() == "true")
+        self.grid.setChecked(str(settings.value("plots/grid", "false")).lower() == "true")

@@ -1,0 +1,152 @@
+"""The real window, offscreen, with micro-sized runs; every dialog replaced so nothing can block."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QObject, QSettings  # noqa: E402
+from PySide6.QtWidgets import QFileDialog, QMessageBox  # noqa: E402
+
+from tests.conftest import micro_config  # noqa: E402
+
+RUN_TIMEOUT_MS = 90_000
+
+
+class Dialogs:
+    """Records every message box and answers every file dialog the window opens."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, str, str]] = []  # (kind, title, text)
+        self.question_answer = QMessageBox.StandardButton.Yes
+        self.load_mode: str | None = "init"
+        self.load_questions: list[str] = []
+        self.files: dict[str, str] = {}
+        self.file_calls: list[str] = []
+
+    def warnings(self) -> list[str]:
+        return [f"{title}: {text}" for kind, title, text in self.messages if kind in ("warning", "critical")]
+
+    def questions(self) -> list[str]:
+        return [text for kind, _, text in self.messages if kind == "question"]
+
+
+@pytest.fixture(autouse=True)
+def dialogs(monkeypatch) -> Dialogs:
+    from gui import dialogs as gui_dialogs
+
+    d = Dialogs()
+
+    def box(kind):
+        def show(parent, title, text, *args, **kwargs):
+            d.messages.append((kind, title, text))
+            return d.question_answer if kind == "question" else QMessageBox.StandardButton.Ok
+        return staticmethod(show)
+
+    for kind in ("warning", "critical", "information", "question"):
+        monkeypatch.setattr(QMessageBox, kind, box(kind))
+
+    def ask_load_mode(parent, description):
+        d.load_questions.append(description)
+        return d.load_mode
+
+    monkeypatch.setattr(gui_dialogs, "ask_load_mode", ask_load_mode)
+
+    def file_dialog(name):
+        def answer(*args, **kwargs):
+            d.file_calls.append(name)
+            path = d.files.get(name, "")
+            return path if name == "getExistingDirectory" else (path, "")
+        return staticmethod(answer)
+
+    for name in ("getSaveFileName", "getOpenFileName", "getExistingDirectory"):
+        monkeypatch.setattr(QFileDialog, name, file_dialog(name))
+    return d
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Micro models gain nothing from intra-op threads, and on a busy machine they only contend."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def settings_path(tmp_path) -> Path:
+    return tmp_path / "settings.ini"
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path, settings_path):
+    """``make_window(**micro_overrides)``: a shown MainWindow with the ``micro`` preset selected."""
+    from gui.main_window import MainWindow
+
+    windows = []
+
+    def make(**overrides):
+        settings = QSettings(str(settings_path), QSettings.Format.IniFormat)
+        window = MainWindow(settings=settings, extra_presets={"micro": micro_config(tmp_path, **overrides)})
+        qtbot.addWidget(window)
+        window.show()
+        child(window, "presetCombo").setCurrentText("micro")
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:  # no test leaves a thread behind, whatever it did
+        window.controller.stop()
+        qtbot.waitUntil(lambda w=window: not w.controller.running, timeout=RUN_TIMEOUT_MS)
+        window.close()
+        assert window.controller.thread.isFinished()
+
+
+@pytest.fixture
+def window(make_window):
+    return make_window()
+
+
+# --------------------------------------------------------------------------- helpers
+def child(window, name: str):
+    found = window.findChild(QObject, name)
+    assert found is not None, f"no widget named {name!r}"
+    return found
+
+
+def click(window, name: str) -> None:
+    button = child(window, name)
+    assert button.isEnabled(), f"{name} is disabled"
+    button.click()
+
+
+def wait_idle(qtbot, window, timeout: int = RUN_TIMEOUT_MS) -> None:
+    """Until the torch thread has left the run (its RunJobEnded reply was handled)."""
+    qtbot.waitUntil(lambda: not window.controller.running, timeout=timeout)
+
+
+def run_once(qtbot, window):
+    """Click Start, wait for the run to end, return its record."""
+    count = len(window.records)
+    click(window, "startButton")
+    assert len(window.records) == count + 1
+    wait_idle(qtbot, window)
+    return window.records[-1]
+
+
+def wait_steps(qtbot, window, n: int, timeout: int = RUN_TIMEOUT_MS):
+    record = window.records[-1]
+    qtbot.waitUntil(lambda: record.step >= n and record.run_id is not None, timeout=timeout)
+    return record
+
+
+def read_jsonl(run_dir: str | Path) -> list[dict]:
+    with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,56 @@
+"""The plot keeps its view still while new points fit, and leaves a hand-set view alone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gui.widgets.metric_plot import MetricPlot
+
+
+def _view(plot):
+    return tuple(float(v) for pair in plot.getPlotItem().getViewBox().viewRange() for v in pair)
+
+
+def test_range_grows_in_steps_and_respects_a_manual_zoom(qtbot):
+    plot = MetricPlot("testPlot", "test", "loss")
+    qtbot.addWidget(plot)
+    x = np.arange(1.0, 101.0)
+    plot.set_curve(1, "train", x, 10.0 - x / 20, color="#1f77b4")
+    plot.refit(tight=False)
+    x0, x1, y0, y1 = _view(plot)
+    assert x0 < 1 and x1 >= 100 + 0.2 * 99  # room to grow on the right
+    assert y0 < 5.0 and y1 > 9.95
+
+    more = np.arange(1.0, 111.0)
+    plot.set_curve(1, "train", more, 10.0 - np.minimum(more, 100) / 20, color="#1f77b4")
+    plot.refit(tight=False)
+    assert _view(plot) == (x0, x1, y0, y1)  # the new points fit: the view stays still
+
+    far = np.arange(1.0, 201.0)
+    plot.set_curve(1, "train", far, 10.0 - far / 20, color="#1f77b4")
+    plot.refit(tight=False)
+    assert _view(plot)[1] >= 200
+
+    plot.refit(force=True, tight=True)
+    assert _view(plot)[1] < 210  # nothing grows any more: no headroom
+
+    plot.getPlotItem().getViewBox().sigRangeChangedManually.emit([True, True])
+    assert not plot.follow
+    before = _view(plot)
+    plot.set_curve(1, "train", np.arange(1.0, 401.0), np.zeros(400), color="#1f77b4")
+    plot.refit(force=True)
+    assert _view(plot) == before  # the user's zoom is kept
+    plot.getPlotItem().autoBtn.clicked.emit(plot.getPlotItem().autoBtn)
+    assert plot.follow and _view(plot)[1] >= 400
+
+
+def test_hidden_runs_leave_the_range(qtbot):
+    plot = MetricPlot("testPlot", "test", "loss")
+    qtbot.addWidget(plot)
+    plot.set_curve(1, "train", np.arange(10.0), np.ones(10), color="#1f77b4")
+    plot.set_curve(2, "train", np.arange(10.0), np.full(10, 100.0), color="#d62728")
+    plot.refit(force=True, tight=True)
+    assert _view(plot)[3] > 100
+    plot.set_run_visible(2, False)
+    plot.refit(force=True, tight=True)
+    assert _view(plot)[3] < 2

@@ -1,0 +1,203 @@
+"""Training from the window: live curves, the run table, Continue, pause, failures, closing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from core.trainer import Trainer
+from tests.gui.conftest import child, click, read_jsonl, run_once, wait_idle, wait_steps
+
+LONG = {"train": {"budget": 1_000_000}}  # a run that only ends when stopped
+
+
+def _steps(events: list[dict], warmup: bool | None = None) -> list[dict]:
+    return [e for e in events if e["event"] == "step" and (warmup is None or e["warmup"] == warmup)]
+
+
+def _xy(curve) -> tuple[np.ndarray, np.ndarray]:
+    x, y = curve.getOriginalDataset()
+    return np.asarray(x), np.asarray(y)
+
+
+def test_curves_hold_the_points_of_metrics_jsonl(qtbot, window):
+    record = run_once(qtbot, window)
+    assert record.state == "finished"
+    events = read_jsonl(record.folder)
+    steps = _steps(events)
+    assert [e["step"] for e in steps] == [1, 2, 3, 4]
+    window.plots.refresh()
+    plots = {name: child(window, name) for name in ("lossPlot", "lrPlot", "throughputPlot", "memoryPlot")}
+
+    for axis in ("step", "tokens", "time"):
+        window.plots.set_x_axis(axis)
+        x, y = _xy(plots["lossPlot"].curve(record.key, "train"))
+        np.testing.assert_array_equal(x, [e[axis] for e in steps])
+        np.testing.assert_array_equal(y, [e["loss"] for e in steps])
+    window.plots.set_x_axis("step")
+    vals = [e for e in events if e["event"] == "validation"]
+    x, y = _xy(plots["lossPlot"].curve(record.key, "val"))
+    np.testing.assert_array_equal(x, [e["step"] for e in vals])
+    np.testing.assert_array_equal(y, [e["loss"] for e in vals])
+    x, y = _xy(plots["lrPlot"].curve(record.key, "lr"))
+    np.testing.assert_array_equal(y, [e["lr"] for e in steps])
+    x, y = _xy(plots["throughputPlot"].curve(record.key, "steady"))
+    np.testing.assert_array_equal(x, [e["step"] for e in _steps(events, warmup=False)])
+    np.testing.assert_array_equal(y, [e["tokens_per_s"] for e in _steps(events, warmup=False)])
+    x, y = _xy(plots["throughputPlot"].curve(record.key, "warmup"))
+    np.testing.assert_array_equal(y, [e["tokens_per_s"] for e in _steps(events, warmup=True)])
+    x, y = _xy(plots["memoryPlot"].curve(record.key, "mem"))
+    np.testing.assert_array_equal(y, [e["mem_gib"] for e in steps])
+    assert plots["throughputPlot"].region(record.key) is None  # eager: no compile warm-up to shade
+
+    finished = events[-1]
+    assert finished["event"] == "finished"
+    table = child(window, "runTable")
+    assert table.item(0, table.column("State")).text() == "finished"
+    assert table.item(0, table.column("Tokens/s")).text() == f"{finished['median_tokens_per_s']:,.0f}"
+    assert table.item(0, table.column("Loss")).text() == f"{finished['final_loss']:.4f}"
+    assert window.sample.text.toPlainText()  # the end-of-run sample is shown
+    assert child(window, "saveButton").isEnabled() and child(window, "continueButton").isEnabled()
+
+    child(window, "smoothingSlider").setValue(3)
+    window.plots.refresh()
+    smooth = plots["lossPlot"].curve(record.key, "smooth")
+    _, ys = _xy(smooth)
+    losses = np.array([e["loss"] for e in steps])
+    assert ys[-1] == pytest.approx(losses[-3:].mean())
+    assert smooth.isVisible()
+
+
+def test_second_run_with_other_accumulation_gets_a_row_and_a_speedup(qtbot, window):
+    first = run_once(qtbot, window)
+    child(window, "accumStepsSpin").setValue(2)
+    second = run_once(qtbot, window)
+    assert second.state == "finished"
+    table = child(window, "runTable")
+    assert table.rowCount() == 2
+    assert table.item(1, table.column("Accum")).text() == "2"
+    tps = [read_jsonl(r.folder)[-1]["median_tokens_per_s"] for r in (first, second)]
+    speedup = table.column("Speedup")
+    assert table.item(0, speedup).text() == "1.00× (base)"
+    assert table.item(1, speedup).text() == f"{tps[1] / tps[0]:.2f}×"
+
+    table.item(1, 0).setCheckState(Qt.CheckState.Checked)  # the user picks run 2 as the baseline
+    assert table.baseline == second.key
+    assert table.item(0, speedup).text() == f"{tps[0] / tps[1]:.2f}×"
+    assert table.item(1, speedup).text() == "1.00× (base)"
+
+    window.plots.refresh()
+    table.selectRow(0)  # selecting a row shows only its curves
+    loss = child(window, "lossPlot")
+    assert loss.curve(first.key, "train").isVisible()
+    assert not loss.curve(second.key, "train").isVisible()
+    table.clearSelection()
+    assert loss.curve(second.key, "train").isVisible()
+
+
+def test_continue_with_other_accumulation_starts_where_the_parent_ended(qtbot, window):
+    parent = run_once(qtbot, window)
+    child(window, "accumStepsSpin").setValue(2)
+    click(window, "continueButton")
+    wait_idle(qtbot, window)
+    child_run = window.records[-1]
+    assert child_run.state == "finished"
+    assert child_run.parent_id == parent.run_id and child_run.parent_number == parent.number
+    assert "← #1" in child_run.label
+    table = child(window, "runTable")
+    assert table.item(1, table.column("Run")).text() == child_run.label
+
+    events = read_jsonl(child_run.folder)
+    started = events[0]
+    assert started["event"] == "run_started" and started["parent"] == parent.run_id
+    assert started["config"]["resume"] == parent.checkpoint
+    assert (started["start_step"], started["start_tokens"]) == (parent.step, parent.tokens)
+    first_step = _steps(events)[0]
+    assert first_step["step"] == parent.step + 1
+    assert first_step["tokens"] == parent.tokens + 2 * 4 * 32  # micro-batch 4 × accumulation 2 × 32 tokens
+
+    window.plots.set_x_axis("tokens")
+    x_parent, _ = _xy(child(window, "lossPlot").curve(parent.key, "train"))
+    x_child, _ = _xy(child(window, "lossPlot").curve(child_run.key, "train"))
+    assert x_child[0] > x_parent[-1]
+
+
+def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, make_window):
+    window = make_window(**LONG)
+    click(window, "startButton")
+    parent = wait_steps(qtbot, window, 2)
+    child(window, "accumStepsSpin").setValue(2)
+    click(window, "continueButton")
+    qtbot.waitUntil(lambda: len(window.records) == 2 and window.records[-1].step > parent.step, timeout=90_000)
+    assert parent.state == "stopped"
+    continued = window.records[-1]
+    assert continued.parent_id == parent.run_id
+    assert continued.start_step == parent.step
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    assert continued.state == "stopped"
+
+
+def test_pause_and_resume(qtbot, make_window):
+    window = make_window(**LONG)
+    click(window, "startButton")
+    record = wait_steps(qtbot, window, 1)
+    click(window, "pauseButton")
+    qtbot.waitUntil(lambda: record.state == "paused")  # acknowledged by the trainer, between two steps
+    paused_at = record.step
+    assert child(window, "pauseButton").text() == "Resume"
+    assert window.store.run(record.key).steps["step"][-1] == paused_at
+    click(window, "pauseButton")
+    qtbot.waitUntil(lambda: record.step > paused_at)
+    assert child(window, "pauseButton").text() == "Pause"
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    assert record.state == "stopped"
+    steps = [e["step"] for e in _steps(read_jsonl(record.folder))]
+    assert steps == list(range(1, record.step + 1))  # nothing lost or repeated across the pause
+
+
+def test_core_exception_becomes_a_failed_row_and_the_next_run_works(qtbot, window, monkeypatch):
+    original = Trainer._optimizer_step
+
+    def failing_step(self):
+        if self.step == 2:
+            raise RuntimeError("simulated kernel failure")
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "_optimizer_step", failing_step)
+    failed = run_once(qtbot, window)
+    assert failed.state == "failed"
+    assert "RuntimeError: simulated kernel failure" in failed.message
+    table = child(window, "runTable")
+    state = table.item(0, table.column("State"))
+    assert state.text() == "failed" and "simulated kernel failure" in state.toolTip()
+    assert any("simulated kernel failure" in line for line in window.log.messages())
+    assert read_jsonl(failed.folder)[-1]["event"] == "failed"
+
+    monkeypatch.undo()
+    ok = run_once(qtbot, window)
+    assert ok.state == "finished" and ok.step == 4
+    assert table.rowCount() == 2
+
+
+def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_window, dialogs):
+    window = make_window(**LONG)
+    click(window, "startButton")
+    record = wait_steps(qtbot, window, 1)
+    thread = window.controller.thread
+
+    dialogs.question_answer = dialogs.question_answer.No
+    window.close()
+    assert window.isVisible() and window.controller.running  # the user said no
+    assert len(dialogs.questions()) == 1
+
+    dialogs.question_answer = dialogs.question_answer.Yes
+    window.close()
+    qtbot.waitUntil(thread.isFinished, timeout=90_000)
+    qtbot.waitUntil(window.isHidden)
+    assert record.state == "stopped"
+    events = read_jsonl(record.folder)
+    assert events[-1]["event"] == "finished" and events[-1]["stopped"] is True
+    assert [e["step"] for e in _steps(events)] == list(range(1, record.step + 1))

@@ -1,0 +1,115 @@
+"""The window without training: controls, live validation, remembered settings."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QComboBox, QPushButton, QSpinBox, QTableWidget
+
+from core.config import COMPILE_MODES
+from tests.gui.conftest import child
+
+REQUIRED = {
+    "presetCombo": QComboBox, "microBatchSpin": QSpinBox, "accumStepsSpin": QSpinBox,
+    "compileModeCombo": QComboBox, "startButton": QPushButton, "pauseButton": QPushButton,
+    "stopButton": QPushButton, "continueButton": QPushButton, "saveButton": QPushButton,
+    "loadButton": QPushButton, "runTable": QTableWidget,
+}
+
+
+def test_named_widgets_exist_with_their_types(window):
+    for name, cls in REQUIRED.items():
+        assert isinstance(child(window, name), cls), name
+    for name in ("lossPlot", "lrPlot", "throughputPlot", "memoryPlot"):
+        assert child(window, name).isVisible()
+    modes = child(window, "compileModeCombo")
+    assert [modes.itemData(i) for i in range(modes.count())] == list(COMPILE_MODES)
+    assert child(window, "accumStepsSpin").maximum() == 1024
+    assert child(window, "accumStepsSpin").minimum() == 1
+
+
+def test_idle_window_offers_start_only(window):
+    assert child(window, "startButton").isEnabled()
+    for name in ("pauseButton", "stopButton", "continueButton", "saveButton"):
+        assert not child(window, name).isEnabled(), name
+
+
+def test_effective_batch_follows_micro_batch_and_accumulation(window):
+    child(window, "microBatchSpin").setValue(4)
+    child(window, "accumStepsSpin").setValue(3)
+    # micro preset: sequences of 32 tokens
+    assert child(window, "effectiveBatchLabel").text() == "12 sequences · 384 tokens per step"
+    assert window.config_panel.config.tokens_per_step() == 384
+
+
+def test_invalid_combination_is_explained_next_to_the_control_before_start(window):
+    accum, mode = child(window, "accumStepsSpin"), child(window, "compileModeCombo")
+    accum.setValue(4)
+    mode.setCurrentIndex(mode.findData("reduce-overhead"))
+    error = child(window, "compile_modeError")
+    assert not child(window, "startButton").isEnabled()
+    assert error.isVisibleTo(window)
+    assert "CUDA graphs" in error.text() and "max-autotune-no-cudagraphs" in error.text()
+    assert not child(window, "seq_lenError").isVisibleTo(window)
+
+    accum.setValue(1)
+    assert child(window, "startButton").isEnabled()
+    assert not error.isVisibleTo(window)
+
+    child(window, "seqLenSpin").setValue(128)  # the micro model has 64 positions
+    seq_error = child(window, "seq_lenError")
+    assert seq_error.isVisibleTo(window)
+    assert "beyond the model's 64 positions" in seq_error.text()
+    assert not child(window, "startButton").isEnabled()
+
+
+def test_missing_data_file_is_explained_before_start(window, dialogs, tmp_path):
+    dialogs.files["getOpenFileName"] = str(tmp_path / "gone.txt")
+    child(window, "dataFileButton").click()
+    assert "does not exist" in child(window, "sourceError").text()
+    assert not child(window, "startButton").isEnabled()
+    child(window, "dataBuiltinButton").click()
+    assert child(window, "startButton").isEnabled()
+
+
+def test_settings_of_the_last_session_are_remembered(make_window):
+    first = make_window()
+    child(first, "accumStepsSpin").setValue(3)
+    mode = child(first, "compileModeCombo")
+    mode.setCurrentIndex(mode.findData("default"))
+    child(first, "xAxisCombo").setCurrentIndex(child(first, "xAxisCombo").findData("tokens"))
+    first.close()
+    assert first.controller.thread.isFinished()
+
+    second = make_window()
+    assert child(second, "accumStepsSpin").value() == 3
+    assert child(second, "compileModeCombo").currentData() == "default"
+    assert second.plots.x_axis == "tokens"
+    assert second.config_panel.preset.currentData() == "micro"
+
+
+def test_no_display_gives_one_clear_line(monkeypatch, capsys):
+    import sys
+
+    from gui import app
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    for name in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    assert app.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no display" in err and "speedboard train" in err
+
+
+def test_qt_binding_keeps_none_alive():
+    """Why PySide6 6.12.0 is excluded: each void call dropped a reference to None (an abort on Python 3.11)."""
+    import sys
+
+    from PySide6.QtGui import QImage, QPainter
+
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    before = sys.getrefcount(None)
+    for _ in range(2000):
+        painter.setOpacity(1.0)
+    after = sys.getrefcount(None)
+    painter.end()
+    assert after > before - 100
