@@ -91,6 +91,11 @@ def init_distributed(device_type: str) -> DistContext:
                        launcher_pid=os.getppid())
 
 
+def barrier(ctx: DistContext) -> None:
+    if ctx.enabled:
+        dist.barrier()
+
+
 def all_reduce_sum(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     if ctx.enabled:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)

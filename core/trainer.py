@@ -47,6 +47,7 @@ from core.distributed import (
     JobTerminated,
     PeerLost,
     all_reduce_sum,
+    barrier,
     check_same_on_all_ranks,
     full_state_dicts,
     init_distributed,
@@ -440,6 +441,10 @@ class Trainer:
                 self._sample()
             if tc.save_every and self.step % tc.save_every == 0:
                 self._save_or_warn(None)
+                # Other ranks wait until rank 0 has written it: a crash elsewhere in the
+                # next step then cannot cut the checkpoint short (they would wait at
+                # the next collective anyway).
+                barrier(self.dist)
 
         if self.compiled.compiled and compile_seconds is None and step_times:
             compile_seconds = warmup_time  # the run ended inside warm-up
