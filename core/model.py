@@ -71,14 +71,16 @@ class LlamaAttention(nn.Module):
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, D)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        if self.num_kv_heads != self.num_heads:
-            # Query head i reads key/value head i // (N / K), as HF's repeat_kv.
-            rep = self.num_heads // self.num_kv_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
+        gqa = self.num_kv_heads != self.num_heads
         if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            # Query head i reads key/value head i // (N / K), as HF's repeat_kv; enable_gqa lets
+            # SDPA do it without copying K and V per query head (HF's Llama does the same).
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
+            if gqa:  # with a mask, copy: not every device's fused kernel takes a mask and GQA together
+                rep = self.num_heads // self.num_kv_heads
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 

@@ -1,0 +1,336 @@
+"""From raw runs to the summary, the targets, and the three outputs: JSON, Markdown, PNG."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+
+# Targets of the 2-core CPU (small, fp32) and of a GPU (base, bf16); the rest hold everywhere.
+DEVICE_TARGETS = {"cpu": {"compile_speedup": 1.15, "mfu": 0.50}, "cuda": {"compile_speedup": 1.3, "mfu": 0.40}}
+TRAINER_VS_BARE = 0.97
+OURS_VS_HF = 1.0
+BLOCK_COMPILE_FASTER = 2.0
+BLOCK_SPEED_WITHIN = 0.95
+ACCUM_MEMORY_MAX = 1.10
+PLAIN_BATCH_MEMORY_MIN = 1.25
+"""A plain batch b·k must cost at least this much more than micro-batch b: "clearly more"."""
+
+
+def _stats(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def summarise(raw: dict[str, Any]) -> dict[str, Any]:
+    """Medians and ranges per cell and runner, ratios, the memory table, loss agreement and targets."""
+    peak = raw["matmul_peak"]["flops"]
+    fpt = raw["flops_per_token"]
+    by = {}
+    for r in raw["runs"]:
+        by.setdefault((r["cell"], r["runner"]), []).append(r)
+    cells = {}
+    for c in raw["cells"]:
+        name = c["name"]
+        row: dict[str, Any] = {**c}
+        for runner in ("speedboard", "bare", "hf"):
+            row[runner] = _stats(_step_rates(by.get((name, runner), []), raw["config"]["tokens_per_step"]))
+        sb = by.get((name, "speedboard"), [])
+        if row["speedboard"]:
+            row["mfu"] = row["speedboard"]["median"] * fpt / peak
+            row["loss"] = sb[0]["losses"][-1]
+            compiles = [r.get("compiler_seconds") or r["compile_seconds"] for r in sb
+                        if (r.get("compiler_seconds") or r["compile_seconds"]) is not None]
+            row["compile_in_process_s"] = statistics.median(compiles) if compiles else None
+            row["warnings"] = sorted({w for r in sb for w in r["warnings"]})
+        if row["speedboard"] and row["bare"]:
+            row["trainer_vs_bare"] = row["speedboard"]["median"] / row["bare"]["median"]
+            paired = _paired(by.get((name, "speedboard"), []), by.get((name, "bare"), []))
+            row["trainer_vs_bare_paired"] = _stats(paired)
+        if row["bare"] and row["hf"]:
+            row["ours_vs_hf"] = row["bare"]["median"] / row["hf"]["median"]
+            row["ours_vs_hf_paired"] = _stats(_paired(by.get((name, "bare"), []), by.get((name, "hf"), [])))
+        probe = raw.get("probes", {}).get(name, {})
+        # The compiler's own clock where available; the Trainer's figure (warm-up minus steady steps) beside it.
+        for kind in ("cold", "warm"):
+            p = probe.get(kind, {})
+            own = p.get("compiler_seconds")
+            row[f"compile_{kind}_s"] = own if own is not None else p.get("compile_seconds")
+            row[f"trainer_compile_{kind}_s"] = p.get("compile_seconds")
+        mem = probe.get("warm") or probe.get("memory") or {}
+        if "peak_bytes" in mem:
+            row["peak_gib"] = mem["peak_bytes"] / GIB
+            row["train_mem_gib"] = (mem["peak_bytes"] - mem["baseline_bytes"]) / GIB
+            row["peak_with_compile_gib"] = mem["peak_with_compile_bytes"] / GIB
+        row["probe_errors"] = {k: v["error"] for k, v in probe.items() if "error" in v}
+        cells[name] = row
+    eager_a1 = cells.get("off-a1", {}).get("speedboard")
+    for row in cells.values():
+        if eager_a1 and row.get("speedboard"):
+            row["speedup_vs_eager_a1"] = row["speedboard"]["median"] / eager_a1["median"]
+    summary = {"cells": cells, "memory": _memory_table(cells), "loss": _loss_agreement(raw, by)}
+    summary["targets"] = _targets(raw, cells, summary)
+    return summary
+
+
+def _step_rates(runs: list[dict], tokens_per_step: int) -> list[float]:
+    """Tokens/s of every timed step of every repeat (a run without per-step times counts as its window)."""
+    rates = []
+    for r in runs:
+        per_step = r.get("tokens_per_step", tokens_per_step)
+        rates += [per_step / t for t in r["step_seconds"]] if r.get("step_seconds") else [r["tokens_per_s"]]
+    return rates
+
+
+def _paired(a: list[dict], b: list[dict]) -> list[float]:
+    """Ratio of the two runners' tokens/s within each repeat (they ran back to back)."""
+    other = {r["repeat"]: r["tokens_per_s"] for r in b}
+    return [r["tokens_per_s"] / other[r["repeat"]] for r in a if r["repeat"] in other]
+
+
+def _memory_table(cells: dict[str, dict]) -> list[dict]:
+    """Micro-batch b with accumulation k against b with none and against a plain batch b·k (eager cells)."""
+    rows = []
+    for row in cells.values():
+        if row["mode"] != "off" or row["accum"] == 1:
+            continue
+        b, k = row["micro_batch"], row["accum"]
+        alone = next((r for r in cells.values() if r["mode"] == "off" and r["accum"] == 1 and r["micro_batch"] == b),
+                     None)
+        plain = next((r for r in cells.values() if r["mode"] == "off" and r["accum"] == 1
+                      and r["micro_batch"] == b * k), None)
+        if not alone or "train_mem_gib" not in row or "train_mem_gib" not in alone:
+            continue
+        entry = {"micro_batch": b, "accum": k,
+                 "accum_peak_gib": row["peak_gib"], "accum_train_gib": row["train_mem_gib"],
+                 "micro_peak_gib": alone["peak_gib"], "micro_train_gib": alone["train_mem_gib"],
+                 "accum_ratio": row["train_mem_gib"] / alone["train_mem_gib"]}
+        if plain and "train_mem_gib" in plain:
+            entry.update(plain_batch=b * k, plain_peak_gib=plain["peak_gib"], plain_train_gib=plain["train_mem_gib"],
+                         plain_ratio=plain["train_mem_gib"] / alone["train_mem_gib"])
+        rows.append(entry)
+    return rows
+
+
+def _loss_agreement(raw: dict, by: dict) -> dict:
+    """The final loss of every run against Speedboard's eager, no-accumulation run (or the first run)."""
+    losses = {f"{r['cell']}/{r['runner']}": r["losses"][-1] for r in raw["runs"] if r["repeat"] == 0}
+    if not losses:
+        return {}
+    ref_key = "off-a1/speedboard" if "off-a1/speedboard" in losses else next(iter(losses))
+    ref = losses[ref_key]
+    deviations = {k: v - ref for k, v in losses.items()}
+    worst = max(deviations, key=lambda k: abs(deviations[k]))
+    tol = raw["config"]["loss_tolerance"]
+    return {"reference": ref_key, "reference_loss": ref, "tokens": raw["config"]["total_steps"]
+            * raw["config"]["tokens_per_step"], "tolerance": tol, "max_abs_deviation": abs(deviations[worst]),
+            "worst": worst, "agree": abs(deviations[worst]) <= tol, "losses": losses}
+
+
+def _target(name: str, value: float | None, goal: str, met: bool | None, note: str = "") -> dict:
+    return {"target": name, "value": value, "goal": goal, "met": met, "note": note}
+
+
+def _targets(raw: dict, cells: dict[str, dict], summary: dict) -> list[dict]:
+    device = raw["device"]["type"]
+    goals = DEVICE_TARGETS.get(device, DEVICE_TARGETS["cpu"])
+    out = []
+    for row in cells.values():
+        if row["mode"] == "default" and row["scope"] == "model" and row.get("speedboard"):
+            eager = cells.get(f"off-a{row['accum']}", {}).get("speedboard")
+            if eager:
+                v = row["speedboard"]["median"] / eager["median"]
+                out.append(_target(f"compile speedup, {row['name']} vs off-a{row['accum']}", v,
+                                   f"≥ {goals['compile_speedup']:.2f}×", v >= goals["compile_speedup"]))
+            out.append(_target(f"MFU, {row['name']}", row["mfu"], f"≥ {goals['mfu']:.0%} of matmul peak",
+                               row["mfu"] >= goals["mfu"]))
+        if row["mode"] == "default" and row["scope"] == "block" and row.get("speedboard"):
+            whole = cells.get(row["name"].replace("-block-", "-model-"))
+            if whole and whole.get("compile_cold_s") and row.get("compile_cold_s"):
+                v = whole["compile_cold_s"] / row["compile_cold_s"]
+                out.append(_target(f"per-block cold compile faster, {row['name']}", v,
+                                   f"≥ {BLOCK_COMPILE_FASTER:.0f}× faster than whole model", v >= BLOCK_COMPILE_FASTER))
+            if whole and whole.get("speedboard"):
+                v = row["speedboard"]["median"] / whole["speedboard"]["median"]
+                out.append(_target(f"per-block tokens/s vs whole model, {row['name']}", v,
+                                   f"≥ {BLOCK_SPEED_WITHIN:.2f}×", v >= BLOCK_SPEED_WITHIN))
+        if "trainer_vs_bare" in row:
+            v = row["trainer_vs_bare"]
+            out.append(_target(f"Speedboard trainer vs bare loop, {row['name']}", v, f"≥ {TRAINER_VS_BARE:.2f}×",
+                               v >= TRAINER_VS_BARE))
+        if "ours_vs_hf" in row:
+            v = row["ours_vs_hf"]
+            out.append(_target(f"Speedboard model vs HF Llama, {row['name']}", v, f"≥ {OURS_VS_HF:.2f}×",
+                               v >= OURS_VS_HF))
+    for m in summary["memory"]:
+        out.append(_target(f"memory, micro-batch {m['micro_batch']} × accum {m['accum']} vs × 1", m["accum_ratio"],
+                           f"≤ {ACCUM_MEMORY_MAX:.2f}×", m["accum_ratio"] <= ACCUM_MEMORY_MAX))
+        if "plain_ratio" in m:
+            out.append(_target(f"memory, plain batch {m['plain_batch']} vs micro-batch {m['micro_batch']}",
+                               m["plain_ratio"], f"≥ {PLAIN_BATCH_MEMORY_MIN:.2f}×",
+                               m["plain_ratio"] >= PLAIN_BATCH_MEMORY_MIN))
+    loss = summary["loss"]
+    if loss:
+        out.append(_target("final losses agree across all runs", loss["max_abs_deviation"],
+                           f"≤ {loss['tolerance']:g} (absolute)", loss["agree"], f"worst: {loss['worst']}"))
+    return out
+
+
+# ----------------------------------------------------------------------------- writers
+def write_json(raw: dict, path: Path) -> None:
+    path.write_text(json.dumps(raw, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def _f(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def _range(s: dict | None) -> str:
+    if not s:
+        return "–"
+    if s["n"] == 1:
+        return f"{s['median']:,.0f}"
+    return f"{s['median']:,.0f} ({s['min']:,.0f}–{s['max']:,.0f})"
+
+
+def markdown(raw: dict) -> str:
+    s, cfg = raw["summary"], raw["config"]
+    dev = raw["device"]
+    lines = [
+        f"**{cfg['preset']}** preset ({cfg['num_parameters'] / 1e6:.1f}M parameters), **{dev['name']}**, "
+        f"{cfg['precision']}; effective batch {cfg['effective_batch']} × {cfg['seq_len']} tokens = "
+        f"{cfg['tokens_per_step']:,} tokens per optimizer step; {cfg['steps']} timed steps after warm-up × "
+        f"{cfg['repeats']} interleaved repeats (tokens/s: median and min–max over all timed steps); "
+        f"matmul peak {raw['matmul_peak']['flops'] / 1e9:,.1f} GFLOP/s "
+        f"(largest of {len(raw['matmul_peak']['measurements'])} {raw['matmul_peak']['size']}² GEMMs); "
+        f"{raw['flops_per_token'] / 1e6:,.1f} MFLOP per token; torch {raw['versions'].get('torch')}.",
+        "",
+        "| cell | micro × accum | tokens/s median (min–max) | vs eager a1 | MFU | compile cold / warm (s) "
+        "| peak mem (GiB) | training mem (GiB) | loss | trainer ÷ bare |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in s["cells"].values():
+        if row["memory_only"]:
+            continue
+        compile_s = "–" if row["mode"] == "off" else f"{_f(row['compile_cold_s'], '{:.1f}')} / " \
+                                                       f"{_f(row['compile_warm_s'], '{:.1f}')}"
+        lines.append(
+            f"| {row['name']} | {row['micro_batch']} × {row['accum']} | {_range(row['speedboard'])} | "
+            f"{_f(row.get('speedup_vs_eager_a1'), '{:.2f}×')} | {_f(row.get('mfu'), '{:.0%}')} | {compile_s} | "
+            f"{_f(row.get('peak_gib'), '{:.2f}')} | {_f(row.get('train_mem_gib'), '{:.2f}')} | "
+            f"{_f(row.get('loss'), '{:.4f}')} | {_f(row.get('trainer_vs_bare'), '{:.3f}')} |")
+    refs = [r for r in s["cells"].values() if r.get("bare")]
+    if refs:
+        lines += ["", "References, measured side by side (tokens/s, median and min–max over repeats):", "",
+                  "| cell | Speedboard trainer | bare loop, our model | trainer ÷ bare | bare loop, HF Llama "
+                  "| our model ÷ HF |", "|---|---|---|---|---|---|"]
+        for row in refs:
+            lines.append(f"| {row['name']} | {_range(row['speedboard'])} | {_range(row['bare'])} | "
+                         f"{_f(row.get('trainer_vs_bare'), '{:.3f}')} | {_range(row.get('hf'))} | "
+                         f"{_f(row.get('ours_vs_hf'), '{:.3f}')} |")
+    if s["memory"]:
+        unit = "CUDA max allocated" if dev["type"] == "cuda" else "peak RSS"
+        lines += ["", f"Memory of accumulation ({unit}; training memory = peak − the process before the model "
+                      "existed; ratios on training memory):", "",
+                  "| micro-batch b | accum k | b × k: peak / training | b × 1: peak / training "
+                  "| plain batch b·k × 1: peak / training | (b×k) ÷ (b×1) | (b·k×1) ÷ (b×1) |",
+                  "|---|---|---|---|---|---|---|"]
+        for m in s["memory"]:
+            plain = (f"{m['plain_batch']}: {m['plain_peak_gib']:.2f} / {m['plain_train_gib']:.2f}"
+                     if "plain_ratio" in m else "–")
+            lines.append(f"| {m['micro_batch']} | {m['accum']} | {m['accum_peak_gib']:.2f} / "
+                         f"{m['accum_train_gib']:.2f} | {m['micro_peak_gib']:.2f} / {m['micro_train_gib']:.2f} | "
+                         f"{plain} | {m['accum_ratio']:.3f} | {_f(m.get('plain_ratio'), '{:.2f}')} |")
+    loss = s["loss"]
+    if loss:
+        lines += ["", f"Loss after {loss['tokens']:,} tokens: reference {loss['reference']} = "
+                      f"{loss['reference_loss']:.5f}; largest deviation {loss['max_abs_deviation']:.2e} "
+                      f"({loss['worst']}), tolerance {loss['tolerance']:g}: "
+                      f"{'all runs agree' if loss['agree'] else 'DISAGREE'}."]
+    if s["targets"]:
+        lines += ["", "| target | value | goal | met |", "|---|---|---|---|"]
+        for t in s["targets"]:
+            value = "–" if t["value"] is None else (f"{t['value']:.0%}" if t["target"].startswith("MFU")
+                                                    else f"{t['value']:.3g}")
+            met = {True: "yes", False: "**no**", None: "–"}[t["met"]]
+            lines.append(f"| {t['target']} | {value} | {t['goal']} | {met} |")
+    for r in raw.get("cuda_graph_grads", []):
+        lines.append(f"\nCUDA-graph mode {r['mode']} with accumulation {r['accum']}: accumulated gradients differ from "
+                     f"eager by at most {r['max_relative_difference']:.2e} (relative; tolerance {r['tolerance']:g}): "
+                     f"{'correct' if r['ok'] else 'WRONG'}.")
+    problems = [f"- {row['name']}: {w}" for row in s["cells"].values() for w in row.get("warnings", [])]
+    problems += [f"- {row['name']} probe {k}: {e}" for row in s["cells"].values()
+                 for k, e in row.get("probe_errors", {}).items()]
+    if problems:
+        lines += ["", "Warnings:", "", *problems]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(raw: dict, path: Path) -> None:
+    head = f"# Speedboard benchmark\n\n`{raw['command']}` — {raw['created']}\n\n"
+    path.write_text(head + markdown(raw), encoding="utf-8")
+
+
+def write_png(raw: dict, path: Path) -> None:
+    """Tokens/s per cell and runner (bars: median, whiskers: min–max) above peak memory per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in raw["summary"]["cells"].values() if not r["memory_only"]]
+    names = [r["name"] for r in rows]
+    x = list(range(len(rows)))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(7.0, 0.9 * len(rows) + 2), 7), sharex=True)
+    width = 0.27
+    for i, (runner, label) in enumerate((("speedboard", "Speedboard trainer"), ("bare", "bare loop"),
+                                         ("hf", "bare loop, HF Llama"))):
+        xs, ys, lo, hi = [], [], [], []
+        for j, r in enumerate(rows):
+            st = r.get(runner)
+            if st:
+                xs.append(j + (i - 1) * width)
+                ys.append(st["median"])
+                lo.append(st["median"] - st["min"])
+                hi.append(st["max"] - st["median"])
+        if xs:
+            ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
+    ax1.set_ylabel("tokens/s")
+    ax1.legend(fontsize=8)
+    ax1.set_title(f"{raw['config']['preset']} on {raw['device']['name']}, {raw['config']['precision']}", fontsize=10)
+    peaks = [r.get("peak_gib") or 0.0 for r in rows]
+    train = [r.get("train_mem_gib") or 0.0 for r in rows]
+    ax2.bar(x, peaks, 0.5, color="#bbbbbb", label="peak")
+    ax2.bar(x, train, 0.5, color="#4c72b0", label="training (peak − process before the model)")
+    ax2.set_ylabel("GiB")
+    ax2.legend(fontsize=8)
+    ax2.set_xticks(x, names, rotation=35, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.report BENCH_JSON``: summarise again and rewrite bench.md and bench.png beside it."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m bench.report BENCH_JSON", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["summary"] = summarise(raw)
+    write_json(raw, path)
+    write_markdown(raw, path.with_suffix(".md"))
+    write_png(raw, path.with_suffix(".png"))
+    print(markdown(raw))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

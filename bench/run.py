@@ -1,0 +1,324 @@
+"""``speedboard bench``: the compile × accumulation matrix, its references, and the report.
+
+Phases:
+1. the matmul peak of this device (a large GEMM; measured again between repeats, the largest kept);
+2. probes, one fresh process per measurement: compile seconds cold (empty
+   Inductor cache) and warm (the same cache, a second process), and the
+   steady-state peak memory of every cell, plus the extra cells of the memory table;
+3. the matrix, interleaved: every repeat runs every cell once (A B C A B C …),
+   and within a cell Speedboard's Trainer and the bare loop run back to back
+   (their order alternating between repeats), then the HF model where it is measured;
+4. summary, targets, and ``bench.json``, ``bench.md``, ``bench.png`` in ``--out``.
+
+Run ``python -m bench.run --help`` or ``speedboard bench --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not a usage dump
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _accums(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"accumulation steps must be integers ≥ 1, got {text!r}")
+    return tuple(sorted(set(values)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from core.config import PRESETS
+
+    p = _Parser(prog="speedboard bench", description="Tokens/s, MFU, compile seconds, peak memory and loss of "
+                "compile modes × gradient accumulation, against a bare loop and Hugging Face's Llama.")
+    p.add_argument("--preset", choices=list(PRESETS), help="model (default: small; tiny with --quick)")
+    p.add_argument("--steps", type=_int_at_least(1), help="timed optimizer steps per run after warm-up (default 3)")
+    p.add_argument("--repeats", type=_int_at_least(1), help="interleaved repeats of the matrix (default 2)")
+    p.add_argument("--effective-batch", type=_int_at_least(1),
+                   help="sequences per optimizer step, the same in every cell (default: 8)")
+    p.add_argument("--accum", type=_accums, default=None, help="accumulation steps to cross (default 1,4,8)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
+                   help="auto: bf16 on CUDA, fp32 elsewhere")
+    p.add_argument("--cells", help="comma-separated cell names or patterns, e.g. 'off-*,default-model-a1'")
+    p.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: the per-user data folder)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: tiny preset, eager cells, 1 timed step, 1 repeat (options given still win)")
+    p.add_argument("--no-hf", action="store_true", help="skip the Hugging Face reference")
+    p.add_argument("--no-probes", action="store_true",
+                   help="skip the fresh-process measurements (cold/warm compile, peak memory)")
+    p.add_argument("--loss-tol", type=float, help="absolute tolerance of the final-loss agreement "
+                                                 "(default 2e-3 in fp32, 3e-2 in bf16)")
+    p.add_argument("--matmul-size", type=_int_at_least(64), help="side of the GEMM that measures the peak "
+                                                                 "(default 2048 on CPU, 8192 on a GPU)")
+    p.add_argument("--probe-timeout", type=float, default=1200.0, help="seconds before a probe process is abandoned")
+    p.add_argument("--seed", type=_int_at_least(0), default=1337)
+    return p
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _versions() -> dict[str, str]:
+    from bench.hf_reference import transformers_version
+    from core.runs import library_versions
+
+    versions = library_versions()
+    versions["transformers"] = transformers_version() or "not installed"
+    try:
+        import matplotlib
+
+        versions["matplotlib"] = matplotlib.__version__
+    except ImportError:
+        versions["matplotlib"] = "not installed"
+    return versions
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    import torch
+
+    from bench import cells as cells_mod
+    from bench.cells import BenchError, Cell
+    from bench.hf_reference import transformers_version
+    from bench.probe import run_probe
+    from bench.report import summarise, write_json, write_markdown, write_png
+    from bench.runners import run_reference, run_speedboard
+    from core.config import config_from_preset
+    from core.data import prepare_data
+    from core.device import (
+        device_name,
+        measure_matmul_peak,
+        resolve_device,
+        resolve_precision,
+        training_flops_per_token,
+    )
+    from core.runs import default_out_dir
+
+    t_start = time.perf_counter()
+    preset = args.preset or ("tiny" if args.quick else "small")
+    steps = args.steps or (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 2)
+    effective = args.effective_batch or 8
+    accums = args.accum or cells_mod.DEFAULT_ACCUMS
+    device = resolve_device(args.device)
+    precision = resolve_precision(args.precision, device)
+    if precision not in ("fp32", "bf16"):
+        raise BenchError(f"the benchmark runs fp32 or bf16, not {precision}")
+    if args.loss_tol is not None and not args.loss_tol > 0:
+        raise BenchError(f"--loss-tol must be positive, got {args.loss_tol}")
+    if not args.probe_timeout > 0:
+        raise BenchError(f"--probe-timeout must be positive, got {args.probe_timeout}")
+    loss_tol = args.loss_tol if args.loss_tol is not None else (2e-3 if precision == "fp32" else 3e-2)
+    matmul_size = args.matmul_size or (512 if args.quick else 2048 if device.type == "cpu" else 8192)
+
+    matrix = cells_mod.build_matrix(effective, accums, cuda=device.type == "cuda")
+    cells = cells_mod.select_cells(matrix, args.cells or ("off-*" if args.quick else None))
+    extra = cells_mod.memory_cells(cells, effective) if not args.no_probes else []
+    total_steps = max(c.warmup_steps for c in cells) + steps
+    use_hf = not args.no_hf
+    notes = []
+    if use_hf and transformers_version() is None:
+        use_hf = False
+        notes.append("transformers is not installed: the Hugging Face reference was skipped "
+                     "(pip install -e '.[bench]')")
+        _say(f"note: {notes[-1]}")
+    hf_cells = {"off-a1", "default-model-a1"} if use_hf else set()
+
+    base = config_from_preset(preset, train={"device": str(device), "precision": precision, "seed": args.seed,
+                                             "warmup_ratio": 0.0})
+    data = prepare_data(base.data)
+    model_cfg = base.model.__class__(**{**base.model.to_dict(), "vocab_size": data.tokenizer.vocab_size})
+    tokens_per_step = effective * base.data.seq_len
+    out = Path(args.out).expanduser() if args.out else (
+        default_out_dir().parent / "bench" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device.type}")
+    if out.exists() and not out.is_dir():
+        raise BenchError(f"--out {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(f"cannot create the output folder {out} ({exc.strerror})") from None
+
+    raw: dict = {
+        "schema": "speedboard-bench/1",
+        "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "command": "speedboard bench " + shlex.join(argv),
+        "device": {"type": device.type, "name": device_name(device) if device.type != "cpu"
+                   else f"{_cpu_model()}, {torch.get_num_threads()} threads", "threads": torch.get_num_threads()},
+        "versions": _versions(),
+        "config": {"preset": preset, "model": model_cfg.to_dict(), "num_parameters": model_cfg.num_parameters(),
+                   "seq_len": base.data.seq_len, "effective_batch": effective, "tokens_per_step": tokens_per_step,
+                   "accums": list(accums), "steps": steps, "repeats": repeats, "total_steps": total_steps,
+                   "precision": precision, "seed": args.seed, "lr": base.train.lr, "hf": use_hf,
+                   "probes": not args.no_probes, "loss_tolerance": loss_tol},
+        "flops_per_token": training_flops_per_token(model_cfg, base.data.seq_len),
+        "matmul_peak": {"size": matmul_size, "measurements": []},
+        "cells": [c.to_dict() for c in cells + extra],
+        "probes": {},
+        "runs": [],
+        "load_average": [],
+        "notes": notes,
+    }
+
+    def measure_peak() -> None:
+        # Unwrapped: the core caches its figure per process; each call here measures anew.
+        flops = measure_matmul_peak.__wrapped__(str(device), precision, matmul_size)
+        raw["matmul_peak"]["measurements"].append(flops)
+        raw["load_average"].append(_load())
+
+    _say(f"speedboard bench: {preset} ({model_cfg.num_parameters() / 1e6:.1f}M params) on {raw['device']['name']}, "
+         f"{precision}, {len(cells)} cells × {repeats} repeats, {total_steps} steps per run "
+         f"({steps} timed), {tokens_per_step:,} tokens/step → {out}")
+    measure_peak()
+    _say(f"matmul peak: {raw['matmul_peak']['measurements'][-1] / 1e9:,.1f} GFLOP/s")
+
+    saved_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    scratch = Path(tempfile.mkdtemp(prefix="speedboard-bench-"))
+    matrix_cache = scratch / "inductor-matrix"
+    try:
+        # ---------------------------------------------------------------- probes
+        if not args.no_probes:
+            spec_base = {"config": base.to_dict()}
+            for cell in cells + extra:
+                spec = {**spec_base, "cell": cell.to_dict(), "total_steps": cell.warmup_steps + 1}
+                if cell.compiled:
+                    cache = scratch / f"inductor-{cell.name}"  # empty: a cold compile
+                    result = {"cold": run_probe(spec, cache, args.probe_timeout)}
+                    result["warm"] = run_probe(spec, cache, args.probe_timeout)
+                    shutil.copytree(cache, matrix_cache, dirs_exist_ok=True)  # the matrix starts warm
+                else:
+                    result = {"memory": run_probe(spec, scratch / "inductor-eager", args.probe_timeout)}
+                raw["probes"][cell.name] = result
+                _say("probe " + cell.name + ": " + "; ".join(_probe_line(k, v) for k, v in result.items()))
+        # ---------------------------------------------------------------- matrix
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(matrix_cache)
+        # One untimed eager run first, so no cell pays this process's first-use costs
+        # (allocator growth, thread pools, lazy initialisation).
+        run_reference("bare", base, data, Cell("off", "model", 1, effective), 2, -1, device, precision)
+        for repeat in range(repeats):
+            if repeat:
+                measure_peak()
+            for cell in cells:
+                runners = ["speedboard", "bare"] if repeat % 2 == 0 else ["bare", "speedboard"]
+                if cell.name in hf_cells:
+                    runners.append("hf")
+                for runner in runners:
+                    if runner == "speedboard":
+                        record = run_speedboard(base, cell, total_steps, repeat)
+                    else:
+                        record = run_reference(runner, base, data, cell, total_steps, repeat, device, precision)
+                    raw["runs"].append(record.to_dict())
+                    extra_note = f", compile {record.compile_seconds:.1f} s" if record.compile_seconds else ""
+                    _say(f"[{repeat + 1}/{repeats}] {cell.name:<22} {runner:<10} {record.tokens_per_s:10,.0f} tok/s"
+                         f"  loss {record.final_loss:.5f}{extra_note}"
+                         + "".join(f"\n  warning: {w}" for w in record.warnings))
+        measure_peak()
+        if device.type == "cuda":  # the combination the Trainer refuses: is it still wrong in this release?
+            from bench.cuda_graph_grads import gradient_check
+            from core.config import CUDA_GRAPH_MODES
+
+            k = max(accums)
+            raw["cuda_graph_grads"] = [gradient_check(model_cfg, mode, k, max(1, effective // k), base.data.seq_len,
+                                                      device, precision) for mode in CUDA_GRAPH_MODES]
+            for r in raw["cuda_graph_grads"]:
+                _say(f"CUDA-graph gradients, {r['mode']} × accum {r['accum']}: max relative difference "
+                     f"{r['max_relative_difference']:.2e} → {'ok' if r['ok'] else 'WRONG'}")
+    finally:
+        if saved_cache is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved_cache
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    raw["matmul_peak"]["flops"] = max(raw["matmul_peak"]["measurements"])
+    raw["wall_seconds"] = time.perf_counter() - t_start
+    raw["summary"] = summarise(raw)
+    write_json(raw, out / "bench.json")
+    write_markdown(raw, out / "bench.md")
+    try:
+        write_png(raw, out / "bench.png")
+    except ImportError:
+        _say("note: matplotlib is not installed: no bench.png (pip install -e '.[bench]')")
+    from bench.report import markdown
+
+    _say("\n" + markdown(raw))
+    _say(f"wrote {out / 'bench.json'}, bench.md, bench.png in {raw['wall_seconds'] / 60:.1f} min")
+    return 0
+
+
+def _probe_line(kind: str, result: dict) -> str:
+    if "error" in result:
+        return f"{kind} failed ({result['error']})"
+    parts = [kind]
+    if result.get("compiler_seconds") is not None:
+        parts.append(f"compile {result['compiler_seconds']:.1f} s")
+    elif result.get("compile_seconds") is not None:
+        parts.append(f"compile ≈ {result['compile_seconds']:.1f} s")
+    if result.get("fallback"):
+        parts.append("FELL BACK TO EAGER")
+    parts.append(f"peak {result['peak_bytes'] / 1024**3:.2f} GiB")
+    return " ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from core.errors import SpeedboardError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args, argv)
+    except SpeedboardError as exc:
+        print(f"speedboard bench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""``speedboard bench`` end to end on the tiny preset, eager cells, one timed step: the output's shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.cli import main
+
+
+def test_bench_rejects_bad_options_in_one_line(capsys, tmp_path):
+    assert main(["bench", "--cells", "nothing-*", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "matches no cell" in err
+    assert main(["bench", "--effective-batch", "6"]) == 2
+    assert "not divisible" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_json_markdown_and_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("transformers")
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--effective-batch", "4", "--accum", "1,2", "--out", str(out)]) == 0
+
+    raw = json.loads((out / "bench.json").read_text())
+    assert raw["config"]["preset"] == "tiny" and raw["device"]["type"] == "cpu"
+    assert {"torch", "transformers"} <= raw["versions"].keys()
+    names = [c["name"] for c in raw["cells"]]
+    assert names == ["off-a1", "off-a2", "off-a1-mb2", "off-a2-mb4", "off-a1-mb8"]  # the last three: memory only
+    # Every timed cell by the trainer and the bare loop; HF where it is compared (eager, no accumulation).
+    assert sorted((r["cell"], r["runner"]) for r in raw["runs"]) == [
+        ("off-a1", "bare"), ("off-a1", "hf"), ("off-a1", "speedboard"), ("off-a2", "bare"), ("off-a2", "speedboard")]
+    assert raw["matmul_peak"]["flops"] > 0 and raw["flops_per_token"] > 0
+
+    summary = raw["summary"]
+    a1, a2 = summary["cells"]["off-a1"], summary["cells"]["off-a2"]
+    assert a1["speedup_vs_eager_a1"] == pytest.approx(1.0)
+    for row in (a1, a2):
+        assert row["speedboard"]["median"] > 0 and row["bare"]["median"] > 0
+        assert 0 < row["mfu"] and row["trainer_vs_bare"] > 0
+        assert 0 < row["train_mem_gib"] < row["peak_gib"]
+    assert a1["ours_vs_hf"] > 0
+    assert [(m["micro_batch"], m["accum"], m["plain_batch"]) for m in summary["memory"]] == [(2, 2, 4), (4, 2, 8)]
+    for m in summary["memory"]:
+        # The shape only: at this micro size the gap between the peaks is within the allocator's noise
+        # (docs/benchmarks.md holds the small-preset measurement of the promise).
+        assert m["plain_train_gib"] > 0 and m["micro_train_gib"] > 0 and m["accum_train_gib"] > 0
+    assert summary["loss"]["agree"], summary["loss"]  # same weights, same batches: the same loss everywhere
+    assert {t["target"] for t in summary["targets"]} >= {"final losses agree across all runs"}
+
+    md = (out / "bench.md").read_text()
+    assert "| off-a2 | 2 × 2 |" in md and "Memory of accumulation" in md and "trainer ÷ bare" in md
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in capsys.readouterr().out
