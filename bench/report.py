@@ -47,6 +47,8 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
                         if (r.get("compiler_seconds") or r["compile_seconds"]) is not None]
             row["compile_in_process_s"] = statistics.median(compiles) if compiles else None
             row["warnings"] = sorted({w for r in sb for w in r["warnings"]})
+        shares = [b / t for r in sb for b, t in zip(r.get("bookkeeping_seconds", []), r["step_seconds"], strict=False)]
+        row["bookkeeping_share"] = statistics.median(shares) if shares else None
         if row["speedboard"] and row["bare"]:
             row["trainer_vs_bare"] = row["speedboard"]["median"] / row["bare"]["median"]
             paired = _paired(by.get((name, "speedboard"), []), by.get((name, "bare"), []))
@@ -197,6 +199,14 @@ def _range(s: dict | None) -> str:
     return f"{s['median']:,.0f} ({s['min']:,.0f}–{s['max']:,.0f})"
 
 
+def _ratio(value: float | None, paired: dict | None) -> str:
+    if value is None:
+        return "–"
+    if not paired or paired["n"] < 2:
+        return f"{value:.3f}"
+    return f"{value:.3f} ({paired['min']:.2f}–{paired['max']:.2f})"
+
+
 def markdown(raw: dict) -> str:
     s, cfg = raw["summary"], raw["config"]
     dev = raw["device"]
@@ -225,13 +235,16 @@ def markdown(raw: dict) -> str:
             f"{_f(row.get('loss'), '{:.4f}')} | {_f(row.get('trainer_vs_bare'), '{:.3f}')} |")
     refs = [r for r in s["cells"].values() if r.get("bare")]
     if refs:
-        lines += ["", "References, measured side by side (tokens/s, median and min–max over repeats):", "",
-                  "| cell | Speedboard trainer | bare loop, our model | trainer ÷ bare | bare loop, HF Llama "
-                  "| our model ÷ HF |", "|---|---|---|---|---|---|"]
+        lines += ["", "References, measured side by side (tokens/s, median and min–max over all timed steps; "
+                      "ratios of medians, and in brackets the range of the ratios of runs made back to back; "
+                      "bookkeeping: the Trainer's loop iteration outside its timed optimizer step):", "",
+                  "| cell | Speedboard trainer | bare loop, our model | trainer ÷ bare | Trainer bookkeeping "
+                  "| bare loop, HF Llama | our model ÷ HF |", "|---|---|---|---|---|---|---|"]
         for row in refs:
             lines.append(f"| {row['name']} | {_range(row['speedboard'])} | {_range(row['bare'])} | "
-                         f"{_f(row.get('trainer_vs_bare'), '{:.3f}')} | {_range(row.get('hf'))} | "
-                         f"{_f(row.get('ours_vs_hf'), '{:.3f}')} |")
+                         f"{_ratio(row.get('trainer_vs_bare'), row.get('trainer_vs_bare_paired'))} | "
+                         f"{_f(row.get('bookkeeping_share'), '{:.3%}')} | {_range(row.get('hf'))} | "
+                         f"{_ratio(row.get('ours_vs_hf'), row.get('ours_vs_hf_paired'))} |")
     if s["memory"]:
         unit = "CUDA max allocated" if dev["type"] == "cuda" else "peak RSS"
         lines += ["", f"Memory of accumulation ({unit}; training memory = peak − the process before the model "

@@ -48,6 +48,9 @@ class RunRecord:
     """The Trainer's own compile figure (warm-up minus the same steps at steady speed), in this process."""
     compiler_seconds: float | None = None
     """Time inside torch.compile during the run (``compiler_seconds()``)."""
+    bookkeeping_seconds: list[float] = field(default_factory=list)
+    """Trainer only: each timed step's loop iteration minus the optimizer step the Trainer timed itself
+    (control polling, metrics event, run-folder line): the bookkeeping's own cost, free of run-to-run noise."""
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -131,6 +134,8 @@ def run_speedboard(base: RunConfig, cell: Cell, total_steps: int, repeat: int) -
         shutil.rmtree(out, ignore_errors=True)  # the run folder and its final checkpoint
         _release()
     warmup_s, window_s, steps = sink.window()
+    timed_events = [e for _, e in sink.steps if not e.warmup]
+    bookkeeping = [interval - e.step_time for interval, e in zip(steps, timed_events, strict=True)]
     tokens_per_step = config.tokens_per_step()
     return RunRecord(cell=cell.name, runner="speedboard", repeat=repeat,
                      tokens_per_s=len(steps) * tokens_per_step / window_s, tokens_per_step=tokens_per_step,
@@ -138,7 +143,7 @@ def run_speedboard(base: RunConfig, cell: Cell, total_steps: int, repeat: int) -
                      window_seconds=window_s, warmup_seconds=warmup_s,
                      losses=[e.loss for _, e in sink.steps], step_seconds=steps,
                      compile_seconds=sink.compile.seconds if sink.compile else None, compiler_seconds=compiler_s,
-                     warnings=sink.warnings)
+                     bookkeeping_seconds=bookkeeping, warnings=sink.warnings)
 
 
 def run_reference(runner: str, base: RunConfig, data: Data, cell: Cell, total_steps: int, repeat: int,
