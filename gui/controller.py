@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,13 @@ from core.control import Control
 from core.errors import SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunFinished, WarningRaised
 from core.trainer import Trainer
+
+GIL_SWITCH_INTERVAL_S = 0.0005
+"""How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
+
+The torch thread takes the GIL back after every operator; while the GUI thread
+runs Python (a plot redraw), each of those takes waits up to the interval. A
+short interval keeps training at full speed beside a busy window."""
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +236,7 @@ class Controller(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         self.thread = TorchThread()
         self.thread.event.connect(self._on_thread_event)  # queued: emitted on the torch thread
         self._control: RunControl | None = None

@@ -113,3 +113,12 @@ def test_qt_binding_keeps_none_alive():
     after = sys.getrefcount(None)
     painter.end()
     assert after > before - 100
+
+
+def test_torch_thread_gets_the_gil_back_quickly(window):
+    """While the GUI thread runs Python, the torch thread waits at most the switch interval per operator."""
+    import sys
+
+    from gui.controller import GIL_SWITCH_INTERVAL_S
+
+    assert sys.getswitchinterval() <= GIL_SWITCH_INTERVAL_S < 0.005  # Python's default is 5 ms
