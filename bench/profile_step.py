@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scope", default="model", choices=["model", "block"])
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=2, help="profiled steps after 3 warm-up steps")
+    p.add_argument("--loss-in-graph", action="store_true",
+                   help="compile the loss together with the model (whole-model scope): one graph from ids to loss")
     p.add_argument("--explain", action="store_true", help="also run torch._dynamo.explain on the forward")
     p.add_argument("--rows", type=int, default=25)
     args = p.parse_args(argv)
@@ -41,14 +43,24 @@ def main(argv: list[str] | None = None) -> int:
     model_cfg = cfg.model.__class__(**{**cfg.model.to_dict(), "vocab_size": data.tokenizer.vocab_size})
     torch.manual_seed(0)
     model = LlamaForCausalLM(model_cfg)
-    forward = compile_forward(model, args.compile, args.scope)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     batch = data.train.batch(list(range(args.micro_batch)))
 
+    def model_loss(forward, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = forward(inputs)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+    if args.loss_in_graph and args.compile != "off":
+        kwargs = {} if args.compile == "default" else {"mode": args.compile}
+        compiled_loss = torch.compile(lambda x, y: model_loss(model, x, y), **kwargs)
+    else:
+        forward = compile_forward(model, args.compile, args.scope)
+
+        def compiled_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return model_loss(forward, x, y)
+
     def step() -> None:
-        logits = forward(batch.inputs)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch.targets.view(-1))
-        loss.backward()
+        compiled_loss(batch.inputs, batch.targets).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

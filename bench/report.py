@@ -74,7 +74,8 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     for row in cells.values():
         if eager_a1 and row.get("speedboard"):
             row["speedup_vs_eager_a1"] = row["speedboard"]["median"] / eager_a1["median"]
-    summary = {"cells": cells, "memory": _memory_table(cells), "loss": _loss_agreement(raw, by)}
+    grad_gib = raw["config"].get("num_parameters", 0) * 4 / 1024**3  # fp32 gradients (params stay fp32 under autocast)
+    summary = {"cells": cells, "memory": _memory_table(cells, grad_gib), "loss": _loss_agreement(raw, by)}
     summary["targets"] = _targets(raw, cells, summary)
     return summary
 
@@ -94,8 +95,13 @@ def _paired(a: list[dict], b: list[dict]) -> list[float]:
     return [r["tokens_per_s"] / other[r["repeat"]] for r in a if r["repeat"] in other]
 
 
-def _memory_table(cells: dict[str, dict]) -> list[dict]:
-    """Micro-batch b with accumulation k against b with none and against a plain batch b·k (eager cells)."""
+def _memory_table(cells: dict[str, dict], grad_gib: float) -> list[dict]:
+    """Micro-batch b with accumulation k against b with none and against a plain batch b·k (eager cells).
+
+    ``extra_gib`` (b × k minus b × 1) is set beside ``grad_gib``, the size of the gradients: those
+    buffers must outlive a micro-step, so they coexist with the next micro-batch's activations,
+    while without accumulation they only appear as backward frees the activations.
+    """
     rows = []
     for row in cells.values():
         if row["mode"] != "off" or row["accum"] == 1:
@@ -110,7 +116,8 @@ def _memory_table(cells: dict[str, dict]) -> list[dict]:
         entry = {"micro_batch": b, "accum": k,
                  "accum_peak_gib": row["peak_gib"], "accum_train_gib": row["train_mem_gib"],
                  "micro_peak_gib": alone["peak_gib"], "micro_train_gib": alone["train_mem_gib"],
-                 "accum_ratio": row["train_mem_gib"] / alone["train_mem_gib"]}
+                 "accum_ratio": row["train_mem_gib"] / alone["train_mem_gib"],
+                 "extra_gib": row["train_mem_gib"] - alone["train_mem_gib"], "grad_gib": grad_gib}
         if plain and "train_mem_gib" in plain:
             entry.update(plain_batch=b * k, plain_peak_gib=plain["peak_gib"], plain_train_gib=plain["train_mem_gib"],
                          plain_ratio=plain["train_mem_gib"] / alone["train_mem_gib"])
@@ -248,16 +255,19 @@ def markdown(raw: dict) -> str:
     if s["memory"]:
         unit = "CUDA max allocated" if dev["type"] == "cuda" else "peak RSS"
         lines += ["", f"Memory of accumulation ({unit}; training memory = peak − the process before the model "
-                      "existed; ratios on training memory):", "",
+                      "existed; ratios on training memory; extra = what b × k holds beyond b × 1, beside the size "
+                      "of the gradients that accumulation keeps between micro-steps; GiB):", "",
                   "| micro-batch b | accum k | b × k: peak / training | b × 1: peak / training "
-                  "| plain batch b·k × 1: peak / training | (b×k) ÷ (b×1) | (b·k×1) ÷ (b×1) |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| plain batch b·k × 1: peak / training | (b×k) ÷ (b×1) | extra / gradients "
+                  "| (b·k×1) ÷ (b×1) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for m in s["memory"]:
             plain = (f"{m['plain_batch']}: {m['plain_peak_gib']:.2f} / {m['plain_train_gib']:.2f}"
                      if "plain_ratio" in m else "–")
             lines.append(f"| {m['micro_batch']} | {m['accum']} | {m['accum_peak_gib']:.2f} / "
                          f"{m['accum_train_gib']:.2f} | {m['micro_peak_gib']:.2f} / {m['micro_train_gib']:.2f} | "
-                         f"{plain} | {m['accum_ratio']:.3f} | {_f(m.get('plain_ratio'), '{:.2f}')} |")
+                         f"{plain} | {m['accum_ratio']:.3f} | {_f(m.get('extra_gib'), '{:.3f}')} / "
+                         f"{_f(m.get('grad_gib'), '{:.3f}')} | {_f(m.get('plain_ratio'), '{:.2f}')} |")
     loss = s["loss"]
     if loss:
         lines += ["", f"Loss after {loss['tokens']:,} tokens: reference {loss['reference']} = "
@@ -313,14 +323,16 @@ def write_png(raw: dict, path: Path) -> None:
         if xs:
             ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
     ax1.set_ylabel("tokens/s")
-    ax1.legend(fontsize=8)
+    ax1.margins(y=0.25)  # headroom: the legend sits above the tallest whisker
+    ax1.legend(fontsize=8, ncol=3, loc="upper center")
     ax1.set_title(f"{raw['config']['preset']} on {raw['device']['name']}, {raw['config']['precision']}", fontsize=10)
     peaks = [r.get("peak_gib") or 0.0 for r in rows]
     train = [r.get("train_mem_gib") or 0.0 for r in rows]
     ax2.bar(x, peaks, 0.5, color="#bbbbbb", label="peak")
     ax2.bar(x, train, 0.5, color="#4c72b0", label="training (peak − process before the model)")
     ax2.set_ylabel("GiB")
-    ax2.legend(fontsize=8)
+    ax2.margins(y=0.25)
+    ax2.legend(fontsize=8, ncol=2, loc="upper center")
     ax2.set_xticks(x, names, rotation=35, ha="right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="speedboard bench", description="Tokens/s, MFU, compile seconds, peak memory and loss of "
                 "compile modes × gradient accumulation, against a bare loop and Hugging Face's Llama.")
     p.add_argument("--preset", choices=list(PRESETS), help="model (default: small; tiny with --quick)")
-    p.add_argument("--steps", type=_int_at_least(1), help="timed optimizer steps per run after warm-up (default 2)")
+    p.add_argument("--steps", type=_int_at_least(1), help="timed optimizer steps per run after warm-up (default 4)")
     p.add_argument("--repeats", type=_int_at_least(1), help="interleaved repeats of the matrix (default 3)")
     p.add_argument("--effective-batch", type=_int_at_least(1),
                    help="sequences per optimizer step, the same in every cell (default: 8)")
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     t_start = time.perf_counter()
     preset = args.preset or ("tiny" if args.quick else "small")
-    steps = args.steps or (1 if args.quick else 2)
+    steps = args.steps or (1 if args.quick else 4)
     repeats = args.repeats or (1 if args.quick else 3)
     effective = args.effective_batch or 8
     accums = args.accum or cells_mod.DEFAULT_ACCUMS

@@ -48,6 +48,9 @@ def test_quick_bench_writes_json_markdown_and_png(tmp_path, capsys):
         # The shape only: at this micro size the gap between the peaks is within the allocator's noise
         # (docs/benchmarks.md holds the small-preset measurement of the promise).
         assert m["plain_train_gib"] > 0 and m["micro_train_gib"] > 0 and m["accum_train_gib"] > 0
+        assert m["extra_gib"] == pytest.approx(m["accum_train_gib"] - m["micro_train_gib"])
+        # The gradients that accumulation keeps between micro-steps: fp32, one per parameter.
+        assert m["grad_gib"] == pytest.approx(raw["config"]["num_parameters"] * 4 / 1024**3)
     assert summary["loss"]["agree"], summary["loss"]  # same weights, same batches: the same loss everywhere
     assert {t["target"] for t in summary["targets"]} >= {"final losses agree across all runs"}
 

@@ -1,0 +1,120 @@
+"""Where a cold torch.compile spends its time: whole model against per block.
+
+    python -m bench.compile_cost [--preset small --micro-batch 2 --scopes model,block]
+
+For each scope a fresh Python process with an empty Inductor cache compiles the
+model as the Trainer does (``core.compile.compile_model``, mode ``default``)
+and runs one forward and backward. Reported: the compiler's own clock
+(Dynamo, AOTAutograd and Inductor, forward and backward), its main phases
+(tracing the Python code, lowering and code generation, building the generated
+C++/Triton kernels), and the number of kernel modules the cache holds
+afterwards: kernels with identical source are built once, so identical blocks
+of a whole-model graph share them. This explains the per-block compile ratio
+in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULT_MARK = "COMPILE_COST "
+ROOT = Path(__file__).resolve().parent.parent
+# dynamo_timed phases worth naming; each is summed over every graph compiled.
+PHASES = {
+    "trace": ("bytecode_tracing", "aot_trace_joint_graph"),
+    "lower": ("GraphLowering.run", "Scheduler.__init__"),
+    "codegen": ("Scheduler.codegen",),
+    "build": ("async_compile.wait",),
+}
+
+
+def _child(preset: str, micro_batch: int, scope: str) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from core.compile import compile_model
+    from core.config import config_from_preset
+    from core.data import prepare_data
+    from core.model import LlamaForCausalLM
+
+    cfg = config_from_preset(preset)
+    data = prepare_data(cfg.data)
+    model_cfg = cfg.model.__class__(**{**cfg.model.to_dict(), "vocab_size": data.tokenizer.vocab_size})
+    torch.manual_seed(0)
+    compiled = compile_model(LlamaForCausalLM(model_cfg), "default", scope)
+    batch = data.train.batch(list(range(micro_batch)))
+    t0 = time.perf_counter()
+    logits = compiled(batch.inputs)
+    F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch.targets.view(-1)).backward()
+    wall = time.perf_counter() - t0
+    try:
+        from torch._dynamo.utils import calculate_time_spent, compilation_time_metrics  # private: may move
+
+        total = float(calculate_time_spent()["total_wall_time"])
+        phases = {name: sum(sum(compilation_time_metrics.get(key, [])) for key in keys)
+                  for name, keys in PHASES.items()}
+    except (ImportError, KeyError, AttributeError):
+        total, phases = None, {}
+    return {"scope": scope, "first_step_s": wall, "compiler_s": total, "phases": phases}
+
+
+def measure(preset: str, micro_batch: int, scope: str, timeout: float) -> dict:
+    """One cold compile in a fresh process; adds the count of kernel modules its cache folder holds."""
+    with tempfile.TemporaryDirectory(prefix="speedboard-compile-cost-") as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=str(Path(cache) / "triton"),
+                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+        proc = subprocess.run([sys.executable, "-m", "bench.compile_cost", "--child", scope, "--preset", preset,
+                               "--micro-batch", str(micro_batch)], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(RESULT_MARK)), None)
+        if line is None:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise SystemExit(f"compile_cost: the {scope} process failed: {tail[-1] if tail else proc.returncode}")
+        result = json.loads(line[len(RESULT_MARK):])
+        files = list(Path(cache).rglob("*.so")) + list(Path(cache).rglob("*.cubin"))
+        result["kernel_modules"] = len(files)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.compile_cost", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="small")
+    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--scopes", default="model,block")
+    p.add_argument("--repeats", type=int, default=1, help="cold compiles per scope, interleaved")
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(RESULT_MARK + json.dumps(_child(args.preset, args.micro_batch, args.child)), flush=True)
+        return 0
+    scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
+    results = [measure(args.preset, args.micro_batch, scope, args.timeout)
+               for _ in range(args.repeats) for scope in scopes]
+    print(f"cold compile, {args.preset} preset, micro-batch {args.micro_batch} (seconds; phases summed over graphs):")
+    print(f"{'scope':6} {'first step':>10} {'compiler':>9} {'trace':>6} {'lower':>6} {'codegen':>8} {'build':>6} "
+          f"{'kernel modules':>15}")
+    for r in results:
+        ph = r["phases"]
+
+        def cell(v, width):
+            return f"{v:{width}.1f}" if v is not None else f"{'–':>{width}}"
+
+        print(f"{r['scope']:6} {cell(r['first_step_s'], 10)} {cell(r['compiler_s'], 9)} {cell(ph.get('trace'), 6)} "
+              f"{cell(ph.get('lower'), 6)} {cell(ph.get('codegen'), 8)} {cell(ph.get('build'), 6)} "
+              f"{r['kernel_modules']:>15}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
