@@ -21,7 +21,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
+def _integer(text: str) -> int:
+    """An integer; its range is checked by the config it lands in, whose message names the setting."""
     try:
         value = int(text)
     except ValueError:
@@ -47,14 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", choices=list(PRESETS), help="model size (default: tiny on CPU, small on a GPU)")
     t.add_argument("--data", help="'builtin', a .txt/.md file, a folder of them, or a .jsonl with a 'text' field")
     t.add_argument("--layout", choices=LAYOUTS)
-    t.add_argument("--vocab-size", type=_positive_int)
+    t.add_argument("--vocab-size", type=_integer)
     budget = t.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=_positive_int, help="budget in optimizer steps")
+    budget.add_argument("--steps", type=_integer, help="budget in optimizer steps")
     budget.add_argument("--tokens", type=_number, help="budget in tokens (e.g. 2e6)")
     budget.add_argument("--epochs", type=_number, help="budget in passes over the training samples")
-    t.add_argument("--micro-batch", type=_positive_int, help="sequences per forward/backward pass")
-    t.add_argument("--accum", type=_positive_int, help="micro-batches per optimizer step")
-    t.add_argument("--seq-len", type=_positive_int)
+    t.add_argument("--micro-batch", type=_integer, help="sequences per forward/backward pass")
+    t.add_argument("--accum", type=_integer, help="micro-batches per optimizer step")
+    t.add_argument("--seq-len", type=_integer)
     t.add_argument("--lr", type=_number)
     t.add_argument("--min-lr", type=_number)
     t.add_argument("--warmup", type=_number, help="warmup as a share of the budget (default 0.05)")
@@ -64,21 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--compile-scope", choices=COMPILE_SCOPES)
     t.add_argument("--precision", choices=PRECISIONS)
     t.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
-    t.add_argument("--seed", type=_positive_int)
+    t.add_argument("--seed", type=_integer)
     t.add_argument("--out", help="folder for run folders (default: the per-user data folder)")
-    t.add_argument("--eval-every", type=_positive_int)
-    t.add_argument("--eval-batches", type=_positive_int)
-    t.add_argument("--sample-every", type=_positive_int)
-    t.add_argument("--save-every", type=_positive_int)
-    t.add_argument("--keep", type=_positive_int, help="periodic checkpoints to keep")
+    t.add_argument("--eval-every", type=_integer)
+    t.add_argument("--eval-batches", type=_integer)
+    t.add_argument("--sample-every", type=_integer)
+    t.add_argument("--save-every", type=_integer)
+    t.add_argument("--keep", type=_integer, help="periodic checkpoints to keep")
     start = t.add_mutually_exclusive_group()
     start.add_argument("--resume", help="checkpoint (or run folder) to continue exactly; its settings are the "
                                         "defaults, flags override them")
     start.add_argument("--init-from", help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.safetensors "
                                            "weights to start a new run from (fresh optimizer and schedule)")
-    t.add_argument("--log-every", type=_positive_int, default=10, help="steps between printed lines")
+    t.add_argument("--log-every", type=_integer, default=10, help="steps between printed lines")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--nproc", type=_positive_int, help="processes (GPUs, or CPU processes) via torchrun")
+    t.add_argument("--nproc", type=_integer, help="processes (GPUs, or CPU processes) via torchrun")
     t.add_argument("--fsdp", action="store_true", default=None,
                    help="with several processes: shard the model and optimizer state (FSDP2) instead of DDP")
     t.add_argument("--config", help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
@@ -87,10 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
     g.add_argument("checkpoint", help="run folder, checkpoint folder, Hugging Face folder")
     g.add_argument("--prompt", default="The")
-    g.add_argument("--max-new-tokens", type=_positive_int, default=64)
+    g.add_argument("--max-new-tokens", type=_integer, default=64)
     g.add_argument("--temperature", type=_number, default=0.0, help="0 is greedy")
-    g.add_argument("--top-k", type=_positive_int)
-    g.add_argument("--seed", type=_positive_int, default=0)
+    g.add_argument("--top-k", type=_integer)
+    g.add_argument("--seed", type=_integer, default=0)
     g.add_argument("--device", default="auto")
 
     e = sub.add_parser("export", help="export a checkpoint to another format")
