@@ -427,3 +427,36 @@ def test_cli_bad_checkpoint_in_a_real_process_has_no_traceback(tmp_path, tok):
     assert proc.stderr.startswith("speedboard: error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert "checksum differs" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid  # ended and reaped: no process has this id now (ids are not reused at once)
+
+
+def test_next_save_clears_what_a_crashed_save_left(tmp_path, tok):
+    """A crash mid-save leaves hidden folders; the next save of that name removes the temporary one and
+    puts a checkpoint moved aside between the two renames back, leaving live processes' folders alone."""
+    folder = tmp_path / "checkpoints"
+    target = ck.save_checkpoint(folder / "final", make_model(0), tokenizer=tok, step=1)
+    dead = _dead_pid()
+    # A crash between "old away" and "new in": only the moved-aside checkpoint and a full temporary folder.
+    moved = folder / f".final.old-{dead}-abc123"
+    os.rename(target, moved)
+    crashed_tmp = folder / f".final.tmp-{dead}-def456"
+    shutil.copytree(moved, crashed_tmp)
+    live_tmp = folder / f".final.tmp-{os.getpid()}-0a0b0c"  # this process's own: never swept
+    live_tmp.mkdir()
+    other = folder / f".other.tmp-{dead}-111111"  # another checkpoint's leftover: not this save's business
+    other.mkdir()
+
+    assert sorted(ck.sweep_leftovers(target)) == sorted([moved, crashed_tmp])
+    assert ck.read_checkpoint(target).meta["step"] == 1  # the last good checkpoint is back under its name
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["final", live_tmp.name, other.name])
+
+    # Moved aside while a newer save did land: the stale copy is removed, the newer one kept.
+    os.rename(shutil.copytree(target, folder / "copy"), folder / f".final.old-{dead}-222222")
+    ck.save_checkpoint(target, make_model(1), tokenizer=tok, step=2)
+    assert ck.read_checkpoint(target).meta["step"] == 2
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["final", live_tmp.name, other.name])
