@@ -455,6 +455,9 @@ class Trainer:
         self._sample()
         self._serve_save_requests()  # requests that came in during the last step
         final_ckpt = self._save_or_warn(None, final=True)  # also on stop
+        # Ranks leave together: one that tore its process group down while rank 0
+        # was still writing could abort in the collective library's threads.
+        barrier(self.dist)
         steady = [t for t, w in step_times if not w]
         median_tps = self.tokens_per_step / statistics.median(steady) if steady else None
         result = RunResult(self.run_id, self.run_dir, self.step, self.tokens, stopped,
