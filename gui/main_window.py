@@ -354,6 +354,10 @@ class MainWindow(QMainWindow):
         self._stopping = False
         if record is not None:
             self.table.update_record(record)
+        self._after_run(record)
+
+    def _after_run(self, record: RunRecord | None) -> None:
+        """What waits for a run's end, in the thread or in torchrun processes: closing, or Continue."""
         if self._close_when_idle:
             QTimer.singleShot(0, self.close)
             return
@@ -364,7 +368,7 @@ class MainWindow(QMainWindow):
             else:
                 dialogs.show_error(self, "Cannot continue", "The run ended without a final checkpoint, so there "
                                                             "is nothing to continue from.")
-        if not self.controller.running:
+        if not self._running:
             self.status.show_idle("idle")
 
     def _on_job_failed(self, event: JobFailed) -> None:
@@ -456,15 +460,7 @@ class MainWindow(QMainWindow):
             # No final event in the folder (bad settings, or a crash before rank 0 wrote one).
             reason = message or f"the training processes exited with code {code}"
             self._apply(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))
-        if self._close_when_idle:
-            QTimer.singleShot(0, self.close)
-            return
-        if self._continue_after_stop:
-            self._continue_after_stop = False
-            if record is not None and record.checkpoint:
-                self._continue_from(record)
-        if not self._running:
-            self.status.show_idle("idle")
+        self._after_run(record)
         self._update_controls()
 
     def _pause(self) -> None:
