@@ -36,19 +36,13 @@ PHASES = {
 
 
 def _child(preset: str, micro_batch: int, scope: str) -> dict:
-    import torch
     import torch.nn.functional as F
 
+    from bench.runners import preset_model
     from core.compile import compile_model
-    from core.config import config_from_preset
-    from core.data import prepare_data
-    from core.model import LlamaForCausalLM
 
-    cfg = config_from_preset(preset)
-    data = prepare_data(cfg.data)
-    model_cfg = cfg.model.__class__(**{**cfg.model.to_dict(), "vocab_size": data.tokenizer.vocab_size})
-    torch.manual_seed(0)
-    compiled = compile_model(LlamaForCausalLM(model_cfg), "default", scope)
+    _, data, model = preset_model(preset)
+    compiled = compile_model(model, "default", scope)
     batch = data.train.batch(list(range(micro_batch)))
     t0 = time.perf_counter()
     logits = compiled(batch.inputs)

@@ -34,15 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from bench.bare_loop import compile_forward
-    from core.config import config_from_preset
-    from core.data import prepare_data
-    from core.model import LlamaForCausalLM
+    from bench.runners import preset_model
 
-    cfg = config_from_preset(args.preset)
-    data = prepare_data(cfg.data)
-    model_cfg = cfg.model.__class__(**{**cfg.model.to_dict(), "vocab_size": data.tokenizer.vocab_size})
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(model_cfg)
+    cfg, data, model = preset_model(args.preset)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     batch = data.train.batch(list(range(args.micro_batch)))
 

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from bench.hf_reference import transformers_version
     from bench.probe import run_probe
     from bench.report import summarise, write_json, write_markdown, write_png
-    from bench.runners import run_reference, run_speedboard
+    from bench.runners import model_config_for, run_reference, run_speedboard
     from core.config import config_from_preset
     from core.data import prepare_data
     from core.device import (
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     base = config_from_preset(preset, train={"device": str(device), "precision": precision, "seed": args.seed,
                                              "warmup_ratio": 0.0})
     data = prepare_data(base.data)
-    model_cfg = base.model.__class__(**{**base.model.to_dict(), "vocab_size": data.tokenizer.vocab_size})
+    model_cfg = model_config_for(base, data)
     tokens_per_step = effective * base.data.seq_len
     out = Path(args.out).expanduser() if args.out else (
         default_out_dir().parent / "bench" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device.type}")

@@ -13,15 +13,15 @@ import gc
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from bench.bare_loop import bare_train, compile_forward, plan_batches
 from bench.cells import Cell
-from core.config import RunConfig
+from core.config import ModelConfig, RunConfig, config_from_preset
 from core.control import Control
-from core.data import Data
+from core.data import Data, prepare_data
 from core.events import CompileFinished, Event, RunStarted, StepMetrics, WarningRaised
 from core.model import LlamaForCausalLM
 from core.schedule import LRSchedule
@@ -146,13 +146,24 @@ def run_speedboard(base: RunConfig, cell: Cell, total_steps: int, repeat: int) -
                      bookkeeping_seconds=bookkeeping, warnings=sink.warnings)
 
 
+def model_config_for(base: RunConfig, data: Data) -> ModelConfig:
+    """The run's architecture with the vocabulary its tokenizer produced, as the Trainer builds it."""
+    return replace(base.model, vocab_size=data.tokenizer.vocab_size)
+
+
+def preset_model(preset: str, seed: int = 0) -> tuple[RunConfig, Data, LlamaForCausalLM]:
+    """A preset's config, its data and a freshly initialised model (seeded), for the one-off bench scripts."""
+    cfg = config_from_preset(preset)
+    data = prepare_data(cfg.data)
+    torch.manual_seed(seed)
+    return cfg, data, LlamaForCausalLM(model_config_for(cfg, data))
+
+
 def run_reference(runner: str, base: RunConfig, data: Data, cell: Cell, total_steps: int, repeat: int,
                   device: torch.device, precision: str) -> RunRecord:
     """The bare loop on our model (``bare``) or on Hugging Face's (``hf``), same weights and batches."""
-    from dataclasses import replace
-
     tc = base.train
-    model_cfg = replace(base.model, vocab_size=data.tokenizer.vocab_size)
+    model_cfg = model_config_for(base, data)
     torch.manual_seed(tc.seed)  # the Trainer's seed: identical initial weights
     model = LlamaForCausalLM(model_cfg)
     if runner == "hf":
