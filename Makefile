@@ -29,7 +29,8 @@ train: setup
 	$(BIN)/speedboard train
 
 test: setup
-	$(BIN)/python -m ruff check core gui tests bench
+	$(BIN)/python -m ruff check core gui tests bench speedboard assets
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 bench: setup

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from core.compile import reset_compiler
 from core.data import Data, SampleOrder
 from core.device import DTYPES, synchronize
 
@@ -74,7 +75,7 @@ def compile_forward(model: torch.nn.Module, mode: str, scope: str) -> torch.nn.M
     """torch.compile the whole model, or each decoder layer in place; ``off`` returns the model."""
     if mode == "off":
         return model
-    torch._dynamo.reset()  # start clean, as the Trainer does
+    reset_compiler()  # start clean, as the Trainer does
     kwargs = {} if mode == "default" else {"mode": mode}
     if scope == "model":
         return torch.compile(model, **kwargs)

@@ -9,9 +9,6 @@ from core.config import CUDA_GRAPH_MODES
 from core.errors import SpeedboardError
 
 DEFAULT_ACCUMS = (1, 4, 8)
-RUNNERS = ("speedboard", "bare", "hf")
-"""``speedboard``: the product's Trainer; ``bare``: the plain loop on the same model;
-``hf``: the plain loop on Hugging Face's LlamaForCausalLM."""
 
 
 class BenchError(SpeedboardError):

@@ -21,6 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from core.compile import reset_compiler
 from core.config import CUDA_GRAPH_MODES, ModelConfig, preset
 from core.device import DTYPES, resolve_device
 from core.model import LlamaForCausalLM
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode:<16} accum {r['accum']}: max relative gradient difference {r['max_relative_difference']:.2e} "
               f"(tolerance {r['tolerance']:g}) {'ok' if r['ok'] else 'WRONG'}"
               + ("" if r["cuda_graphs"] else "  [no CUDA: graphs not used]"))
-        torch._dynamo.reset()
+        reset_compiler()
     return 1 if failed else 0
 
 

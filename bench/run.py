@@ -26,12 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-EXIT_USAGE = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not a usage dump
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+from core.cli import EXIT_USAGE, OneLineParser
 
 
 def _int_at_least(low: int):
@@ -60,7 +55,7 @@ def _accums(text: str) -> tuple[int, ...]:
 def build_parser() -> argparse.ArgumentParser:
     from core.config import PRESETS
 
-    p = _Parser(prog="speedboard bench", description="Tokens/s, MFU, compile seconds, peak memory and loss of "
+    p = OneLineParser(prog="speedboard bench", description="Tokens/s, MFU, compile seconds, peak memory and loss of "
                 "compile modes × gradient accumulation, against a bare loop and Hugging Face's Llama.")
     p.add_argument("--preset", choices=list(PRESETS), help="model (default: small; tiny with --quick)")
     p.add_argument("--steps", type=_int_at_least(1), help="timed optimizer steps per run after warm-up (default 4)")

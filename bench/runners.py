@@ -19,6 +19,7 @@ import torch
 
 from bench.bare_loop import bare_train, compile_forward, plan_batches
 from bench.cells import Cell
+from core.compile import reset_compiler
 from core.config import ModelConfig, RunConfig, config_from_preset
 from core.control import Control
 from core.data import Data, prepare_data
@@ -197,7 +198,7 @@ def run_reference(runner: str, base: RunConfig, data: Data, cell: Cell, total_st
 
 def compiler_seconds() -> float | None:
     """Seconds spent inside torch.compile (Dynamo, AOTAutograd, Inductor; forward and backward) since the last
-    ``torch._dynamo.reset()``: the compiler's own clock, free of the noise of subtracting step times."""
+    ``reset_compiler()``: the compiler's own clock, free of the noise of subtracting step times."""
     try:
         from torch._dynamo.utils import calculate_time_spent
 
@@ -208,7 +209,7 @@ def compiler_seconds() -> float | None:
 
 def _release() -> None:
     """Free the run's compiled graphs and tensors before the next run starts."""
-    torch._dynamo.reset()
+    reset_compiler()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -1,7 +1,9 @@
-"""The headless command line: ``speedboard train | generate | export | bench | gui``.
+"""The engine's commands: ``train``, ``generate``, ``export``.
 
-Also the torchrun entry point: ``torchrun --nproc-per-node N -m core.cli train …``.
-Every user mistake prints one line and exits with code 2.
+``speedboard`` (the ``speedboard`` package) adds the benchmark and the
+dashboard to these; this module is also the torchrun entry point:
+``torchrun --nproc-per-node N -m core.cli train …``. Every user mistake prints
+one line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 EXIT_USAGE = 2
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not a usage dump
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit code 2, not a usage dump."""
+
+    def error(self, message: str) -> None:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
@@ -37,12 +41,18 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from core.config import COMPILE_MODES, COMPILE_SCOPES, LAYOUTS, PRECISIONS, PRESETS
+DESCRIPTION = "Train a Llama-style model; see what torch.compile and gradient accumulation buy."
 
-    parser = _Parser(prog="speedboard", description="Train a Llama-style model; see what torch.compile "
-                                                    "and gradient accumulation buy.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the engine's commands (``speedboard`` adds the benchmark and the dashboard)."""
+    parser = OneLineParser(prog="speedboard", description=DESCRIPTION)
+    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser))
+    return parser
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    from core.config import COMPILE_MODES, COMPILE_SCOPES, LAYOUTS, PRECISIONS, PRESETS
 
     t = sub.add_parser("train", help="train a model (headless)")
     t.add_argument("--preset", choices=list(PRESETS), help="model size (default: tiny on CPU, small on a GPU)")
@@ -99,11 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("out")
     e.add_argument("--format", choices=["hf"], default="hf")
 
-    b = sub.add_parser("bench", help="benchmark compile modes × accumulation")
-    b.add_argument("args", nargs=argparse.REMAINDER, help="options of bench/run.py (see --help there)")
-
-    sub.add_parser("gui", help="open the dashboard")
-    return parser
 
 
 # ----------------------------------------------------------------------------- train
@@ -189,48 +194,29 @@ class ConsoleSink:
 
     def __call__(self, event) -> None:
         from core import events as ev
+        from core.event_text import event_line, step_line
 
-        if isinstance(event, ev.RunStarted):
-            self._print(f"run {event.run_id}  device {event.device}  {event.precision}  "
-                        f"{event.num_parameters / 1e6:.2f}M params  {event.tokens_per_step} tokens/step  "
-                        f"→ step {event.total_steps}\n  folder {event.run_dir}")
-            if self.progress:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=event.total_steps, initial=event.start_step, unit="step",
-                                dynamic_ncols=True, leave=False, file=sys.stderr)
-        elif isinstance(event, ev.StepMetrics):
+        if isinstance(event, ev.StepMetrics):
             if self.bar is not None:
                 self.bar.update(event.step - self.bar.n)
                 self.bar.set_postfix(loss=f"{event.loss:.3f}", tok_s=f"{event.tokens_per_s:,.0f}", refresh=False)
             if event.step % self.log_every == 0:
-                tag = " (warm-up)" if event.warmup else ""
-                self._print(f"step {event.step:6d} | loss {event.loss:.4f} | lr {event.lr:.2e} | "
-                            f"grad {event.grad_norm:.2f} | {event.tokens_per_s:9,.0f} tok/s{tag} | "
-                            f"mfu {event.mfu * 100:4.1f}% | mem {event.peak_mem_gib:.2f} GiB")
-        elif isinstance(event, ev.CompileStarted):
-            self._print(f"compiling ({event.mode}, {event.scope}) …")
-        elif isinstance(event, ev.CompileFinished):
-            what = "fell back to eager" if event.fallback else f"compile warm-up {event.seconds:.1f} s"
-            self._print(f"{what} ({event.mode}, {event.scope})")
-        elif isinstance(event, ev.ValidationDone):
-            self._print(f"validation @ step {event.step}: loss {event.loss:.4f}, perplexity {event.perplexity:.1f}")
-        elif isinstance(event, ev.SampleGenerated):
-            self._print(f"sample @ step {event.step}: {event.text!r}")
-        elif isinstance(event, ev.CheckpointSaved):
-            self._print(f"checkpoint: {event.path}")
-        elif isinstance(event, ev.WarningRaised):
-            self._print(f"warning: {event.message}")
-        elif isinstance(event, ev.RunFinished):
+                self._print(step_line(event))
+            return
+        if isinstance(event, (ev.RunFinished, ev.RunFailed)):
             self.close()
-            tps = f"{event.median_tokens_per_s:,.0f}" if event.median_tokens_per_s else "n/a"
-            comp = f", compile {event.compile_seconds:.1f} s" if event.compile_seconds is not None else ""
-            state = "stopped" if event.stopped else "finished"
-            val = f"{event.val_loss:.4f}" if event.val_loss is not None else "n/a"
-            self._print(f"{state} at step {event.step}: train loss {event.final_loss:.4f}, val loss {val}, "
-                        f"median {tps} tokens/s after warm-up{comp}, peak mem {event.peak_mem_gib:.2f} GiB")
+        if isinstance(event, ev.SampleGenerated):
+            self._print(f"sample at step {event.step}: {event.text!r}")
         elif isinstance(event, ev.RunFailed):
-            self.close()
+            return  # the command's own error line says it
+        line = event_line(event)
+        if line is not None:
+            self._print(line.text if line.level == "info" else f"{line.level}: {line.text}")
+        if isinstance(event, ev.RunStarted) and self.progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=event.total_steps, initial=event.start_step, unit="step",
+                            dynamic_ncols=True, leave=False, file=sys.stderr)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -257,14 +243,13 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     The configuration is checked here first, and the run folder named, so the
     exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
     """
-    from core.launch import check_data_source, check_nproc, check_run_id, run_torchrun, worker_env
-    from core.runs import default_out_dir, new_run_id, run_tag
+    from core.launch import check_data_source, check_nproc, run_torchrun, worker_env
+    from core.runs import plan_run_dir
 
     config = config_from_args(args)
     check_nproc(args.nproc, config.train.device)
     check_data_source(config.data.source)
-    run_id = check_run_id(args.run_id or new_run_id(run_tag(config, args.nproc)))
-    run_dir = (Path(config.out_dir) if config.out_dir else default_out_dir()) / run_id
+    run_id, run_dir = plan_run_dir(config, args.nproc, args.run_id)
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
     return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
                         env=worker_env(args.nproc, config.train.device))
@@ -274,12 +259,13 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from core.control import Control
     from core.distributed import JobTerminated, PeerLost, launched_by_torchrun, shutdown
     from core.errors import ConfigError
+    from core.launch import check_nproc
     from core.trainer import Trainer
 
     if args.config and (args.preset or args.resume):
         raise ConfigError("--config holds the whole configuration; use flags other than --preset/--resume with it")
-    if args.nproc is not None and args.nproc < 1:
-        raise ConfigError(f"--nproc must be ≥ 1, got {args.nproc}")
+    if args.nproc is not None:
+        check_nproc(args.nproc)
     if args.nproc and args.nproc > 1 and not launched_by_torchrun():
         return _handover_to_torchrun(args, argv)
     config = config_from_args(args)
@@ -316,7 +302,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 # ----------------------------------------------------------------------------- generate / export
-def cmd_generate(args: argparse.Namespace) -> int:
+def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
     from core.checkpoint import latest_checkpoint, load_weights, read_checkpoint
@@ -341,7 +327,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:
     from core.checkpoint import export_hf, latest_checkpoint
 
     out = export_hf(latest_checkpoint(args.checkpoint), args.out)
@@ -349,50 +335,26 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root))
-    try:
-        from bench.run import main as bench_main
-    except ImportError:
-        print("speedboard: error: the benchmark needs the source checkout (bench/ folder)", file=sys.stderr)
-        return EXIT_USAGE
-    return bench_main(args.args)
+COMMANDS = {"train": cmd_train, "generate": cmd_generate, "export": cmd_export}
 
 
-def cmd_gui() -> int:
-    try:
-        from gui.app import main as gui_main
-    except ImportError as exc:
-        print(f"speedboard: error: the dashboard needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
-        return EXIT_USAGE
-    return gui_main()
-
-
-def main(argv: list[str] | None = None) -> int:
+def run_command(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run a parsed engine command; a user's mistake is one line on stderr and exit code 2."""
     from core.errors import SpeedboardError
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:  # the benchmark parses its own options (bench/run.py), --help included
-        args = argparse.Namespace(command="bench", args=argv[1:])
-    else:
-        args = build_parser().parse_args(argv)
     try:
-        if args.command == "train":
-            return cmd_train(args, argv)
-        if args.command == "generate":
-            return cmd_generate(args)
-        if args.command == "export":
-            return cmd_export(args)
-        if args.command == "bench":
-            return cmd_bench(args)
-        return cmd_gui()
+        return COMMANDS[args.command](args, argv)
     except SpeedboardError as exc:
         print(f"speedboard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("speedboard: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_command(build_parser().parse_args(argv), argv)
 
 
 if __name__ == "__main__":

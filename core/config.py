@@ -27,13 +27,48 @@ BUDGET_KINDS = ("steps", "tokens", "epochs")
 BUILTIN_CORPUS = "builtin"
 
 
-def _require(cond: bool, message: str) -> None:
+def _require(cond: bool, message: str, field: str | None = None) -> None:
+    """Raise ConfigError(message) naming ``field``, the setting at fault, unless ``cond`` holds."""
     if not cond:
-        raise ConfigError(message)
+        raise ConfigError(message, field)
 
 
-def _from_dict(cls, data: dict[str, Any]):
-    """Build a dataclass from a dict, ignoring unknown keys (older/newer files)."""
+_KINDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "text"}
+MAX_SEED = 2**63 - 1
+"""Seeds are non-negative and fit a signed 64-bit integer (numpy's SeedSequence, torch.manual_seed)."""
+
+
+def _check_types(obj) -> None:
+    """Every field holds a value of its annotated type: integers are not booleans, numbers are finite.
+
+    Runs first in each ``__post_init__``, so a config read from any JSON shape is
+    either valid or one line naming the field.
+    """
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        kind = str(f.type).replace(" ", "")
+        if kind.endswith("|None"):
+            if value is None:
+                continue
+            kind = kind.removesuffix("|None")
+        if kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        elif kind == "bool":
+            ok = isinstance(value, bool)
+        elif kind == "str":
+            ok = isinstance(value, str)
+        else:
+            continue  # nested configs check themselves
+        _require(ok, f"{f.name.replace('_', ' ')} must be {_KINDS[kind]}, got {value!r}", f.name)
+
+
+def _from_dict(cls, data: Any, section: str | None = None):
+    """Build a dataclass from a dict, ignoring unknown keys (older/newer files); any other shape is a ConfigError."""
+    if not isinstance(data, dict):
+        what = f"the {section} section" if section else f"a {cls.__name__}"
+        raise ConfigError(f"{what} must be a JSON object, got {type(data).__name__}", section)
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -58,17 +93,20 @@ class ModelConfig:
     initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
+        _check_types(self)
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
                      "intermediate_size", "max_position_embeddings"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 1, f"{name} must be a positive integer, got {value!r}")
+            _require(value >= 1, f"{name} must be a positive integer, got {value!r}", name)
         _require(self.hidden_size % self.num_heads == 0,
-                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}", "num_heads")
         _require(self.num_heads % self.num_kv_heads == 0,
-                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
-        _require(self.head_dim % 2 == 0, f"head dimension {self.head_dim} must be even for rotary embeddings")
-        _require(self.rms_norm_eps > 0, "rms_norm_eps must be positive")
-        _require(self.rope_theta > 0, "rope_theta must be positive")
+                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}", "num_kv_heads")
+        _require(self.head_dim % 2 == 0, f"head dimension {self.head_dim} must be even for rotary embeddings",
+                 "num_heads")
+        _require(self.rms_norm_eps > 0, "rms_norm_eps must be positive", "rms_norm_eps")
+        _require(self.rope_theta > 0, "rope_theta must be positive", "rope_theta")
+        _require(self.initializer_range >= 0, "initializer_range must be ≥ 0", "initializer_range")
 
     @property
     def head_dim(self) -> int:
@@ -86,7 +124,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        return _from_dict(cls, data)
+        return _from_dict(cls, data, "model")
 
     def to_hf_dict(self) -> dict[str, Any]:
         """A ``config.json`` that ``transformers.LlamaConfig`` reads."""
@@ -161,20 +199,22 @@ class DataConfig:
     """Share of samples held out for validation."""
 
     def __post_init__(self) -> None:
-        _require(self.layout in LAYOUTS, f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
-        _require(isinstance(self.seq_len, int) and self.seq_len >= 2,
-                 f"seq_len must be an integer ≥ 2, got {self.seq_len!r}")
-        _require(isinstance(self.vocab_size, int) and 300 <= self.vocab_size <= 1_000_000,
-                 f"vocab_size must be between 300 and 1,000,000, got {self.vocab_size!r}")
-        _require(0.0 < self.val_fraction < 0.5, f"val_fraction must be in (0, 0.5), got {self.val_fraction!r}")
-        _require(bool(self.source), "data source is empty")
+        _check_types(self)
+        _require(self.layout in LAYOUTS, f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}",
+                 "layout")
+        _require(self.seq_len >= 2, f"seq_len must be an integer ≥ 2, got {self.seq_len!r}", "seq_len")
+        _require(300 <= self.vocab_size <= 1_000_000,
+                 f"vocab_size must be between 300 and 1,000,000, got {self.vocab_size!r}", "vocab_size")
+        _require(0.0 < self.val_fraction < 0.5, f"val_fraction must be in (0, 0.5), got {self.val_fraction!r}",
+                 "val_fraction")
+        _require(bool(self.source), "data source is empty", "source")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DataConfig:
-        return _from_dict(cls, data)
+        return _from_dict(cls, data, "data")
 
 
 @dataclass(frozen=True)
@@ -218,38 +258,46 @@ class TrainConfig:
     """How many periodic checkpoints to keep."""
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.micro_batch, int) and self.micro_batch >= 1,
-                 f"micro-batch must be an integer ≥ 1, got {self.micro_batch!r}")
-        _require(isinstance(self.accum_steps, int) and self.accum_steps >= 1,
-                 f"accumulation steps must be an integer ≥ 1, got {self.accum_steps!r}")
-        _require(self.budget_kind in BUDGET_KINDS, f"unknown budget kind {self.budget_kind!r}")
-        _require(self.budget > 0 and math.isfinite(self.budget), f"budget must be positive, got {self.budget!r}")
-        _require(self.lr > 0, f"learning rate must be positive, got {self.lr!r}")
-        _require(0 <= self.min_lr <= self.lr, f"min-lr must be between 0 and lr ({self.lr}), got {self.min_lr!r}")
+        _check_types(self)
+        _require(self.micro_batch >= 1, f"micro-batch must be an integer ≥ 1, got {self.micro_batch!r}",
+                 "micro_batch")
+        _require(self.accum_steps >= 1, f"accumulation steps must be an integer ≥ 1, got {self.accum_steps!r}",
+                 "accum_steps")
+        _require(self.budget_kind in BUDGET_KINDS, f"unknown budget kind {self.budget_kind!r}", "budget_kind")
+        _require(self.budget > 0, f"budget must be positive, got {self.budget!r}", "budget")
+        _require(self.lr > 0, f"learning rate must be positive, got {self.lr!r}", "lr")
+        _require(0 <= self.min_lr <= self.lr, f"min-lr must be between 0 and lr ({self.lr}), got {self.min_lr!r}",
+                 "min_lr")
         _require(0 <= self.warmup_ratio < 1,
-                 f"warmup must be a share of the budget in [0, 1), got {self.warmup_ratio!r}")
-        _require(self.weight_decay >= 0, "weight decay must be ≥ 0")
-        _require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "Adam betas must be in [0, 1)")
-        _require(self.grad_clip >= 0, "grad clip must be ≥ 0")
+                 f"warmup must be a share of the budget in [0, 1), got {self.warmup_ratio!r}", "warmup_ratio")
+        _require(self.weight_decay >= 0, "weight decay must be ≥ 0", "weight_decay")
+        _require(0 <= self.beta1 < 1, "Adam beta1 must be in [0, 1)", "beta1")
+        _require(0 <= self.beta2 < 1, "Adam beta2 must be in [0, 1)", "beta2")
+        _require(self.grad_clip >= 0, "grad clip must be ≥ 0", "grad_clip")
         _require(self.compile_mode in COMPILE_MODES,
-                 f"unknown compile mode {self.compile_mode!r}; choose one of {', '.join(COMPILE_MODES)}")
+                 f"unknown compile mode {self.compile_mode!r}; choose one of {', '.join(COMPILE_MODES)}",
+                 "compile_mode")
         _require(self.compile_scope in COMPILE_SCOPES,
-                 f"unknown compile scope {self.compile_scope!r}; choose one of {', '.join(COMPILE_SCOPES)}")
+                 f"unknown compile scope {self.compile_scope!r}; choose one of {', '.join(COMPILE_SCOPES)}",
+                 "compile_scope")
         _require(self.precision in PRECISIONS,
-                 f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+                 f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}", "precision")
+        _require(bool(self.device), "device is empty", "device")
+        _require(0 <= self.seed <= MAX_SEED, f"seed must be between 0 and 2**63 - 1, got {self.seed!r}", "seed")
         # CUDA-graph replay reuses static gradient buffers; with several backward
         # passes per optimizer step some PyTorch releases accumulate into stale
         # buffers and give wrong gradients without any error. Unproven here, so refused.
         _require(not (self.compile_mode in CUDA_GRAPH_MODES and self.accum_steps > 1),
                  f"compile mode {self.compile_mode!r} uses CUDA graphs, which can give wrong gradients with "
-                 f"gradient accumulation; use 'max-autotune-no-cudagraphs' or 'default' with accumulation > 1")
+                 f"gradient accumulation; use 'max-autotune-no-cudagraphs' or 'default' with accumulation > 1",
+                 "compile_mode")
         _require(not (self.fsdp and self.precision == "fp16"),
-                 "fp16 (with its loss scaler) is not supported with FSDP; use bf16 or fp32")
+                 "fp16 (with its loss scaler) is not supported with FSDP; use bf16 or fp32", "precision")
         for name in ("eval_every", "sample_every", "save_every"):
-            _require(getattr(self, name) >= 0, f"{name} must be ≥ 0")
-        _require(self.eval_batches >= 1, "eval batches must be ≥ 1")
-        _require(self.keep >= 1, "keep must be ≥ 1")
-        _require(self.sample_tokens >= 1, "sample tokens must be ≥ 1")
+            _require(getattr(self, name) >= 0, f"{name.replace('_', ' ')} must be ≥ 0", name)
+        _require(self.eval_batches >= 1, "eval batches must be ≥ 1", "eval_batches")
+        _require(self.keep >= 1, "keep must be ≥ 1", "keep")
+        _require(self.sample_tokens >= 1, "sample tokens must be ≥ 1", "sample_tokens")
 
     def sequences_per_step(self, world_size: int = 1) -> int:
         """Effective batch in sequences per optimizer step."""
@@ -260,7 +308,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        return _from_dict(cls, data)
+        return _from_dict(cls, data, "train")
 
 
 @dataclass(frozen=True)
@@ -314,10 +362,11 @@ class RunConfig:
     name: str | None = None
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _require(self.data.seq_len <= self.model.max_position_embeddings,
                  f"sequence length {self.data.seq_len} is beyond the model's "
-                 f"{self.model.max_position_embeddings} positions")
-        _require(not (self.resume and self.init_from), "use either resume or init-from, not both")
+                 f"{self.model.max_position_embeddings} positions", "seq_len")
+        _require(not (self.resume and self.init_from), "use either resume or init-from, not both", "init_from")
 
     def tokens_per_step(self, world_size: int = 1) -> int:
         """Token positions per optimizer step (the effective batch in tokens)."""
@@ -337,11 +386,14 @@ class RunConfig:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+    def from_dict(cls, data: Any) -> RunConfig:
+        """The inverse of ``to_dict``; any other JSON shape is a ConfigError naming the bad part."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a run configuration must be a JSON object, got {type(data).__name__}")
         return cls(
-            model=ModelConfig.from_dict(data.get("model", {})),
-            data=DataConfig.from_dict(data.get("data", {})),
-            train=TrainConfig.from_dict(data.get("train", {})),
+            model=_from_dict(ModelConfig, data.get("model", {}), "model"),
+            data=_from_dict(DataConfig, data.get("data", {}), "data"),
+            train=_from_dict(TrainConfig, data.get("train", {}), "train"),
             **{k: data.get(k) for k in ("out_dir", "resume", "init_from", "parent", "name")},
             preset=data.get("preset", "tiny"),
         )

@@ -30,7 +30,7 @@ import torch
 
 from core.config import BUILTIN_CORPUS, DataConfig
 from core.errors import DataError
-from core.tokenizer import BPETokenizer
+from core.tokenizer import BPETokenizer, get_tokenizer
 
 IGNORE_INDEX = -100  # targets the loss skips (cross_entropy's default ignore_index)
 TEXT_SUFFIXES = (".txt", ".md")
@@ -234,8 +234,6 @@ class Data:
 
 def prepare_data(cfg: DataConfig, tokenizer: BPETokenizer | None = None) -> Data:
     """Read the corpus, get its tokenizer (cached, or the one given), build train/val samples."""
-    from core.tokenizer import get_tokenizer
-
     corpus = load_corpus(cfg.source)
     tok = tokenizer or get_tokenizer(corpus.documents, cfg.vocab_size, corpus.fingerprint)
     token_docs = tok.encode_batch(corpus.documents)

@@ -161,12 +161,6 @@ def shard_model(model: torch.nn.Module, device: torch.device) -> None:
     fully_shard(model, mesh=mesh)
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
 def local_scalar(t: torch.Tensor) -> torch.Tensor:
     """A plain tensor from what clip_grad_norm_ returns (a DTensor under FSDP)."""
     full = getattr(t, "full_tensor", None)

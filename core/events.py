@@ -105,6 +105,16 @@ class CheckpointSaved(Event):
 
 
 @dataclass(frozen=True)
+class CheckpointFailed(Event):
+    """A checkpoint could not be written (a full disk, a bad path); the run goes on."""
+
+    step: int
+    path: str
+    """Where it was to be written."""
+    message: str
+
+
+@dataclass(frozen=True)
 class WarningRaised(Event):
     message: str
 
@@ -137,6 +147,7 @@ _KIND_OF: dict[type, str] = {
     ValidationDone: "validation",
     SampleGenerated: "sample",
     CheckpointSaved: "checkpoint",
+    CheckpointFailed: "checkpoint_failed",
     WarningRaised: "warning",
     RunFinished: "finished",
     RunFailed: "failed",

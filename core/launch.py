@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -29,21 +28,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import ConfigError
-
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def check_run_id(run_id: str) -> str:
-    if not _RUN_ID.fullmatch(run_id or ""):
-        raise ConfigError(f"run id {run_id!r} must be a plain folder name (letters, digits, '.', '_', '-')")
-    return run_id
+from core.config import BUILTIN_CORPUS
+from core.errors import ConfigError, DataError
+from core.events import RunFailed, RunFinished
+from core.runs import METRICS_FILE, plan_run_dir, read_events
 
 
 def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = None) -> list[str]:
     """The torchrun command for one machine: N workers of ``python -m core.cli train_args…``."""
-    if nproc < 1:
-        raise ConfigError(f"the number of processes must be ≥ 1, got {nproc}")
+    assert nproc >= 1, nproc  # checked by check_nproc before anything is launched
     return [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={nproc}", "-m", "core.cli", *train_args]
 
@@ -57,11 +50,11 @@ def worker_env(nproc: int, device: str = "auto", cpu_count: int | None = None) -
     return env
 
 
-def check_nproc(nproc: int, device: str) -> None:
-    """One process per GPU: NCCL cannot run two ranks on one device."""
+def check_nproc(nproc: int, device: str | None = None) -> None:
+    """At least one process; on GPUs one process per GPU (NCCL cannot run two ranks on one device)."""
     if nproc < 1:
-        raise ConfigError(f"--nproc must be ≥ 1, got {nproc}")
-    if nproc == 1 or device.startswith(("cpu", "mps")):
+        raise ConfigError(f"--nproc must be ≥ 1, got {nproc}", "nproc")
+    if device is None or nproc == 1 or device.startswith(("cpu", "mps")):
         return
     import torch
 
@@ -89,9 +82,6 @@ def process_capacity() -> tuple[str, int]:
 
 def check_data_source(source: str) -> None:
     """Before starting N processes: a missing corpus is one line here, not one per process."""
-    from core.config import BUILTIN_CORPUS
-    from core.errors import DataError
-
     if source != BUILTIN_CORPUS and not Path(source).expanduser().exists():
         raise DataError(f"data source {source} does not exist")
 
@@ -114,8 +104,6 @@ class LaunchSpec:
     @property
     def metrics_file(self) -> Path:
         """What to follow (``runs.EventTail``); it appears once rank 0 has set the run up."""
-        from core.runs import METRICS_FILE
-
         return self.run_dir / METRICS_FILE
 
 
@@ -126,12 +114,9 @@ def prepare_launch(config, nproc: int, *, run_id: str | None = None, python: str
     with N > 1 it hands over to torchrun (``run_torchrun``). Its exit code is 0
     when the run finished or was stopped, 1 when it failed, 2 for a bad setting.
     """
-    from core.runs import default_out_dir, new_run_id, run_tag
-
     check_nproc(nproc, config.train.device)
     check_data_source(config.data.source)
-    run_id = check_run_id(run_id or new_run_id(run_tag(config, nproc)))
-    run_dir = (Path(config.out_dir) if config.out_dir else default_out_dir()) / run_id
+    run_id, run_dir = plan_run_dir(config, nproc, run_id)
     if run_dir.exists():
         raise ConfigError(f"run folder {run_dir} already exists")
     fd, name = tempfile.mkstemp(prefix=f"speedboard-{run_id}-", suffix=".json")
@@ -154,9 +139,6 @@ def end_launch(pid: int) -> None:
 
 def run_outcome(run_dir: str | Path) -> str | None:
     """``finished``, ``stopped`` or ``failed`` from a run folder's last event; None before it has one."""
-    from core.events import RunFailed, RunFinished
-    from core.runs import read_events
-
     for event in reversed(read_events(run_dir)):
         if isinstance(event, RunFinished):
             return "stopped" if event.stopped else "finished"

@@ -16,14 +16,19 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import secrets
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError
 from core.events import Event, event_from_dict
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
+"""The settings file of a run folder, and of a checkpoint folder."""
+CHECKPOINTS_DIR = "checkpoints"
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def default_out_dir() -> Path:
@@ -54,6 +59,12 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.fullmatch(run_id or ""):
+        raise ConfigError(f"run id {run_id!r} must be a plain folder name (letters, digits, '.', '_', '-')")
+    return run_id
+
+
 def new_run_id(tag: str) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{tag}-{secrets.token_hex(2)}"
@@ -65,6 +76,13 @@ def run_tag(config, world_size: int = 1) -> str:
     scope = "-block" if tc.compile_scope == "block" else ""
     procs = f"-x{world_size}{'-fsdp' if tc.fsdp else ''}" if world_size > 1 else ""
     return f"{config.preset}-{tc.compile_mode}{scope}-a{tc.accum_steps}{procs}"
+
+
+def plan_run_dir(config, world_size: int = 1, run_id: str | None = None) -> tuple[str, Path]:
+    """The id and folder a run of ``config`` in ``world_size`` processes will have (nothing is created)."""
+    run_id = check_run_id(run_id or new_run_id(run_tag(config, world_size)))
+    root = Path(config.out_dir) if config.out_dir else default_out_dir()
+    return run_id, root / run_id
 
 
 def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
@@ -100,17 +118,6 @@ class JsonlSink:
 
     def close(self) -> None:
         self._file.close()
-
-
-class TeeSink:
-    """Sends each event to several sinks (the run folder first: nothing is lost)."""
-
-    def __init__(self, *sinks) -> None:
-        self.sinks = sinks
-
-    def __call__(self, event: Event) -> None:
-        for sink in self.sinks:
-            sink(event)
 
 
 class EventTail:
@@ -150,4 +157,6 @@ def read_events(run_dir: str | Path) -> list[Event]:
 
 
 def is_run_dir(path: str | Path) -> bool:
-    return (Path(path) / METRICS_FILE).is_file()
+    """A folder a run wrote: it has a metrics.jsonl or a checkpoints folder."""
+    path = Path(path)
+    return (path / METRICS_FILE).is_file() or (path / CHECKPOINTS_DIR).is_dir()

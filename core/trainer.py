@@ -15,20 +15,21 @@ Each optimizer step:
 from __future__ import annotations
 
 import contextlib
+import enum
 import hashlib
 import math
 import shutil
-import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from core import checkpoint as ckpt_io
 from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
-from core.config import RunConfig
+from core.config import ModelConfig, RunConfig
 from core.control import Control
 from core.data import IGNORE_INDEX, Data, SampleOrder, prepare_data
 from core.device import (
@@ -57,8 +58,9 @@ from core.distributed import (
     peer_failure_message,
     shard_model,
 )
-from core.errors import CheckpointError, ConfigError, SpeedboardError
+from core.errors import CheckpointError, ConfigError, SpeedboardError, describe_exception, first_line
 from core.events import (
+    CheckpointFailed,
     CheckpointSaved,
     CompileFinished,
     CompileStarted,
@@ -73,12 +75,12 @@ from core.events import (
     WarningRaised,
     null_sink,
 )
-from core.launch import check_run_id
 from core.model import LlamaForCausalLM
 from core.runs import (
     CONFIG_FILE,
     METRICS_FILE,
     JsonlSink,
+    check_run_id,
     create_run_dir,
     library_versions,
     new_run_id,
@@ -86,6 +88,7 @@ from core.runs import (
     write_json,
 )
 from core.schedule import LRSchedule
+from core.step_times import StepTimes
 
 DEFAULT_PROMPT = "The"
 
@@ -118,24 +121,86 @@ def train(config: RunConfig, control: Control | None = None, sink: Sink = null_s
     return Trainer(config, control, sink).run()
 
 
+class Phase(enum.Enum):
+    """Where a ``Trainer`` is in its life; ``run()`` goes through them in order."""
+
+    NEW = "new"
+    SETTING_UP = "setting up"
+    TRAINING = "training"
+    FINISHED = "finished"
+    """Reached its budget or stopped on request; the final checkpoint is written."""
+    FAILED = "failed"
+
+
+COMPILE_WARMUP_STEPS = 3
+"""Optimizer steps that may compile (graphs for the first call, then recompiles for
+the second and the optimizer's own first step): left out of throughput."""
+
+
 class Trainer:
     """One run. ``sink`` receives plain-data events; ``control`` is polled between steps.
 
     Everything torch happens on the calling thread; the trainer never waits on
     the sink's consumer (a sink must return quickly, e.g. emit a queued signal).
+    ``run()`` sets up (the steps of ``set_up``), trains, and ends with a final
+    checkpoint; ``phase`` says how far it got, and ``has_model`` whether there is
+    a model that ``save`` can write (set-up finished, whatever happened after).
     """
 
     def __init__(self, config: RunConfig, control: Control | None = None, sink: Sink = null_sink,
                  run_id: str | None = None) -> None:
         self.cfg = config
         self.requested_run_id = check_run_id(run_id) if run_id else None
-        self.fsdp = False  # set in set-up: FSDP2 across the processes of a torchrun job
         self.control = control or Control()
         self.user_sink = sink
+        self.phase = Phase.NEW
+        # Where and how: set by _init_device.
+        self.dist = DistContext()
+        self.device = torch.device("cpu")
+        self.precision = "fp32"
+        self.fsdp = False
+        """FSDP2 across the processes of a torchrun job (DDP otherwise)."""
+        # What: set by _prepare_data and _build_model.
+        self.data: Data | None = None
+        self.model_cfg: ModelConfig | None = None
+        self.model: LlamaForCausalLM | None = None
+        """The uncompiled model (sharded in place under FSDP): save, evaluate and sample through it."""
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scaler: torch.amp.GradScaler | None = None
+        self.compiled: CompiledModel | None = None
+        """What the training step calls (compiled and/or DDP-wrapped); set last in set-up."""
+        # Position in the sample stream and the schedule: set by _start_position.
+        self.step, self.tokens, self.samples = 0, 0, 0
+        self.seed = config.train.seed
+        self.parent: str | None = config.parent
+        self.order: SampleOrder | None = None
+        self.schedule: LRSchedule | None = None
+        self.tokens_per_step = 0
+        self.total_steps = 0
+        self._rng_state: dict | None = None
+        """A resumed run's RNG states, applied at the very end of set-up."""
+        # The run folder (rank 0 only) and time.
         self.run_id = ""
+        self.run_dir: Path | None = None
+        self._jsonl: JsonlSink | None = None
+        self.start_time = 0.0
+        """Wall seconds the lineage had trained before this run (a resumed parent's)."""
         self.t0 = time.perf_counter()
         self.paused_s = 0.0
-        self._jsonl: JsonlSink | None = None
+        # Measurements: set by _prepare_measurements.
+        self.peak_flops = 0.0
+        self.flops_per_token = 0.0
+        self.peak_rss = 0.0
+        # Loop state.
+        self._periodic_step = -1
+        """The step of the last periodic checkpoint (the final save skips a step just saved)."""
+        self._stop_agreed = False
+        """Under torchrun: some rank was asked to stop (read once per step)."""
+
+    @property
+    def has_model(self) -> bool:
+        """Set-up finished: there is a model that ``save`` can write."""
+        return self.compiled is not None
 
     # ------------------------------------------------------------------ events
     def now(self) -> float:
@@ -154,20 +219,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:
-        self.start_time = 0.0
-        self.dist = DistContext()
+        assert self.phase is Phase.NEW, "a Trainer runs once"
         try:
-            self._setup()
-            return self._loop()
+            self.set_up()
+            self.phase = Phase.TRAINING
+            result = self._loop()
+            self.phase = Phase.FINISHED
+            return result
         except BaseException as exc:
+            self.phase = Phase.FAILED
             # A collective that failed because a peer died: one clear line, not a backend trace.
             failure = PeerLost(peer_failure_message(exc, self.dist)) if is_peer_failure(exc, self.dist) else exc
-            clear = isinstance(failure, (SpeedboardError, PeerLost))
-            message = str(failure) if clear else f"{type(failure).__name__}: {failure}"
             if isinstance(failure, KeyboardInterrupt):
                 message = str(failure) or "interrupted"
-            self.emit(RunFailed(self.run_id, self.now(), message.strip() or type(failure).__name__,
-                                getattr(self, "step", 0)))
+            elif isinstance(failure, PeerLost):
+                message = str(failure)
+            else:
+                message = describe_exception(failure)
+            self.emit(RunFailed(self.run_id, self.now(), message.strip() or type(failure).__name__, self.step))
             if failure is not exc:
                 raise failure from exc
             raise
@@ -175,8 +244,26 @@ class Trainer:
             if self._jsonl is not None:
                 self._jsonl.close()
 
-    def _setup(self) -> None:
-        cfg, tc = self.cfg, self.cfg.train
+    def set_up(self) -> None:
+        """Everything before the first optimizer step, in order; each step names what it sets."""
+        self.phase = Phase.SETTING_UP
+        self._init_device()
+        loaded, trainer_state = self._read_start_checkpoint()
+        self._prepare_data(loaded)
+        self._build_model(loaded)
+        self._start_position(trainer_state)
+        self._create_run_folder()
+        self._prepare_measurements()
+        self.compiled = self._compile(self.cfg.train.compile_mode, self.cfg.train.compile_scope)
+        self._announce(loaded)
+        if self._rng_state is not None:
+            # Last, after everything in set-up that draws random numbers: the
+            # loop continues the stream exactly where the parent left it.
+            self._set_rng_state(self._rng_state)
+
+    def _init_device(self) -> None:
+        """``device``, ``dist`` (the torchrun process group, if any) and ``precision``."""
+        tc = self.cfg.train
         device = resolve_device(tc.device)
         self.dist = init_distributed(device.type)
         if self.dist.enabled and device.type == "cuda":
@@ -184,108 +271,112 @@ class Trainer:
             torch.cuda.set_device(device)
         self.device = device
         self.precision = resolve_precision(tc.precision, device)
+        self.fsdp = tc.fsdp and self.dist.enabled
 
+    def _read_start_checkpoint(self) -> tuple[ckpt_io.LoadedCheckpoint | None, dict[str, Any] | None]:
+        """The checkpoint to resume or start from (read once: weights, tokenizer, trainer state)."""
+        cfg = self.cfg
         source = cfg.resume or cfg.init_from
-        loaded = ckpt_io.read_checkpoint(source) if source else None
-        trainer_state = None
-        if cfg.resume:
-            if loaded.trainer_state_path is None:
-                raise CheckpointError(f"cannot resume from {source}: it holds no trainer state "
-                                      f"(use init-from to start a new run from its weights)")
-            trainer_state = loaded.read_trainer_state()
+        if not source:
+            return None, None
+        loaded = ckpt_io.read_checkpoint(source)
+        if not cfg.resume:
+            return loaded, None
+        if loaded.trainer_state_path is None:
+            raise CheckpointError(f"cannot resume from {source}: it holds no trainer state "
+                                  f"(use init-from to start a new run from its weights)")
+        return loaded, loaded.read_trainer_state()
 
-        data_cfg = cfg.data
-        self.data: Data = prepare_data(data_cfg, loaded.tokenizer if loaded else None)
-        tok = self.data.tokenizer
+    def _prepare_data(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
+        """``data``: corpus, tokenizer (the checkpoint's own when it has one) and samples."""
+        self.data = prepare_data(self.cfg.data, loaded.tokenizer if loaded else None)
         if self.dist.enabled:  # each rank prepared its own data: all must hold the same samples
+            data, tok = self.data, self.data.tokenizer
             tok_hash = hashlib.sha256(tok.to_str().encode()).hexdigest()
-            check_same_on_all_ranks(f"{self.data.corpus.fingerprint} {tok_hash} {tuple(self.data.train.samples.shape)} "
-                                    f"{tuple(self.data.val.samples.shape)}", "data (corpus, tokenizer, samples)",
+            check_same_on_all_ranks(f"{data.corpus.fingerprint} {tok_hash} {tuple(data.train.samples.shape)} "
+                                    f"{tuple(data.val.samples.shape)}", "data (corpus, tokenizer, samples)",
                                     self.dist)
+
+    def _build_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
+        """``model_cfg``, ``model`` (with the checkpoint's weights), ``optimizer`` and ``scaler``."""
+        cfg, tc, device = self.cfg, self.cfg.train, self.device
+        tok = self.data.tokenizer
         # The architecture is the checkpoint's own when it has one; a bare state dict loads into cfg.model.
-        model_cfg = loaded.model_config if loaded and loaded.model_config else replace(cfg.model,
-                                                                                       vocab_size=tok.vocab_size)
-        if data_cfg.seq_len > model_cfg.max_position_embeddings:
-            raise SpeedboardError(f"sequence length {data_cfg.seq_len} is beyond the model's "
-                                  f"{model_cfg.max_position_embeddings} positions")
+        model_cfg = (loaded.model_config if loaded and loaded.model_config
+                     else replace(cfg.model, vocab_size=tok.vocab_size))
+        if cfg.data.seq_len > model_cfg.max_position_embeddings:
+            raise ConfigError(f"sequence length {cfg.data.seq_len} is beyond the model's "
+                              f"{model_cfg.max_position_embeddings} positions", "seq_len")
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
         self.model_cfg = model_cfg
-
         torch.manual_seed(tc.seed)
         model = LlamaForCausalLM(model_cfg)
         if loaded:
-            ckpt_io.load_weights(model, loaded.state_dict, source=str(source))
+            ckpt_io.load_weights(model, loaded.state_dict, source=str(loaded.source))
         self.model = model.to(device)
         # FSDP shards in place and replaces the parameters, so it comes before the optimizer.
-        self.fsdp = tc.fsdp and self.dist.enabled
         if self.fsdp:
             shard_model(self.model, device)
         self.optimizer = make_optimizer(self.model, tc, device)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
 
-        world = self.dist.world_size
-        self.tokens_per_step = cfg.tokens_per_step(world)
-        self.step, self.tokens, self.samples = 0, 0, 0
-        self._rng_state: dict | None = None
-        self._periodic_step = -1
-        self._stop_agreed = False  # under torchrun: some rank was asked to stop (read once per step)
-        seed = tc.seed
-        parent = cfg.parent
+    def _start_position(self, trainer_state: dict[str, Any] | None) -> None:
+        """Counters, seed, sample order and schedule: zero, or where a resumed parent stopped."""
+        self.tokens_per_step = self.cfg.tokens_per_step(self.dist.world_size)
         if trainer_state is not None:
             self._restore(trainer_state)
-            seed = trainer_state.get("seed", seed)
-            parent = parent or trainer_state.get("run_id")
+            self.seed = trainer_state.get("seed", self.seed)
+            self.parent = self.parent or trainer_state.get("run_id")
             self.start_time = float(trainer_state.get("wall_time", 0.0))
-        self.seed = seed
-        self.order = SampleOrder(len(self.data.train), seed)
+        self.order = SampleOrder(len(self.data.train), self.seed)
         self.schedule = self._make_schedule(trainer_state)
+        remaining = max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
+        self.total_steps = self.step + remaining
 
-        self.run_id = self.requested_run_id or new_run_id(run_tag(cfg, world))
-        self.run_dir: Path | None = None  # only rank 0 writes a run folder
+    def _create_run_folder(self) -> None:
+        """``run_id`` and, on rank 0, ``run_dir`` with config.json, tokenizer.json and metrics.jsonl."""
+        self.run_id = self.requested_run_id or new_run_id(run_tag(self.cfg, self.dist.world_size))
         if self.dist.is_main:
             try:
-                self.run_dir = create_run_dir(cfg.out_dir, self.run_id)
+                self.run_dir = create_run_dir(self.cfg.out_dir, self.run_id)
             except FileExistsError:
                 raise ConfigError(f"run folder {self.run_id} already exists; choose another run id") from None
-            self._write_run_files(parent)
+            self._write_run_files()
             self._jsonl = JsonlSink(self.run_dir / METRICS_FILE)
-        self.parent = parent
         self.t0 = time.perf_counter()
 
-        self.peak_flops = measure_matmul_peak(str(device), self.precision)
-        self.flops_per_token = training_flops_per_token(model_cfg, data_cfg.seq_len)
-        reset_peak_memory(device)
-        self.peak_rss = memory_gib(device)
+    def _prepare_measurements(self) -> None:
+        """The MFU denominator and numerator, and the memory baseline."""
+        self.peak_flops = measure_matmul_peak(str(self.device), self.precision)
+        self.flops_per_token = training_flops_per_token(self.model_cfg, self.cfg.data.seq_len)
+        reset_peak_memory(self.device)
+        self.peak_rss = memory_gib(self.device)
 
-        self.compiled = self._compile(tc.compile_mode, tc.compile_scope)
-        total_steps = self.step + max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
-        self.total_steps = total_steps
+    def _announce(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
+        tc = self.cfg.train
         self.emit(RunStarted(
             self.run_id, self.now(), run_dir=str(self.run_dir), config=self._config_dict(),
-            device=device_name(device), precision=self.precision, num_parameters=self.model.num_parameters(),
-            tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens, total_steps=total_steps,
-            start_step=self.step, start_tokens=self.tokens, start_time=self.start_time, parent=parent,
-            world_size=world, versions=library_versions()))
+            device=device_name(self.device), precision=self.precision, num_parameters=self.model.num_parameters(),
+            tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens,
+            total_steps=self.total_steps, start_step=self.step, start_tokens=self.tokens,
+            start_time=self.start_time, parent=self.parent, world_size=self.dist.world_size,
+            versions=library_versions()))
         if tc.fsdp and not self.dist.enabled:
             self.warn("FSDP shards over several processes (--nproc N); this single process trains unsharded")
         if loaded and loaded.model_config and loaded.tokenizer is None:
-            self.warn(f"{source} has no tokenizer.json: its weights are trained with a new tokenizer "
+            self.warn(f"{loaded.source} has no tokenizer.json: its weights are trained with a new tokenizer "
                       f"whose token ids do not match the ones they learned")
-        if self._rng_state is not None:
-            # Last, after everything in set-up that draws random numbers: the
-            # loop continues the stream exactly where the parent left it.
-            self._set_rng_state(self._rng_state)
 
     def _config_dict(self) -> dict:
         d = self.cfg.to_dict()
         d["model"] = self.model_cfg.to_dict()
         return d
 
-    def _write_run_files(self, parent: str | None) -> None:
+    def _write_run_files(self) -> None:
         corpus = self.data.corpus
         write_json(self.run_dir / CONFIG_FILE, {
             "run_id": self.run_id,
-            "parent": parent,
+            "parent": self.parent,
             "config": self._config_dict(),
             "device": str(self.device),
             "precision": self.precision,
@@ -380,10 +471,8 @@ class Trainer:
             reason = compile_unavailable_reason(self.device)
             if reason:
                 self.warn(f"torch.compile ({mode}) is unavailable: {reason}; running eagerly")
-                self._compile_fallback = True
                 return self._wrap(compile_model(self.model, "off", scope))
             self.emit(CompileStarted(self.run_id, self.now(), mode, scope))
-        self._compile_fallback = False
         return self._wrap(compile_model(self.model, mode, scope))
 
     def _wrap(self, compiled: CompiledModel) -> CompiledModel:
@@ -404,32 +493,24 @@ class Trainer:
     def _loop(self) -> RunResult:
         tc = self.cfg.train
         losses: list[float] = []
-        step_times: list[tuple[float, bool]] = []
-        warmup_steps = (3 if self.compiled.compiled else 1)
-        warmup_time = 0.0
-        compile_seconds: float | None = None
+        times = StepTimes(COMPILE_WARMUP_STEPS if self.compiled.compiled else 1)
+        compile_reported = not self.compiled.compiled
         val_loss = None
         last_val_step = -1
         stopped = False
-        final_ckpt = None
 
         while self.tokens < self.schedule.end_tokens:
             if self._between_steps():
                 stopped = True
                 break
-            in_warmup = len(step_times) < warmup_steps
             t_step = time.perf_counter()
-            loss, grad_norm, lr = self._optimizer_step_with_fallback(first=not step_times)
+            loss, grad_norm, lr = self._optimizer_step_with_fallback(first=times.count == 0)
             step_time = time.perf_counter() - t_step  # after the host sync inside the step: real time
-            step_times.append((step_time, in_warmup))
+            in_warmup = times.add(step_time)
             losses.append(loss)
-            if in_warmup:
-                warmup_time += step_time
-            elif compile_seconds is None and self.compiled.compiled:
-                # Warm-up minus what the same steps take at steady speed.
-                compile_seconds = max(0.0, warmup_time - warmup_steps * step_time)
-                self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope,
-                                          compile_seconds, warmup_steps))
+            if not compile_reported and self.compiled.compiled and times.compile_time_known:
+                compile_reported = True
+                self._report_compile(times)
             if not math.isfinite(loss):
                 raise SpeedboardError(f"loss became {loss} at step {self.step}; lower the learning rate "
                                       f"or use fp32/bf16")
@@ -446,10 +527,9 @@ class Trainer:
                 # the next collective anyway).
                 barrier(self.dist)
 
-        if self.compiled.compiled and compile_seconds is None and step_times:
-            compile_seconds = warmup_time  # the run ended inside warm-up
-            self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope,
-                                      compile_seconds, len(step_times)))
+        if not compile_reported and self.compiled.compiled and times.count:
+            self._report_compile(times)  # fewer steady steps than usual: the best figure there is
+        compile_seconds = times.compile_seconds() if self.compiled.compiled else None
         if last_val_step != self.step:
             val_loss = self._validate()
         self._sample()
@@ -458,8 +538,8 @@ class Trainer:
         # Ranks leave together: one that tore its process group down while rank 0
         # was still writing could abort in the collective library's threads.
         barrier(self.dist)
-        steady = [t for t, w in step_times if not w]
-        median_tps = self.tokens_per_step / statistics.median(steady) if steady else None
+        steady = times.median_steady()
+        median_tps = self.tokens_per_step / steady if steady else None
         result = RunResult(self.run_id, self.run_dir, self.step, self.tokens, stopped,
                            losses[-1] if losses else None, val_loss, final_ckpt, median_tps,
                            compile_seconds)
@@ -467,6 +547,10 @@ class Trainer:
                               val_loss, median_tps, compile_seconds, self._peak_mem(),
                               str(final_ckpt) if final_ckpt else None))
         return result
+
+    def _report_compile(self, times: StepTimes) -> None:
+        self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope,
+                                  times.compile_seconds(), len(times.warmup)))
 
     def _between_steps(self) -> bool:
         """Apply control requests; True when the run must stop.
@@ -493,8 +577,7 @@ class Trainer:
         except Exception as exc:  # compilation happens here, at the first call
             if is_peer_failure(exc, self.dist):
                 raise  # a peer is gone: not a compile problem
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.warn(f"torch.compile ({self.compiled.mode}) failed: {type(exc).__name__}: {reason[:300]}; "
+            self.warn(f"torch.compile ({self.compiled.mode}) failed: {type(exc).__name__}: {first_line(exc)}; "
                       f"continuing eagerly")
             self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope, 0.0, 0,
                                       fallback=True))
@@ -654,11 +737,12 @@ class Trainer:
 
     def _save_or_warn(self, path: Path | None, final: bool = False) -> Path | None:
         """Save to ``path`` or the run's own folder; a checkpoint that cannot be written
-        (disk full, a bad path) is a warning, never the end of the run."""
+        (disk full, a bad path) is a ``CheckpointFailed`` event, never the end of the run."""
         try:
             return self.save(path) if path is not None else self._save_periodic(final)
         except CheckpointError as exc:
-            self.warn(f"checkpoint not saved: {exc}")
+            target = path if path is not None else self.run_dir / ckpt_io.CHECKPOINTS_DIR / f"step_{self.step:07d}"
+            self.emit(CheckpointFailed(self.run_id, self.now(), self.step, str(target), str(exc)))
             return None
 
     def _save_periodic(self, final: bool = False) -> Path | None:

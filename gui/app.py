@@ -7,8 +7,10 @@ import signal
 import sys
 
 from PySide6.QtCore import QTimer
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
+from assets import ICON
 from gui.main_window import APPLICATION, ORGANIZATION, MainWindow
 
 
@@ -31,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName("Speedboard")
+    app.setDesktopFileName("speedboard")  # matches assets/speedboard.desktop (Wayland and task bars)
+    app.setWindowIcon(QIcon(str(ICON)))
     window = MainWindow()
     window.show()
     # Ctrl-C in the terminal closes the window like its close button (asking first during a run).

@@ -190,7 +190,7 @@ class TorchThread(QThread):
             log.warning("run %s failed: %s", run_id or "(not started)", _message(exc),
                         exc_info=not isinstance(exc, SpeedboardError))
         finally:
-            if trainer is not None and hasattr(trainer, "compiled"):  # set-up finished: a model to save
+            if trainer is not None and trainer.has_model:  # set-up finished: a model to save
                 self._trainer = trainer
             # Saves asked for after the trainer's last step check: do them now.
             for path in job.control.take_save_requests():

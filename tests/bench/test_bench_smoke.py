@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core.cli import main
+from speedboard.cli import main
 
 
 def test_bench_rejects_bad_options_in_one_line(capsys, tmp_path):

@@ -27,23 +27,12 @@ from tests.core.checkpoint_helpers import (
     input_ids,
     logits,
     make_model,
-    make_tokenizer,
-    one_thread,
     params_snapshot,
 )
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer()
 
 
 def saved_keys(folder: Path) -> set[str]:
@@ -159,7 +148,7 @@ def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, tok, monkeypat
     assert sorted(p.name for p in folder.iterdir()) == ["step_0000001"]  # no half folder, hidden or not
 
     # A crash at the same point: the temporary folder is never cleaned up.
-    monkeypatch.setattr(ck.shutil, "rmtree", lambda *a, **k: None)
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
     with pytest.raises(CheckpointError):
         ck.save_checkpoint(folder / "step_0000003", new_model, tokenizer=tok, step=3)
     monkeypatch.undo()

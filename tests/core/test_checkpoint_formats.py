@@ -24,26 +24,15 @@ from tests.core.checkpoint_helpers import (
     input_ids,
     logits,
     make_model,
-    make_tokenizer,
-    one_thread,
     save_hf_folder,
 )
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 FORMATS = ["a_speedboard_folder", "b_article_pth", "c_compiled_pt", "c_compiled_safetensors", "c_per_block",
            "d_ddp", "d_ddp_of_compiled", "d_compiled_ddp", "d_ddp_per_block_nanogpt_style",
            "e_hf_safetensors", "e_hf_pytorch_bin"]
 EXPECTED_KIND = {"a": "speedboard", "b": "state_dict", "c": "state_dict", "d": "state_dict", "e": "huggingface"}
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer()
 
 
 @pytest.fixture(scope="module")

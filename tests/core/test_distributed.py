@@ -174,7 +174,11 @@ def test_compiled_model_wrapped_in_ddp_matches_eager(ddp_run, corpus):
     finished = events_of(rank0, "compile_finished")
     assert finished and not finished[0]["fallback"], events_of(rank0, "warning")
     for step in (1, 2):
-        assert_same_weights(weights_at(rank0["run_dir"], step), weights_at(ddp_run.ref["run_dir"], step))
+        # Inductor's fused kernels sum in another order than eager ops; AdamW divides by the root of the
+        # squared gradients, which turns that reordering into ~1e-5 on weights whose gradients are
+        # near zero (1.1e-5 measured on an AMD EPYC): a looser bound than eager-vs-eager's, same math.
+        assert_same_weights(weights_at(rank0["run_dir"], step), weights_at(ddp_run.ref["run_dir"], step),
+                            atol=5e-5)
     assert_same_steps(rank0, ddp_run.ref, (1, 2))
     for rec in (rank0, rank1):
         assert_reduces_on_last_micro_step_only(rec, accum=2)
@@ -326,7 +330,8 @@ def test_prepare_launch_writes_a_config_the_cli_reads_back(tmp_path):
 
 
 def test_run_ids_are_plain_folder_names(tmp_path):
-    from core.launch import check_run_id, prepare_launch
+    from core.launch import prepare_launch
+    from core.runs import check_run_id
 
     for bad in ("", "../up", "a/b", ".hidden", "x" * 200):
         with pytest.raises(ConfigError):

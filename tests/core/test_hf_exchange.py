@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from core import checkpoint as ck
 from core.cli import main
-from core.config import DataConfig
+from core.config import DataConfig, ModelConfig
 from core.data import SampleOrder, prepare_data
 from core.events import RunStarted, StepMetrics
 from core.runs import read_events
@@ -21,25 +21,14 @@ from tests.core.checkpoint_helpers import (
     input_ids,
     logits,
     make_model,
-    make_tokenizer,
-    one_thread,
     save_hf_folder,
 )
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 transformers = pytest.importorskip("transformers")
 
 TEXTS = ["def f(x):\n    return x + 1", "Hello, wörld! The quick brown fox.", "  spaces\tand\ttabs  ", "ünïcödé 🙂"]
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer()
 
 
 def padded_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,7 +123,7 @@ def test_train_init_from_a_transformers_folder(tmp_path, tok):
     (run_dir,) = out.iterdir()
     events = read_events(run_dir)
     started = next(e for e in events if isinstance(e, RunStarted))
-    assert started.config["model"] == ck.ModelConfig.from_hf_dict(hf.config.to_dict()).to_dict()
+    assert started.config["model"] == ModelConfig.from_hf_dict(hf.config.to_dict()).to_dict()
     assert started.config["init_from"] == str(folder) and started.start_step == 0
     first = next(e for e in events if isinstance(e, StepMetrics))
 

@@ -16,6 +16,7 @@ from core.control import Control
 from core.data import IGNORE_INDEX, SampleOrder
 from core.errors import CheckpointError, ConfigError
 from core.events import (
+    CheckpointFailed,
     CheckpointSaved,
     CompileFinished,
     ListSink,
@@ -30,13 +31,9 @@ from core.trainer import Trainer, train
 from tests.conftest import micro_config
 from tests.core.checkpoint_helpers import corpus_file, input_ids, logits, one_thread
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 TOKENS_PER_STEP = 4 * 32  # micro config: micro-batch 4 × seq_len 32
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    with one_thread():
-        yield
 
 
 def config(folder: Path, **train):
@@ -305,9 +302,10 @@ def test_a_save_that_cannot_be_written_is_a_warning_not_the_end_of_the_run(tmp_p
     control.request_save(str(blocker / "inside_a_file"))
     sink = ListSink()
     result = train(config(tmp_path, budget=3), control, sink)
-    warnings = [w.message for w in sink.of(WarningRaised)]
-    assert len(warnings) == 2
-    assert all(w.startswith("checkpoint not saved: cannot write the checkpoint") for w in warnings)
+    failures = sink.of(CheckpointFailed)
+    assert [f.path for f in failures] == [str(blocker), str(blocker / "inside_a_file")]
+    assert all(f.message.startswith("cannot write the checkpoint") for f in failures)
+    assert not sink.of(WarningRaised)
     assert result.step == 3 and not result.stopped and result.checkpoint.is_dir()
     assert blocker.read_text() == "not a folder"
 

@@ -1,0 +1,57 @@
+"""Checkpoints that survive torch.compile and DDP, in both directions.
+
+Saving always goes through the plain module (``unwrap``), so ``_orig_mod.`` and
+``module.`` never reach a file. Loading accepts every key form these wrappers
+produce, anywhere in a key, and checks everything before it changes a single
+parameter: a failed load leaves the model exactly as it was.
+
+A Speedboard checkpoint is a folder, written atomically::
+
+    model.safetensors   weights of the uncompiled module, plain names
+    config.json         model/data/train config, versions, step, tokens, format version,
+                        size and sha256 of every other file (written last)
+    tokenizer.json      (+ tokenizer_config.json) the tokenizer
+    trainer_state.pt    optimizer, scheduler position, GradScaler, counters, RNG states
+
+Readable formats: that folder (or a run folder: its newest checkpoint); a
+``.pt``/``.pth``/``.bin``/``.safetensors`` state dict (plain, compiled,
+per-block compiled, DDP, or a mix); a Hugging Face Llama folder. Pickles are
+read with ``torch.load(weights_only=True)`` only, so a file never runs code.
+"""
+
+from core.checkpoint.folders import AtomicFolder, file_record, sweep_leftovers
+from core.checkpoint.keys import clean_key, clean_state_dict, model_state_dict, plain_module
+from core.checkpoint.load import (
+    check_compatible,
+    check_config_matches,
+    load_checkpoint,
+    load_weights,
+    model_from_checkpoint,
+)
+from core.checkpoint.read import (
+    FORMAT,
+    FORMAT_VERSION,
+    PICKLE_SUFFIXES,
+    STATE_FILE,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    CheckpointInfo,
+    LoadedCheckpoint,
+    check_tokenizer_fits,
+    latest_checkpoint,
+    list_checkpoints,
+    load_trainer_state,
+    peek_checkpoint,
+    read_checkpoint,
+)
+from core.checkpoint.save import export_hf, save_checkpoint
+from core.runs import CHECKPOINTS_DIR, CONFIG_FILE
+
+__all__ = [
+    "CHECKPOINTS_DIR", "CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "PICKLE_SUFFIXES", "STATE_FILE", "TOKENIZER_FILE",
+    "WEIGHTS_FILE", "AtomicFolder", "CheckpointInfo", "LoadedCheckpoint", "check_compatible",
+    "check_config_matches", "check_tokenizer_fits", "clean_key", "clean_state_dict", "export_hf", "file_record",
+    "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_trainer_state", "load_weights",
+    "model_from_checkpoint", "model_state_dict", "peek_checkpoint", "plain_module", "read_checkpoint",
+    "save_checkpoint", "sweep_leftovers",
+]

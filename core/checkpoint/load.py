@@ -1,0 +1,107 @@
+"""Loading weights into a model (plain, compiled or DDP-wrapped): all or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from core.checkpoint.keys import clean_state_dict, plain_module
+from core.checkpoint.read import LoadedCheckpoint, read_checkpoint
+from core.compile import CompiledModel
+from core.config import ModelConfig
+from core.errors import CheckpointError
+from core.model import LlamaForCausalLM
+
+# Config fields that change the math without changing any weight's shape: a
+# checkpoint that differs in one of them would load "fine" and compute garbage.
+_SHAPELESS_FIELDS = ("num_heads", "num_kv_heads", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+                     "max_position_embeddings")
+
+
+def _more(items: list[str], shown: int = 3) -> str:
+    return ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
+
+
+def check_compatible(model: torch.nn.Module | CompiledModel, state: dict[str, torch.Tensor],
+                     source: str = "checkpoint") -> None:
+    """Raise CheckpointError naming the first differences; change nothing."""
+    plain = plain_module(model)
+    expected = clean_state_dict(plain.state_dict())
+    tied = getattr(getattr(plain, "config", None), "tie_word_embeddings", False)
+    if tied:
+        expected.pop("lm_head.weight", None)
+        head, embed = state.get("lm_head.weight"), state.get("model.embed_tokens.weight")
+        if head is not None and not (embed is not None and head.shape == embed.shape and torch.equal(head, embed)):
+            raise CheckpointError(f"{source} has its own output head (lm_head.weight), but this model ties "
+                                  f"the head to the embedding")
+        state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    mismatched = [f"{k}: expected {tuple(expected[k].shape)}, found {tuple(state[k].shape)}"
+                  for k in expected if k in state and expected[k].shape != state[k].shape]
+    if mismatched:
+        raise CheckpointError(f"architecture mismatch with {source}: {_more(mismatched)}")
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing keys {_more(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys {_more(unexpected)}")
+        raise CheckpointError(f"{source} does not match the model: " + "; ".join(parts))
+    bad = [k for k, v in state.items() if not v.is_floating_point()]
+    if bad:
+        raise CheckpointError(f"{source} holds non-float tensors for weights: {_more(bad)}")
+
+
+def load_weights(model: torch.nn.Module | CompiledModel, state: dict[str, torch.Tensor],
+                 source: str = "checkpoint") -> None:
+    """Copy ``state`` into ``model`` (plain, compiled whole or per block, or DDP), all or nothing.
+
+    Weights are copied in place, so a model compiled before the load computes
+    with the new values without recompiling.
+    """
+    state = clean_state_dict(state)
+    check_compatible(model, state, source)
+    plain = plain_module(model)
+    params = dict(plain.named_parameters())
+    params.update(dict(plain.named_buffers()))
+    with torch.no_grad():
+        for key, value in state.items():
+            target = params.get(key)
+            if target is None:  # the tied head: same tensor as the embedding
+                continue
+            target.copy_(value.to(dtype=target.dtype))
+
+
+def check_config_matches(model: torch.nn.Module | CompiledModel, model_config: ModelConfig,
+                         source: str = "checkpoint") -> None:
+    """Refuse a checkpoint whose architecture differs in a way weight shapes do not show."""
+    current = getattr(plain_module(model), "config", None)
+    if not isinstance(current, ModelConfig):
+        return
+    diffs = [f"{name}: expected {getattr(current, name)!r}, found {getattr(model_config, name)!r}"
+             for name in _SHAPELESS_FIELDS if getattr(current, name) != getattr(model_config, name)]
+    if diffs:
+        raise CheckpointError(f"architecture mismatch with {source}: {_more(diffs)}")
+
+
+def load_checkpoint(model: torch.nn.Module | CompiledModel, path: str | Path) -> LoadedCheckpoint:
+    """Read ``path`` (any format) and load its weights into ``model``, all or nothing."""
+    loaded = read_checkpoint(path)
+    check_compatible(model, loaded.state_dict, str(loaded.source))  # shapes first: the clearest message
+    if loaded.model_config is not None:
+        check_config_matches(model, loaded.model_config, str(loaded.source))
+    load_weights(model, loaded.state_dict, str(loaded.source))
+    return loaded
+
+
+def model_from_checkpoint(path: str | Path) -> tuple[torch.nn.Module, LoadedCheckpoint]:
+    """A new (uncompiled, CPU) model built from the checkpoint's own config, with its weights."""
+    loaded = read_checkpoint(path)
+    if loaded.model_config is None:
+        raise CheckpointError(f"{loaded.source} is a bare state dict without a config; "
+                              f"load it into an existing model instead")
+    model = LlamaForCausalLM(loaded.model_config)
+    load_weights(model, loaded.state_dict, str(loaded.source))
+    return model, loaded

@@ -1,0 +1,123 @@
+"""Saving: a Speedboard checkpoint folder, and a Hugging Face export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from core.checkpoint.folders import AtomicFolder, file_record
+from core.checkpoint.keys import clean_state_dict, model_state_dict, plain_module
+from core.checkpoint.read import FORMAT, FORMAT_VERSION, STATE_FILE, WEIGHTS_FILE, read_checkpoint
+from core.compile import CompiledModel
+from core.config import ModelConfig
+from core.errors import CheckpointError
+from core.runs import CONFIG_FILE, library_versions
+from core.tokenizer import BPETokenizer
+
+
+def _is_speedboard_checkpoint(folder: Path) -> bool:
+    try:
+        return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _check_replaceable(target: Path, what: str) -> None:
+    """Never replace something that is not ours: only a missing target, an empty folder or an old checkpoint."""
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise CheckpointError(f"cannot write the {what} to {target}: a file of that name exists")
+    if any(target.iterdir()) and not _is_speedboard_checkpoint(target):
+        raise CheckpointError(f"refusing to write the {what} to {target}: the folder exists, is not empty "
+                              f"and is not a Speedboard checkpoint")
+
+
+def _os_error(exc: OSError, target: Path, what: str) -> CheckpointError:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return CheckpointError(f"cannot write the {what} to {target}: {reason}")
+
+
+# --------------------------------------------------------------------------- save
+def save_checkpoint(path: str | Path, model: torch.nn.Module | CompiledModel, *, tokenizer: BPETokenizer,
+                    run_config: dict[str, Any] | None = None, trainer_state: dict[str, Any] | None = None,
+                    step: int = 0, tokens: int = 0, extra: dict[str, Any] | None = None,
+                    weights: dict[str, torch.Tensor] | None = None) -> Path:
+    """Save a checkpoint folder atomically; ``model`` may be compiled (whole or per block) or DDP-wrapped.
+
+    ``weights`` replaces the model's own state dict where it had to be gathered
+    first (sharded training); it is cleaned like any other. Replaces ``path``
+    only if it is an earlier Speedboard checkpoint or an empty folder.
+    """
+    plain = plain_module(model)
+    model_cfg: ModelConfig = plain.config
+    if weights is None:
+        weights = model_state_dict(plain)
+    else:
+        weights = {k: v.detach().to("cpu").contiguous() for k, v in clean_state_dict(weights).items()}
+        if model_cfg.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+    assert not any("_orig_mod" in k or k.startswith("module.") for k in weights)
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model": model_cfg.to_dict(),
+        "step": step,
+        "tokens": tokens,
+        "versions": library_versions(),
+        **({"run": run_config} if run_config else {}),
+        **(extra or {}),
+    }
+    target = Path(path).expanduser()
+    _check_replaceable(target, "checkpoint")
+    try:
+        with AtomicFolder(target) as tmp:
+            save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+            tokenizer.save(tmp)
+            if trainer_state is not None:
+                torch.save(trainer_state, tmp / STATE_FILE)
+            meta["files"] = {f.name: file_record(f) for f in sorted(tmp.iterdir())}
+            # config.json last: a folder without it is never taken for a checkpoint.
+            (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, default=str), encoding="utf-8")
+    except OSError as exc:
+        raise _os_error(exc, target, "checkpoint") from None
+    return target
+
+
+def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
+    """Write a folder that ``transformers`` loads with ``from_pretrained`` (model and tokenizer)."""
+    loaded = read_checkpoint(checkpoint)
+    if loaded.model_config is None:
+        raise CheckpointError(f"{checkpoint} is a bare state dict; export needs a checkpoint folder "
+                              f"(it holds the model config and the tokenizer)")
+    if loaded.tokenizer is None:
+        raise CheckpointError(f"{checkpoint} has no tokenizer to export")
+    cfg = loaded.model_config
+    weights = dict(loaded.state_dict)
+    if cfg.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)
+    tok = loaded.tokenizer
+    special_ids = {"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id, "pad_token_id": tok.pad_id}
+    hf = cfg.to_hf_dict()
+    # transformers ≥ 5 reads rope_theta from rope_parameters, older releases from the top level.
+    hf["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    hf.update(special_ids)
+    target = Path(out).expanduser()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise CheckpointError(f"export folder {target} exists and is not empty")
+    try:
+        with AtomicFolder(target) as tmp:
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS_FILE),
+                      metadata={"format": "pt"})
+            (tmp / CONFIG_FILE).write_text(json.dumps(hf, indent=2), encoding="utf-8")
+            (tmp / "generation_config.json").write_text(json.dumps(special_ids, indent=2), encoding="utf-8")
+            tok.save(tmp)
+            special = {k: v for k, v in tok.hf_config().items() if k.endswith("_token")}
+            (tmp / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
+    except OSError as exc:
+        raise _os_error(exc, target, "export") from None
+    return target

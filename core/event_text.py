@@ -1,0 +1,60 @@
+"""Events as readable lines: one formatter for the command line and the dashboard's log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core import events as ev
+
+
+@dataclass(frozen=True)
+class EventLine:
+    text: str
+    level: str = "info"
+    """``info``, ``warning`` or ``error``."""
+
+
+def _number(value: float | None, fmt: str = ".4f") -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def step_line(event: ev.StepMetrics) -> str:
+    """One optimizer step, as the command line prints every ``--log-every`` steps."""
+    tag = " (warm-up)" if event.warmup else ""
+    return (f"step {event.step:6d} | loss {event.loss:.4f} | lr {event.lr:.2e} | grad {event.grad_norm:.2f} | "
+            f"{event.tokens_per_s:9,.0f} tok/s{tag} | mfu {event.mfu * 100:4.1f}% | mem {event.peak_mem_gib:.2f} GiB")
+
+
+def event_line(event: ev.Event) -> EventLine | None:
+    """What a person wants to read about ``event``; None for events shown otherwise (steps, samples)."""
+    if isinstance(event, ev.RunStarted):
+        where = f" from step {event.start_step}" if event.start_step else ""
+        return EventLine(f"started{where} on {event.device} ({event.precision}, "
+                         f"{event.num_parameters / 1e6:.2f}M parameters, {event.tokens_per_step:,} tokens/step, "
+                         f"→ step {event.total_steps}) in {event.run_dir}")
+    if isinstance(event, ev.CompileStarted):
+        return EventLine(f"compiling ({event.mode}, {event.scope}) during the first steps …")
+    if isinstance(event, ev.CompileFinished):
+        if event.fallback:
+            return EventLine(f"torch.compile ({event.mode}, {event.scope}) failed: the run continues eagerly",
+                             "warning")
+        return EventLine(f"compile warm-up {event.seconds:.1f} s over {event.warmup_steps} steps "
+                         f"({event.mode}, {event.scope})")
+    if isinstance(event, ev.ValidationDone):
+        return EventLine(f"validation at step {event.step}: loss {event.loss:.4f}, perplexity {event.perplexity:.1f}")
+    if isinstance(event, ev.CheckpointSaved):
+        return EventLine(f"checkpoint at step {event.step}: {event.path}")
+    if isinstance(event, ev.CheckpointFailed):
+        return EventLine(f"checkpoint not saved: {event.message}", "warning")
+    if isinstance(event, ev.WarningRaised):
+        return EventLine(event.message, "warning")
+    if isinstance(event, ev.RunFinished):
+        tps = (f"median {event.median_tokens_per_s:,.0f} tokens/s after warm-up" if event.median_tokens_per_s
+               else "no steady steps")
+        comp = f", compile {event.compile_seconds:.1f} s" if event.compile_seconds is not None else ""
+        state = "stopped" if event.stopped else "finished"
+        return EventLine(f"{state} at step {event.step}: train loss {_number(event.final_loss)}, "
+                         f"val loss {_number(event.val_loss)}, {tps}{comp}, peak mem {event.peak_mem_gib:.2f} GiB")
+    if isinstance(event, ev.RunFailed):
+        return EventLine(f"failed at step {event.step}: {event.message}", "error")
+    return None

@@ -1,0 +1,5 @@
+import sys
+
+from speedboard.cli import main
+
+sys.exit(main())

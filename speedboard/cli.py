@@ -1,0 +1,47 @@
+"""``speedboard train | generate | export | bench | gui``: one command line over the engine and its front ends."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.cli import DESCRIPTION, EXIT_USAGE, OneLineParser, add_commands, run_command
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="speedboard", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    add_commands(sub)
+    b = sub.add_parser("bench", help="benchmark compile modes × accumulation", add_help=False)
+    b.add_argument("args", nargs=argparse.REMAINDER, help="options of the benchmark (speedboard bench --help)")
+    sub.add_parser("gui", help="open the dashboard")
+    return parser
+
+
+def _bench(args: list[str]) -> int:
+    from bench.run import main as bench_main
+
+    return bench_main(args)
+
+
+def _gui() -> int:
+    try:
+        from gui.app import main as gui_main
+    except ImportError as exc:
+        print(f"speedboard: error: the dashboard needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    return gui_main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # the benchmark parses its own options, --help included
+        return _bench(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "gui":
+        return _gui()
+    return run_command(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
