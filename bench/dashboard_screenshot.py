@@ -19,7 +19,7 @@ from pathlib import Path
 
 def _wait_idle(app, window, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while window.controller.running:
+    while window.session.controller.running:
         if time.monotonic() > deadline:
             raise SystemExit("the run did not end in time")
         app.processEvents()
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"invalid settings: {panel.error}")
         window.controls.start.click()
         _wait_idle(app, window, args.timeout)
-        record = window.records[-1]
+        record = window.session.records[-1]
         print(f"{record.label}: {record.state}, {record.median_tokens_per_s or 0:,.0f} tokens/s, "
               f"compile {record.compile_seconds}", flush=True)
         if record.state != "finished":

@@ -98,14 +98,16 @@ def run_dashboard(spec: dict) -> dict:
         elif isinstance(event, RunJobEnded):
             QTimer.singleShot(0, app.quit)
 
-    window.controller.event.connect(on_event)
+    controller = window.session.controller
+    controller.event.connect(on_event)
+    controller.run_job_ended.connect(on_event)
     probe = QTimer()
     probe.setTimerType(Qt.TimerType.PreciseTimer)
     probe.setInterval(TICK_MS)
     probe.timeout.connect(tick)
     watchdog = QTimer()
     watchdog.setSingleShot(True)
-    watchdog.timeout.connect(lambda: (window.controller.stop(), marks.setdefault("timed_out", time.perf_counter())))
+    watchdog.timeout.connect(lambda: (controller.stop(), marks.setdefault("timed_out", time.perf_counter())))
     watchdog.start(int(spec["timeout"] * 1000))
 
     def start() -> None:
@@ -119,7 +121,7 @@ def run_dashboard(spec: dict) -> dict:
     app.exec()
     gui_cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
     probe.stop()
-    record = window.records[-1]
+    record = window.session.records[-1]
     window.close()
 
     def between(a: str, b: str) -> list[float]:

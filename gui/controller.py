@@ -5,13 +5,19 @@ thread-safe queue (start a run, save the current model, inspect a checkpoint,
 quit), so every tensor is created and touched on that one thread. During a run
 the thread is inside ``Trainer.run()`` and has no Qt event loop: commands reach
 the trainer through its ``Control`` (checked between optimizer steps), never
-through queued slots. Everything comes back as plain data through one signal,
-``TorchThread.event``, delivered to the GUI thread by Qt's queued connection.
+through queued slots.
+
+What comes back travels as plain data through queued signals, delivered to the
+GUI thread in the order it was emitted: the run's core events through
+``event``, and the thread's own replies (a run job ended, a pause acknowledged,
+a checkpoint read, a job failed) each through a signal of its own, so no
+receiver sorts one kind from the other.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import sys
 from dataclasses import dataclass, field
@@ -20,11 +26,12 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
-from core.checkpoint import read_checkpoint
+from core.checkpoint import STATE_FILE, peek_checkpoint
+from core.checkpoint.read import tensor_shapes
 from core.config import RunConfig
 from core.control import Control
-from core.errors import SpeedboardError
-from core.events import CheckpointSaved, Event, RunFailed, RunFinished, WarningRaised
+from core.errors import CheckpointError, SpeedboardError, describe_exception
+from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
 from core.trainer import Trainer
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -70,34 +77,22 @@ class RunJobEnded:
 
 
 @dataclass(frozen=True)
-class TrainingPaused:
-    """The trainer is waiting between optimizer steps."""
-
-
-@dataclass(frozen=True)
-class TrainingResumed:
-    pass
-
-
-@dataclass(frozen=True)
 class JobFailed:
     job: str
-    """``save`` or ``inspect``."""
+    """``run``, ``save`` or ``inspect``."""
     message: str
     path: str = ""
 
 
 @dataclass(frozen=True)
 class CheckpointSummary:
-    """A plain summary of a checkpoint read on the torch thread (for Load)."""
+    """What Load needs to know of a checkpoint, read cheaply on the torch thread: its config.json and the
+    names and shapes of its tensors (a safetensors header; no tensor data)."""
 
     path: str
     kind: str
     """``speedboard``, ``state_dict`` or ``huggingface``."""
-    num_tensors: int
     num_parameters: int
-    has_model_config: bool
-    has_tokenizer: bool
     resumable: bool
     """It holds trainer state (optimizer, schedule): the next run can resume it exactly."""
     step: int | None = None
@@ -106,32 +101,47 @@ class CheckpointSummary:
     model_config: dict[str, Any] | None = field(default=None, compare=False)
     """The checkpoint's own architecture (None for a bare state dict)."""
     run_config: dict[str, Any] | None = field(default=None, compare=False)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False)
+    """Every tensor's clean name and shape (what an architecture must match to load it)."""
+
+
+def summarize_checkpoint(path: str) -> CheckpointSummary:
+    """Resolve ``path`` (a run folder means its newest checkpoint) and summarise it without loading weights.
+
+    A pickled state dict is unpickled whole (there is no header to read); the
+    weights' checksums are verified when a run loads them.
+    """
+    info = peek_checkpoint(path)
+    shapes = tensor_shapes(info.path)
+    if not shapes:
+        raise CheckpointError(f"{info.path} holds no weights")
+    meta = info.meta
+    run = meta.get("run") if info.kind == "speedboard" else None
+    return CheckpointSummary(
+        path=str(info.path), kind=info.kind, num_parameters=sum(math.prod(s) for s in shapes.values()),
+        resumable=info.kind == "speedboard" and (info.path / STATE_FILE).is_file(),
+        step=meta.get("step"), tokens=meta.get("tokens"), run_id=meta.get("run_id"),
+        model_config=info.model_config.to_dict() if info.model_config is not None else None,
+        run_config=run if isinstance(run, dict) else None, shapes=shapes)
 
 
 class RunControl(Control):
     """``Control`` that also reports when the trainer really waits in a pause."""
 
-    def __init__(self, notify) -> None:
+    def __init__(self, on_paused, on_resumed) -> None:
         super().__init__()
-        self._notify = notify
+        self._on_paused, self._on_resumed = on_paused, on_resumed
         self._waiting = False
 
     def wait_while_paused(self, timeout: float | None = None) -> bool:
         if not self._waiting:
             self._waiting = True
-            self._notify(TrainingPaused())
+            self._on_paused()
         running = super().wait_while_paused(timeout)
         if running:
             self._waiting = False
-            self._notify(TrainingResumed())
+            self._on_resumed()
         return running
-
-
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, SpeedboardError):
-        return str(exc)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 _JOB_NAMES = {StartRun: "run", SaveModel: "save", InspectCheckpoint: "inspect"}
@@ -141,7 +151,15 @@ class TorchThread(QThread):
     """The one thread that runs the core. Never touches a widget."""
 
     event = Signal(object)
-    """Every core event and every reply above, as plain data."""
+    """A core event of the run (``core.events.Event``)."""
+    run_job_ended = Signal(object)
+    """``RunJobEnded``."""
+    training_paused = Signal()
+    training_resumed = Signal()
+    checkpoint_read = Signal(object)
+    """``CheckpointSummary``."""
+    job_failed = Signal(object)
+    """``JobFailed``."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -167,7 +185,7 @@ class TorchThread(QThread):
                     self._inspect(job.path)
             except Exception as exc:  # the thread outlives any job; the GUI shows what went wrong
                 log.exception("torch thread job %s failed", type(job).__name__)
-                self.event.emit(JobFailed(_JOB_NAMES.get(type(job), "job"), _message(exc)))
+                self.job_failed.emit(JobFailed(_JOB_NAMES.get(type(job), "job"), describe_exception(exc)))
         self._trainer = None
 
     def _run(self, job: StartRun) -> None:
@@ -186,8 +204,8 @@ class TorchThread(QThread):
         except Exception as exc:  # the trainer has reported RunFailed; make sure of it
             run_id = trainer.run_id if trainer is not None else ""
             if not ended:
-                self.event.emit(RunFailed(run_id, 0.0, _message(exc)))
-            log.warning("run %s failed: %s", run_id or "(not started)", _message(exc),
+                self.event.emit(RunFailed(run_id, 0.0, describe_exception(exc)))
+            log.warning("run %s failed: %s", run_id or "(not started)", describe_exception(exc),
                         exc_info=not isinstance(exc, SpeedboardError))
         finally:
             if trainer is not None and trainer.has_model:  # set-up finished: a model to save
@@ -196,49 +214,69 @@ class TorchThread(QThread):
             for path in job.control.take_save_requests():
                 if path:
                     self._save(path)
-            self.event.emit(RunJobEnded(trainer.run_id if trainer is not None else "", self._trainer is not None))
+            self.run_job_ended.emit(RunJobEnded(trainer.run_id if trainer is not None else "",
+                                                self._trainer is not None))
 
     def _save(self, path: str) -> None:
         if self._trainer is None:
-            self.event.emit(JobFailed("save", "there is no model to save yet: start a run first", path))
+            self.job_failed.emit(JobFailed("save", "there is no model to save yet: start a run first", path))
             return
         try:
             self._trainer.save(Path(path))  # plain module: no _orig_mod. keys, even when compiled
         except Exception as exc:  # a full disk, a permission, a bug: reported, the app goes on
             if not isinstance(exc, (OSError, SpeedboardError)):
                 log.exception("saving %s failed", path)
-            self.event.emit(JobFailed("save", _message(exc), path))
+            self.job_failed.emit(JobFailed("save", describe_exception(exc), path))
 
     def _inspect(self, path: str) -> None:
         try:
-            loaded = read_checkpoint(path)  # a run folder means its newest checkpoint; tensors: this thread only
+            summary = summarize_checkpoint(path)
         except Exception as exc:  # CheckpointError for bad files; anything else is reported the same way
             if not isinstance(exc, (OSError, SpeedboardError)):
                 log.exception("reading %s failed", path)
-            self.event.emit(JobFailed("inspect", _message(exc), path))
+            self.job_failed.emit(JobFailed("inspect", describe_exception(exc), path))
             return
-        meta = loaded.meta
-        self.event.emit(CheckpointSummary(
-            path=str(loaded.source), kind=loaded.kind, num_tensors=len(loaded.state_dict),
-            num_parameters=sum(int(t.numel()) for t in loaded.state_dict.values()),
-            has_model_config=loaded.model_config is not None, has_tokenizer=loaded.tokenizer is not None,
-            resumable=loaded.trainer_state_path is not None, step=meta.get("step"), tokens=meta.get("tokens"),
-            run_id=meta.get("run_id"),
-            model_config=loaded.model_config.to_dict() if loaded.model_config is not None else None,
-            run_config=meta.get("run") if isinstance(meta.get("run"), dict) else None))
+        self.checkpoint_read.emit(summary)
+
+
+def _same_path(path: str) -> str:
+    return str(Path(path).expanduser())
 
 
 class Controller(QObject):
-    """The GUI thread's handle on the torch thread: start, pause, stop, save, inspect, shut down."""
+    """The GUI thread's handle on the torch thread: start, pause, stop, save, inspect, shut down.
+
+    Its signals arrive in the GUI thread, after the controller has updated its own state.
+    """
 
     event = Signal(object)
-    """Re-emitted in the GUI thread after the controller has updated its own state."""
+    """A core event of the run in the torch thread."""
+    run_job_ended = Signal(object)
+    """``RunJobEnded``: the thread has left the run (``running`` is now False)."""
+    training_paused = Signal()
+    """The trainer waits between two optimizer steps."""
+    training_resumed = Signal()
+    checkpoint_read = Signal(object)
+    """``CheckpointSummary`` of a checkpoint asked for with ``inspect``."""
+    load_failed = Signal(str, str)
+    """A checkpoint asked for with ``inspect`` cannot be read: its path and the reason."""
+    save_failed = Signal(str, str)
+    """A save asked for with ``save`` was not written: its path and the reason."""
+    job_failed = Signal(str, str)
+    """Any other job failed unexpectedly: its name and the reason."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+        # No parent: a running QThread must not be destroyed with its owner; ``shutdown`` ends it first.
         self.thread = TorchThread()
-        self.thread.event.connect(self._on_thread_event)  # queued: emitted on the torch thread
+        # Queued connections (emitted on the torch thread), delivered in the order emitted.
+        self.thread.event.connect(self._on_event)
+        self.thread.run_job_ended.connect(self._on_run_job_ended)
+        self.thread.training_paused.connect(self.training_paused)
+        self.thread.training_resumed.connect(self.training_resumed)
+        self.thread.checkpoint_read.connect(self._on_checkpoint_read)
+        self.thread.job_failed.connect(self._on_job_failed)
         self._control: RunControl | None = None
         self._run_saves: set[str] = set()
         self._inspecting = False
@@ -266,7 +304,7 @@ class Controller(QObject):
     def start_run(self, config: RunConfig) -> None:
         if self.running:
             raise RuntimeError("a run is already active")
-        self._control = RunControl(self.thread.event.emit)
+        self._control = RunControl(self.thread.training_paused.emit, self.thread.training_resumed.emit)
         self.thread.submit(StartRun(config, self._control))
 
     def pause(self) -> None:
@@ -283,7 +321,7 @@ class Controller(QObject):
 
     def save(self, path: str) -> None:
         """Save the current model: at the next optimizer step during a run, else at once."""
-        path = str(Path(path))
+        path = _same_path(path)
         if self._control is not None:
             self._run_saves.add(path)
             self._control.request_save(path)
@@ -291,7 +329,7 @@ class Controller(QObject):
             self.thread.submit(SaveModel(path))
 
     def inspect(self, path: str) -> None:
-        """Read a checkpoint on the torch thread; a ``CheckpointSummary`` or ``JobFailed`` comes back."""
+        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows."""
         self._inspecting = True
         self.thread.submit(InspectCheckpoint(str(path)))
 
@@ -305,23 +343,32 @@ class Controller(QObject):
             return self.thread.wait()
         return self.thread.wait(timeout_ms)
 
-    # ------------------------------------------------------------------ replies
-    def _on_thread_event(self, event: object) -> None:
-        follow_ups: list[object] = []
-        if isinstance(event, CheckpointSaved):
-            self._run_saves.discard(str(Path(event.path)))
-        elif isinstance(event, WarningRaised):
-            for path in [p for p in self._run_saves if p in event.message]:
-                self._run_saves.discard(path)  # a save during the run failed; the run went on
-                follow_ups.append(JobFailed("save", event.message, path))
-        elif isinstance(event, RunJobEnded):
-            self._control = None
-            # Asked for too late for the run to see it: save the model the run left.
-            for path in sorted(self._run_saves):
-                self.thread.submit(SaveModel(path))
-            self._run_saves.clear()
-        elif isinstance(event, CheckpointSummary) or (isinstance(event, JobFailed) and event.job == "inspect"):
-            self._inspecting = False
+    # ------------------------------------------------------------------ from the torch thread
+    def _on_event(self, event: Event) -> None:
         self.event.emit(event)
-        for reply in follow_ups:
-            self.event.emit(reply)
+        if isinstance(event, CheckpointSaved):
+            self._run_saves.discard(_same_path(event.path))
+        elif isinstance(event, CheckpointFailed) and _same_path(event.path) in self._run_saves:
+            self._run_saves.discard(_same_path(event.path))  # a save asked for during the run; the run went on
+            self.save_failed.emit(event.path, event.message)
+
+    def _on_run_job_ended(self, ended: RunJobEnded) -> None:
+        self._control = None
+        # Asked for too late for the run to see it: save the model the run left.
+        for path in sorted(self._run_saves):
+            self.thread.submit(SaveModel(path))
+        self._run_saves.clear()
+        self.run_job_ended.emit(ended)
+
+    def _on_checkpoint_read(self, summary: CheckpointSummary) -> None:
+        self._inspecting = False
+        self.checkpoint_read.emit(summary)
+
+    def _on_job_failed(self, failed: JobFailed) -> None:
+        if failed.job == "inspect":
+            self._inspecting = False
+            self.load_failed.emit(failed.path, failed.message)
+        elif failed.job == "save":
+            self.save_failed.emit(failed.path, failed.message)
+        else:
+            self.job_failed.emit(failed.job, failed.message)

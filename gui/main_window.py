@@ -1,15 +1,14 @@
 """The dashboard window: settings and controls on the left, live plots, run table and log on the right.
 
-Data flow: the ``Controller`` brings every event of the live run (and its own
-replies) to ``_on_controller_event`` in this thread; opened run folders are
-followed by polling their ``metrics.jsonl``. Both go through ``_apply``, which
-updates the run's record and the numpy buffers only. A timer redraws plots,
-progress and table at 10 Hz.
+The window lays out, asks and draws. What runs do is the ``RunSession``'s
+business (gui/session.py): it owns the torch thread's controller, torchrun
+jobs and followed run folders, updates each run's record and the plots'
+buffers, and reports through signals that the window turns into rows, log
+lines and dialogs. A timer redraws plots, progress and table at 10 Hz.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -20,26 +19,13 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow, QScrollArea, QSplitter, 
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
-from core.events import (
-    CheckpointSaved,
-    CompileFinished,
-    CompileStarted,
-    Event,
-    RunFailed,
-    RunFinished,
-    RunStarted,
-    SampleGenerated,
-    StepMetrics,
-    ValidationDone,
-    WarningRaised,
-)
-from core.launch import prepare_launch
-from core.runs import EventTail, default_out_dir, is_run_dir
+from core.events import SampleGenerated
+from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
-from gui.controller import CheckpointSummary, Controller, JobFailed, RunJobEnded, TrainingPaused, TrainingResumed
-from gui.metric_store import MetricStore
-from gui.process_run import ProcessRun
-from gui.run_record import RunRecord
+from gui.checkpoint_paths import LOAD_FILTER, checkpoint_target, describe_checkpoint, save_target_problem
+from gui.controller import CheckpointSummary
+from gui.run_record import RunRecord, describe
+from gui.session import RunSession
 from gui.widgets.config_panel import ConfigPanel, presets_with
 from gui.widgets.log_view import LogView
 from gui.widgets.plot_panel import PlotPanel
@@ -56,46 +42,7 @@ PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the 
 # whose cores also train (a CPU run) the window takes little from training; at least 1 redraw/s.
 GUI_CPU_BUDGET = 0.04
 MAX_PLOT_GAP_S = 1.0
-TAIL_INTERVAL_MS = 500
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
-# Files that stand for their folder when picked in the Load dialog.
-_FOLDER_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "trainer_state.pt",
-                 "metrics.jsonl", "model.safetensors.index.json", "pytorch_model.bin.index.json")
-LOAD_FILTER = ("Checkpoints (config.json model.safetensors pytorch_model.bin metrics.jsonl *.pt *.pth *.bin "
-               "*.ckpt *.safetensors);;All files (*)")
-
-
-def checkpoint_target(picked: str) -> str:
-    """What a file picked in the Load dialog means: its folder (checkpoint, Hugging Face or run) or itself."""
-    path = Path(picked)
-    if path.is_dir():
-        return str(path)
-    if path.name in _FOLDER_FILES and (path.parent / "config.json").is_file() or path.name == "metrics.jsonl":
-        return str(path.parent)
-    return str(path)
-
-
-def save_target_problem(path: str) -> str | None:
-    """Why a checkpoint folder cannot be written at ``path`` (checked before asking the torch thread)."""
-    target = Path(path).expanduser()
-    if target.exists() and not target.is_dir():
-        return f"{target} is a file; a checkpoint is a folder, so choose a new name."
-    if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
-        return f"{target} is a folder with other files in it; choose a new name."
-    if not target.parent.is_dir():
-        return f"the folder {target.parent} does not exist."
-    if not os.access(target.parent, os.W_OK):
-        return f"there is no permission to write in {target.parent}."
-    return None
-
-
-def _describe(info: CheckpointSummary) -> str:
-    kind = {"speedboard": "Speedboard checkpoint", "huggingface": "Hugging Face model",
-            "state_dict": "state dict"}.get(info.kind, info.kind)
-    params = info.num_parameters
-    size = f"{params / 1e6:.2f}M" if params >= 1e5 else f"{params / 1e3:.1f}k"
-    at = f", step {info.step}" if info.step else ""
-    return f"{Path(info.path).name} ({kind}, {size} parameters{at})"
 
 
 class MainWindow(QMainWindow):
@@ -105,20 +52,8 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.setWindowTitle("Speedboard")
         self.settings = settings if settings is not None else QSettings(ORGANIZATION, APPLICATION)
-        self.out_dir = out_dir
-        self.store = MetricStore()
-        self.controller = Controller(self)
-        self.records: list[RunRecord] = []
-        self._by_run_id: dict[str, RunRecord] = {}
-        self._active: RunRecord | None = None
-        self._tails: dict[int, EventTail] = {}
-        self._dirty: set[int] = set()
-        self._has_model = False
-        self._pending_save: str | None = None
-        self._continue_after_stop = False
-        self._close_when_idle = False
-        self._stopping = False
-        self._process: ProcessRun | None = None  # a multi-process (torchrun) run, followed through its folder
+        self.session = RunSession(out_dir, self)
+        self.store = self.session.store
 
         self.config_panel = ConfigPanel(presets_with(extra_presets), available_devices())
         self.controls = RunControls()
@@ -139,10 +74,6 @@ class MainWindow(QMainWindow):
         self._gui_cpu_share = 0.0
         self._last_plot_refresh = 0.0
         self._refresh_timer.start()
-        self._tail_timer = QTimer(self)
-        self._tail_timer.setInterval(TAIL_INTERVAL_MS)
-        self._tail_timer.timeout.connect(self._poll_tails)
-        self._tail_timer.start()
         self._update_controls()
 
     # ------------------------------------------------------------------ construction
@@ -185,31 +116,38 @@ class MainWindow(QMainWindow):
         self.left_splitter.setSizes([700, 220])
 
     def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        actions = (
-            ("Open run folder…", QKeySequence.StandardKey.Open, self.open_run_folder),
-            ("Save model…", QKeySequence.StandardKey.Save, self._save),
-            ("Load weights…", "Ctrl+L", self._load),
-            (None, None, None),
-            ("Quit", QKeySequence.StandardKey.Quit, self.close),
-        )
-        for text, shortcut, slot in actions:
-            if text is None:
-                file_menu.addSeparator()
-                continue
-            action = QAction(text, self)
-            action.setShortcut(QKeySequence(shortcut))
-            action.triggered.connect(slot)
-            file_menu.addAction(action)
-        run_menu = self.menuBar().addMenu("&Run")
-        for text, shortcut, slot in (("Start", "Ctrl+Return", self._start), ("Stop", "Ctrl+.", self._stop)):
-            action = QAction(text, self)
-            action.setShortcut(QKeySequence(shortcut))
-            action.triggered.connect(slot)
-            run_menu.addAction(action)
+        menus = {
+            "&File": (("Open run folder…", QKeySequence.StandardKey.Open, self.open_run_folder),
+                      ("Save model…", QKeySequence.StandardKey.Save, self._save),
+                      ("Load weights…", "Ctrl+L", self._load),
+                      None,
+                      ("Quit", QKeySequence.StandardKey.Quit, self.close)),
+            "&Run": (("Start", "Ctrl+Return", self._start), ("Stop", "Ctrl+.", self._stop)),
+        }
+        for title, actions in menus.items():
+            menu = self.menuBar().addMenu(title)
+            for entry in actions:
+                if entry is None:
+                    menu.addSeparator()
+                    continue
+                text, shortcut, slot = entry
+                action = QAction(text, self)
+                action.setShortcut(QKeySequence(shortcut))
+                action.triggered.connect(slot)
+                menu.addAction(action)
 
     def _connect(self) -> None:
-        self.controller.event.connect(self._on_controller_event)
+        s = self.session
+        s.record_added.connect(self._on_record_added)
+        s.record_changed.connect(self._on_record_changed)
+        s.event_applied.connect(self._on_event_applied)
+        s.running_changed.connect(self._on_running_changed)
+        s.checkpoint_read.connect(self._on_checkpoint_read)
+        s.load_failed.connect(self._on_load_failed)
+        s.save_finished.connect(self._on_save_finished)
+        s.save_failed.connect(self._on_save_failed)
+        s.continue_failed.connect(self._on_continue_failed)
+        s.job_failed.connect(self._on_job_failed)
         self.config_panel.changed.connect(self._update_controls)
         self.controls.start_clicked.connect(self._start)
         self.controls.pause_clicked.connect(self._pause)
@@ -219,7 +157,7 @@ class MainWindow(QMainWindow):
         self.controls.save_clicked.connect(self._save)
         self.controls.load_clicked.connect(self._load)
         self.table.selection_changed.connect(self.plots.set_visible_runs)
-        self.table.selection_changed.connect(lambda _: self._update_controls())
+        self.table.selection_changed.connect(self._update_controls)
 
     # ------------------------------------------------------------------ settings
     def _restore_settings(self) -> None:
@@ -251,140 +189,60 @@ class MainWindow(QMainWindow):
         folder = Path(path).expanduser()
         self.settings.setValue("paths/last_dir", str(folder if folder.is_dir() else folder.parent))
 
-    # ------------------------------------------------------------------ records
-    def record(self, key: int) -> RunRecord:
-        return next(r for r in self.records if r.key == key)
-
-    def record_for_run(self, run_id: str) -> RunRecord | None:
-        return self._by_run_id.get(run_id)
-
-    def _new_record(self, config: dict, origin: str, folder: str | None = None,
-                    parent: RunRecord | None = None) -> RunRecord:
-        record = RunRecord(key=len(self.records) + 1, number=len(self.records) + 1, config=config,
-                           origin=origin, folder=folder)
-        if origin == "folder":
-            record.state = "following"
-        if parent is not None:
-            record.parent_id, record.parent_number = parent.run_id, parent.number
-        self.records.append(record)
+    # ------------------------------------------------------------------ what the session reports
+    def _on_record_added(self, record: RunRecord) -> None:
         self.table.add_record(record)
         self.plots.add_run(record.key, record.color, record.label)
-        return record
+        if record.origin == "live":
+            what = f"starting {record.nproc} processes through torchrun" if record.nproc > 1 else "starting"
+            self.log.add(f"{record.label}: {what} …")
+            self.status.show_idle(f"{record.label}: {what}")
+        self._update_controls()
 
-    def _apply(self, record: RunRecord, event: Event) -> None:
-        """One core event of ``record``'s run: update its record and buffers (plots redraw on the timer)."""
-        if isinstance(event, RunStarted):
-            self._by_run_id[event.run_id] = record
-            parent = self._by_run_id.get(event.parent) if event.parent else None
-            if parent is not None:
-                record.parent_number = parent.number
-        changed = record.apply(event)
-        self.store.add(record.key, event)
-        if changed:
-            self.table.update_record(record)
-            self._update_controls()
-        else:
-            self._dirty.add(record.key)
-        self._describe_event(record, event)
+    def _on_record_changed(self, record: RunRecord) -> None:
+        self.table.update_record(record)
+        self.plots.add_run(record.key, record.color, record.label)  # its label may now name the parent
+        self._update_controls()
 
-    def _describe_event(self, record: RunRecord, event: Event) -> None:
-        label = record.label
-        if isinstance(event, RunStarted):
-            self.plots.add_run(record.key, record.color, label)  # its label may now name the parent
-            where = f" from step {event.start_step}" if event.start_step else ""
-            self.log.add(f"{label}: started{where} on {event.device} ({event.precision}, "
-                         f"{event.num_parameters / 1e6:.2f}M parameters, {event.tokens_per_step:,} tokens/step) "
-                         f"→ {event.run_dir}")
-        elif isinstance(event, CompileStarted):
-            self.log.add(f"{label}: compiling ({event.mode}, {event.scope}) during the first steps …")
-        elif isinstance(event, CompileFinished):
-            if event.fallback:
-                self.log.add(f"{label}: torch.compile failed, the run continues eagerly", "warning")
-            else:
-                self.log.add(f"{label}: compile warm-up took {event.seconds:.1f} s over {event.warmup_steps} steps")
-        elif isinstance(event, ValidationDone):
-            self.log.add(f"{label}: validation loss {event.loss:.4f} at step {event.step}")
-        elif isinstance(event, SampleGenerated):
-            self.sample.show_sample(label, event.step, event.text)
-        elif isinstance(event, WarningRaised):
-            self.log.add(f"{label}: {event.message}", "warning")
-        elif isinstance(event, CheckpointSaved):
-            self.log.add(f"{label}: checkpoint saved at step {event.step} → {event.path}")
-            if self._pending_save is not None and Path(event.path) == Path(self._pending_save):
-                self._pending_save = None
-                self.status.showMessage(f"Model saved to {event.path}", 10_000)
-        elif isinstance(event, RunFinished):
-            tps = f"{event.median_tokens_per_s:,.0f} tokens/s" if event.median_tokens_per_s else "no steady steps"
-            self.log.add(f"{label}: {'stopped' if event.stopped else 'finished'} at step {event.step}, "
-                         f"loss {event.final_loss if event.final_loss is not None else float('nan'):.4f}, "
-                         f"median {tps}")
-        elif isinstance(event, RunFailed):
-            self.log.add(f"{label}: failed: {event.message}", "error")
-            self.status.showMessage(f"{label} failed: {event.message}", 15_000)
+    def _on_event_applied(self, record: RunRecord, event: object) -> None:
+        if isinstance(event, SampleGenerated):
+            self.sample.show_sample(record.label, event.step, event.text)
+        line = describe(event)
+        if line is None:
+            return
+        self.log.add(f"{record.label}: {line.text}", line.level)
+        if line.level == "error":  # the run failed
+            self.status.showMessage(f"{record.label} {line.text}", 15_000)
             self.tabs.setCurrentWidget(self.log)
 
-    # ------------------------------------------------------------------ events from the torch thread
-    def _on_controller_event(self, event: object) -> None:
-        if isinstance(event, Event):
-            record = self._by_run_id.get(event.run_id) or self._active
-            if record is not None:
-                self._apply(record, event)
-        elif isinstance(event, RunJobEnded):
-            self._on_run_job_ended(event)
-        elif isinstance(event, TrainingPaused):
-            if self._active is not None and self._active.active:
-                self._active.state = "paused"
-                self.table.update_record(self._active)
-                self.log.add(f"{self._active.label}: paused at step {self._active.step}")
-        elif isinstance(event, TrainingResumed):
-            if self._active is not None and self._active.state == "paused":
-                self._active.state = "training"
-                self.table.update_record(self._active)
-                self.log.add(f"{self._active.label}: resumed")
-        elif isinstance(event, JobFailed):
-            self._on_job_failed(event)
-        elif isinstance(event, CheckpointSummary):
-            self._on_checkpoint_summary(event)
-        if not isinstance(event, StepMetrics):  # per-step work stays in the buffers
-            self._update_controls()
-
-    def _on_run_job_ended(self, event: RunJobEnded) -> None:
-        record, self._active = self._active, None
-        self._has_model = event.has_model
-        self._stopping = False
-        if record is not None:
-            self.table.update_record(record)
-        self._after_run(record)
-
-    def _after_run(self, record: RunRecord | None) -> None:
-        """What waits for a run's end, in the thread or in torchrun processes: closing, or Continue."""
-        if self._close_when_idle:
-            QTimer.singleShot(0, self.close)
+    def _on_running_changed(self, running: bool) -> None:
+        self._update_controls()
+        if running:
             return
-        if self._continue_after_stop:
-            self._continue_after_stop = False
-            if record is not None and record.checkpoint:
-                self._continue_from(record)
-            else:
-                dialogs.show_error(self, "Cannot continue", "The run ended without a final checkpoint, so there "
-                                                            "is nothing to continue from.")
-        if not self._running:
+        if self.session.closing:
+            QTimer.singleShot(0, self.close)
+        else:
             self.status.show_idle("idle")
 
-    def _on_job_failed(self, event: JobFailed) -> None:
-        if event.job == "save":
-            self._pending_save = None
-            self.log.add(f"save failed: {event.message}", "error")
-            dialogs.show_error(self, "Save failed", f"The model was not saved:\n{event.message}")
-        elif event.job == "inspect":
-            self.log.add(f"load failed: {event.message}", "error")
-            dialogs.show_error(self, "Cannot load", f"Could not load {Path(event.path).name or event.path}:\n"
-                                                    f"{event.message}")
-        else:
-            self.log.add(f"{event.job} failed: {event.message}", "error")
+    def _on_continue_failed(self, message: str) -> None:
+        dialogs.show_error(self, "Cannot continue", message)
 
-    def _on_checkpoint_summary(self, info: CheckpointSummary) -> None:
-        description = _describe(info)
+    def _on_save_finished(self, path: str) -> None:
+        self.status.showMessage(f"Model saved to {path}", 10_000)
+
+    def _on_save_failed(self, path: str, message: str) -> None:
+        self.log.add(f"save failed: {message}", "error")
+        dialogs.show_error(self, "Save failed", f"The model was not saved:\n{message}")
+
+    def _on_load_failed(self, path: str, message: str) -> None:
+        self.log.add(f"load failed: {message}", "error")
+        dialogs.show_error(self, "Cannot load", f"Could not load {Path(path).name or path}:\n{message}")
+
+    def _on_job_failed(self, job: str, message: str) -> None:
+        self.log.add(f"{job} failed: {message}", "error")
+
+    def _on_checkpoint_read(self, info: CheckpointSummary) -> None:
+        description = describe_checkpoint(info)
         mode = "init"
         if info.resumable:
             mode = dialogs.ask_load_mode(self, description)
@@ -402,142 +260,77 @@ class MainWindow(QMainWindow):
         self.status.showMessage(f"Loaded {description}", 10_000)
 
     # ------------------------------------------------------------------ commands
-    def _start(self) -> None:
-        if self._running:
-            return
+    def _settings_or_explain(self) -> RunConfig | None:
         cfg = self.config_panel.config
         if cfg is None:
             dialogs.show_error(self, "Invalid settings", self.config_panel.error)
+        return cfg
+
+    def _start(self) -> None:
+        if self.session.running:
             return
-        self._launch(cfg)
-        if cfg.init_from or cfg.resume:
-            self.config_panel.clear_start_from()  # a loaded checkpoint feeds one run
-
-    @property
-    def _running(self) -> bool:
-        """A run is training: on the torch thread, or in torchrun processes."""
-        return self.controller.running or self._process is not None
-
-    def _launch(self, cfg: RunConfig, parent: RunRecord | None = None) -> None:
-        if self.out_dir:
-            cfg = cfg.replace(out_dir=self.out_dir)
-        if self.config_panel.nproc > 1:
-            self._launch_processes(cfg, self.config_panel.nproc, parent)
+        cfg = self._settings_or_explain()
+        if cfg is None:
             return
-        record = self._new_record(cfg.to_dict(), "live", parent=parent)
-        self._active = record
-        self._stopping = False
-        self.controller.start_run(cfg)
-        self.log.add(f"{record.label}: starting …")
-        self.status.show_idle(f"{record.label}: starting")
-        self._update_controls()
-
-    def _launch_processes(self, cfg: RunConfig, nproc: int, parent: RunRecord | None) -> None:
-        """Start the run through torchrun in a QProcess and follow its run folder live."""
         try:
-            spec = prepare_launch(cfg, nproc)
+            self.session.start(cfg, self.config_panel.nproc)
         except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot start", str(exc))
             return
-        record = self._new_record(cfg.to_dict(), "live", folder=str(spec.run_dir), parent=parent)
-        self._active = record
-        self._stopping = False
-        self._process = ProcessRun(spec, self)
-        self._process.event.connect(lambda event, r=record: self._apply(r, event))
-        self._process.ended.connect(self._on_process_ended)
-        self._process.start()
-        self.log.add(f"{record.label}: starting {nproc} processes through torchrun …")
-        self.status.show_idle(f"{record.label}: starting {nproc} processes")
-        self._update_controls()
-
-    def _on_process_ended(self, code: int, message: str) -> None:
-        record, self._active = self._active, None
-        process, self._process = self._process, None
-        self._stopping = False
-        if process is not None:
-            process.deleteLater()
-        if record is not None and not record.ended:
-            # No final event in the folder (bad settings, or a crash before rank 0 wrote one).
-            reason = message or f"the training processes exited with code {code}"
-            self._apply(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))
-        self._after_run(record)
-        self._update_controls()
+        if cfg.init_from or cfg.resume:
+            self.config_panel.clear_start_from()  # a loaded checkpoint feeds one run
 
     def _pause(self) -> None:
-        self.controller.pause()
+        self.session.pause()
         self.status.showMessage("Pausing after the current optimizer step …", 5_000)
         self._update_controls()
 
     def _resume(self) -> None:
-        self.controller.resume()
+        self.session.resume()
         self._update_controls()
 
     def _stop(self) -> None:
-        if not self._running:
+        if not self.session.running:
             return
-        self._stopping = True
-        if self._process is not None:
-            self._process.stop()  # every rank stops after the same step; rank 0 saves
-        else:
-            self.controller.stop()
+        self.session.stop()
         self.status.showMessage("Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000)
         self._update_controls()
 
-    def _continue_source(self) -> RunRecord | None:
-        """The selected run if exactly one is selected and can be continued, else the latest that can."""
-        candidates = [r for r in self.records if r.ended and r.checkpoint]
-        selected = [r for r in candidates if r.key in self.table.selected_keys()]
-        if len(selected) == 1:
-            return selected[0]
-        return candidates[-1] if candidates else None
-
     def _continue(self) -> None:
-        if self._running:
-            if self.config_panel.config is None:
-                dialogs.show_error(self, "Invalid settings", self.config_panel.error)
-                return
-            self._continue_after_stop = True
-            self._stop()
-            self.status.showMessage("Stopping; the run then continues with these settings …", 10_000)
+        settings = self._settings_or_explain()
+        if settings is None:
             return
-        source = self._continue_source()
+        if self.session.running:
+            self.session.stop_then_continue(settings, self.config_panel.nproc)
+            self.status.showMessage("Stopping; the run then continues with these settings …", 10_000)
+            self._update_controls()
+            return
+        source = self.session.continue_source(self.table.selected_keys())
         if source is None:
             dialogs.show_error(self, "Nothing to continue", "Finish or stop a run first: Continue starts from "
                                                             "its final checkpoint.")
             return
-        self._continue_from(source)
-
-    def _continue_from(self, parent: RunRecord) -> None:
-        """A new run from ``parent``'s final checkpoint (weights, optimizer, schedule) with these train settings."""
-        settings = self.config_panel.config
-        if settings is None:
-            dialogs.show_error(self, "Invalid settings", self.config_panel.error)
-            return
         try:
-            base = RunConfig.from_dict(parent.config)
-            cfg = base.replace(train=settings.train, resume=parent.checkpoint, init_from=None,
-                               parent=parent.run_id, out_dir=settings.out_dir, name=None)
-        except (SpeedboardError, TypeError, ValueError) as exc:
+            self.session.continue_from(source, settings, self.config_panel.nproc)
+        except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot continue", str(exc))
-            return
-        self._launch(cfg, parent=parent)
 
     def _save(self) -> None:
-        if self._process is not None:
+        session = self.session
+        if session.in_processes:
             dialogs.show_error(self, "Save from the run folder",
                                "A multi-process run saves its checkpoints into its run folder (a final one when "
                                "it ends or is stopped); load one of those.")
             return
-        if not (self.controller.running or self._has_model):
+        if not session.can_save:
             dialogs.show_error(self, "Nothing to save", "There is no model yet: start a run first.")
             return
-        if self._pending_save is not None:
-            dialogs.show_error(self, "Save in progress", f"The model is being saved to {self._pending_save}.")
+        if session.pending_save is not None:
+            dialogs.show_error(self, "Save in progress", f"The model is being saved to {session.pending_save}.")
             return
-        last = self._active or next((r for r in reversed(self.records) if r.origin == "live"), None)
-        name = f"{last.run_id}-step{last.step}" if last is not None and last.run_id else "speedboard-checkpoint"
         path, _ = QFileDialog.getSaveFileName(self, "Save the model as a checkpoint folder",
-                                              str(Path(self._last_dir()) / name), "Checkpoint folder (*)")
+                                              str(Path(self._last_dir()) / session.save_name()),
+                                              "Checkpoint folder (*)")
         if not path:
             return
         problem = save_target_problem(path)
@@ -545,18 +338,16 @@ class MainWindow(QMainWindow):
             dialogs.show_error(self, "Cannot save there", problem)
             return
         self._remember_dir(path)
-        self._pending_save = str(Path(path).expanduser())
-        running = self.controller.running
-        self.controller.save(self._pending_save)
-        self.status.showMessage("Saving at the next optimizer step …" if running else "Saving …", 10_000)
+        deferred = session.save(path)
+        self.status.showMessage("Saving at the next optimizer step …" if deferred else "Saving …", 10_000)
 
     def _load(self) -> None:
-        if self._running:
+        if self.session.running:
             dialogs.show_error(self, "Cannot load during a run",
                                "Weights cannot be loaded while a run is training. Stop the run (or wait until it "
                                "ends), then load; the next run starts from the loaded weights.")
             return
-        if self.controller.inspecting:
+        if self.session.inspecting:
             return
         path, _ = QFileDialog.getOpenFileName(
             self, "Load weights: a .pt/.pth/.bin/.safetensors file, or config.json in a checkpoint folder",
@@ -564,7 +355,7 @@ class MainWindow(QMainWindow):
         if not path:
             return
         self._remember_dir(path)
-        self.controller.inspect(checkpoint_target(path))
+        self.session.inspect(checkpoint_target(path))
         self.status.showMessage(f"Reading {path} …", 5_000)
         self._update_controls()
 
@@ -580,33 +371,17 @@ class MainWindow(QMainWindow):
                                                          f"Speedboard run wrote.")
             return None
         self._remember_dir(str(Path(folder).parent))
-        tail = EventTail(folder)
-        events = tail.poll()
-        started = next((e for e in events if isinstance(e, RunStarted)), None)
-        if started is not None and started.run_id in self._by_run_id:
-            existing = self._by_run_id[started.run_id]
-            self.status.showMessage(f"{existing.label} is already shown", 5_000)
-            return existing
-        record = self._new_record(dict(started.config) if started else {}, "folder", folder=folder)
-        for event in events:
-            self._apply(record, event)
-        if not record.ended:
-            self._tails[record.key] = tail
+        record, new = self.session.follow_folder(folder)
+        if not new:
+            self.status.showMessage(f"{record.label} is already shown", 5_000)
+            return record
         self.log.add(f"{record.label}: opened {folder}")
         self.plots.refresh()
         return record
 
-    def _poll_tails(self) -> None:
-        for key, tail in list(self._tails.items()):
-            record = self.record(key)
-            for event in tail.poll():
-                self._apply(record, event)
-            if record.ended:
-                del self._tails[key]
-
     # ------------------------------------------------------------------ periodic refresh
     def _on_tick(self) -> None:
-        live = self._running or bool(self._tails)
+        live = self.session.live
         if live != self.plots.live:
             self.plots.live = live
             if not live:
@@ -620,43 +395,36 @@ class MainWindow(QMainWindow):
         if self._gui_cpu_share <= GUI_CPU_BUDGET or now - self._last_plot_refresh >= MAX_PLOT_GAP_S:
             self.plots.refresh(budget=PLOTS_PER_TICK)
             self._last_plot_refresh = now
-        for key in self._dirty:
-            self.table.update_record(self.record(key))
-        self._dirty.clear()
-        active = self._active
+        for record in self.session.take_progressed():
+            self.table.update_record(record)
+        active = self.session.active
         if active is not None and active.run_id:
-            step_time = self.store.recent_step_time(active.key)
-            eta = (active.total_steps - active.step) * step_time if step_time and active.total_steps else None
-            self.status.show_run(label=active.label, state=active.state, step=active.step,
-                                 start_step=active.start_step, total_steps=active.total_steps, eta_s=eta,
-                                 device=active.device, mem_gib=active.mem_gib)
+            self.status.show_run(active, self.store.recent_step_time(active.key))
 
-    def _update_controls(self) -> None:
-        running = self._running
+    def _update_controls(self, *_) -> None:
+        session = self.session
+        running = session.running
         valid = self.config_panel.config is not None
-        can_continue = valid and (running or self._continue_source() is not None)
-        self.controls.set_state(running=running, paused=self.controller.paused, can_start=valid,
-                                can_continue=can_continue, can_save=running or self._has_model,
-                                stopping=self._stopping)
-        if self._process is not None:
+        can_continue = valid and (running or session.continue_source(self.table.selected_keys()) is not None)
+        self.controls.set_state(running=running, paused=session.paused, can_start=valid,
+                                can_continue=can_continue, can_save=session.can_save, stopping=session.stopping)
+        if session.in_processes:
             self.controls.pause.setEnabled(False)  # torchrun ranks are stopped, not paused
 
     # ------------------------------------------------------------------ closing
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
-        if self._running:
+        if self.session.running:
             event.ignore()
-            if self._close_when_idle:
+            if self.session.closing:
                 self.status.showMessage("Still stopping: the window closes after the current optimizer step …")
                 return
             if not dialogs.confirm_stop_and_close(self):
                 return
-            self._close_when_idle = True
-            self._continue_after_stop = False
-            self._stop()
+            self.session.stop_then_close()
             self.status.showMessage("Stopping: the window closes after the current optimizer step …")
+            self._update_controls()
             return
         self.save_settings()
         self._refresh_timer.stop()
-        self._tail_timer.stop()
-        self.controller.shutdown()  # the torch thread ends before the window goes
+        self.session.shutdown()  # the torch thread ends before the window goes
         event.accept()

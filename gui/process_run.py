@@ -14,7 +14,7 @@ import contextlib
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from core.launch import LaunchSpec, end_launch, stop_launch
+from core.launch import LaunchSpec, stop_launch
 from core.runs import EventTail
 
 POLL_MS = 100
@@ -59,13 +59,6 @@ class ProcessRun(QObject):
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 stop_launch(pid)
-
-    def terminate(self) -> None:
-        """End every rank now (recorded as failed: terminated)."""
-        pid = self.process.processId()
-        if pid:
-            with contextlib.suppress(ProcessLookupError):
-                end_launch(pid)
 
     def wait(self, msecs: int) -> bool:
         return self.process.waitForFinished(msecs)

@@ -2,6 +2,13 @@
 
 A record exists from the moment the user presses Start (before the trainer
 has a run id) or opens a run folder; plain Python, no Qt, so it is easy to test.
+``RunRecord.apply`` is the one place a run's state changes: from the trainer's
+events, and from the dashboard's own notes about the run (a stop asked for, a
+pause the trainer acknowledged), which are typed here.
+
+States: ``starting`` → ``compiling`` ⇄ ``training`` ⇄ ``paused``, any of them
+→ ``stopping`` (Stop pressed) → ``stopped``; ``finished`` and ``failed`` end
+any of them. A folder opened from disk is ``following`` until its run ends.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.event_text import EventLine, event_line
 from core.events import (
     CheckpointSaved,
     CompileFinished,
@@ -27,6 +35,39 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 
 ACTIVE_STATES = ("starting", "compiling", "training", "paused", "stopping", "following")
 ENDED_STATES = ("finished", "stopped", "failed")
+_STOPPABLE = ("starting", "compiling", "training", "paused")
+
+
+# --------------------------------------------------------------------------- the dashboard's notes about a run
+@dataclass(frozen=True)
+class StopRequested:
+    """The user asked the run to stop after its current optimizer step (it then saves and ends)."""
+
+
+@dataclass(frozen=True)
+class TrainingPaused:
+    """The trainer acknowledged a pause: it waits between two optimizer steps."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class TrainingResumed:
+    """The trainer goes on after a pause."""
+
+
+RunNote = StopRequested | TrainingPaused | TrainingResumed
+
+
+def describe(event: Event | RunNote) -> EventLine | None:
+    """A log line for a core event (``core.event_text``) or a note of the dashboard's; None: not logged."""
+    if isinstance(event, StopRequested):
+        return EventLine("stopping after the current optimizer step (a final checkpoint is saved) …")
+    if isinstance(event, TrainingPaused):
+        return EventLine(f"paused at step {event.step}")
+    if isinstance(event, TrainingResumed):
+        return EventLine("resumed")
+    return event_line(event)
 
 
 @dataclass
@@ -62,6 +103,9 @@ class RunRecord:
     peak_mem_gib: float | None = None
     checkpoint: str | None = None
     checkpoints: list[str] = field(default_factory=list)
+    nproc: int = 1
+    """Processes that train it (more than one: torchrun)."""
+    _before_pause: str = field(default="training", repr=False)
 
     @property
     def color(self) -> str:
@@ -101,8 +145,18 @@ class RunRecord:
     def ended(self) -> bool:
         return self.state in ENDED_STATES
 
-    def apply(self, event: Event) -> bool:
-        """Update from one event; True when something the run table shows (other than progress) changed."""
+    def apply(self, event: Event | RunNote) -> bool:
+        """Update from one event or note; True when something the run table shows (other than progress) changed."""
+        if isinstance(event, StopRequested):
+            return self._set_state("stopping", when=_STOPPABLE)
+        if isinstance(event, TrainingPaused):
+            before = self.state
+            if self._set_state("paused", when=("starting", "compiling", "training")):
+                self._before_pause = before
+                return True
+            return False
+        if isinstance(event, TrainingResumed):
+            return self._set_state(self._before_pause, when=("paused",))
         if isinstance(event, StepMetrics):
             self.step, self.tokens, self.last_loss, self.mem_gib = event.step, event.tokens, event.loss, event.mem_gib
             self.peak_mem_gib = event.peak_mem_gib
@@ -148,6 +202,12 @@ class RunRecord:
             self.message = event.message
         else:
             return False
+        return True
+
+    def _set_state(self, state: str, when: tuple[str, ...]) -> bool:
+        if self.state not in when:
+            return False
+        self.state = state
         return True
 
     def progress_text(self) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from core.checkpoint.folders import file_record
@@ -107,25 +108,36 @@ def _verify_file(path: Path, record: dict[str, Any] | None, hash_it: bool = True
         raise CheckpointError(f"{path.name} in {path.parent} is corrupted: its checksum differs from the saved one")
 
 
-def _read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
+def _hf_weight_files(folder: Path) -> list[Path]:
+    """The files that hold a Hugging Face folder's weights: one file, or every shard its index lists."""
     if (folder / WEIGHTS_FILE).is_file():
-        return _load_safetensors(folder / WEIGHTS_FILE)
-    for index_name, loader in (("model.safetensors.index.json", _load_safetensors),
-                               ("pytorch_model.bin.index.json", _torch_load)):
+        return [folder / WEIGHTS_FILE]
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = folder / index_name
         if index.is_file():
             shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
             if not shards:
                 raise CheckpointError(f"{index} lists no weight files")
-            state: dict[str, torch.Tensor] = {}
             for shard in shards:
                 if not (folder / shard).is_file():
                     raise CheckpointError(f"{folder} is missing shard {shard}")
-                state.update(_extract_state_dict(loader(folder / shard), folder / shard))
-            return state
+            return [folder / shard for shard in shards]
     if (folder / "pytorch_model.bin").is_file():
-        return _extract_state_dict(_torch_load(folder / "pytorch_model.bin"), folder / "pytorch_model.bin")
+        return [folder / "pytorch_model.bin"]
     raise CheckpointError(f"{folder} has no weights (model.safetensors or pytorch_model.bin)")
+
+
+def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix.lower() == ".safetensors":
+        return _load_safetensors(path)
+    return _extract_state_dict(_torch_load(path), path)
+
+
+def _read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for path in _hf_weight_files(folder):
+        state.update(_read_weights_file(path))
+    return state
 
 
 def list_checkpoints(folder: str | Path) -> list[Path]:
@@ -257,6 +269,42 @@ def read_checkpoint(path: str | Path) -> LoadedCheckpoint:
     if not state:
         raise CheckpointError(f"{path.name} holds no tensors")
     return LoadedCheckpoint(path, "state_dict", clean_state_dict(state))
+
+
+def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    if path.suffix.lower() != ".safetensors":  # a pickle has no header: it is read whole
+        return {k: tuple(v.shape) for k, v in _read_weights_file(path).items()}
+    try:
+        with safe_open(str(path), framework="pt") as f:  # the header only: no tensor data is read
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as exc:  # SafetensorError and friends: report, never crash
+        raise CheckpointError(f"{path.name} is truncated or corrupted ({first_line(exc, 160)})") from None
+
+
+def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Clean names and shapes of the weights ``path`` holds (resolved as ``read_checkpoint`` does).
+
+    Cheap where the format allows: safetensors files are read by their header
+    alone; a pickled state dict has to be unpickled whole. Checksums are not
+    verified here (``read_checkpoint`` does that before anything is loaded).
+    """
+    raw = Path(path).expanduser()
+    if raw.is_dir() and raw.name.startswith(".") and ".tmp-" in raw.name:
+        raise CheckpointError(f"{raw} is an unfinished save, not a checkpoint")
+    path = latest_checkpoint(raw)
+    if path.is_dir():
+        kind, _ = _model_config_of(path, _read_json(path / CONFIG_FILE))
+        if kind == "speedboard" and not (path / WEIGHTS_FILE).is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {WEIGHTS_FILE} is missing")
+        files = [path / WEIGHTS_FILE] if kind == "speedboard" else _hf_weight_files(path)
+    elif path.suffix.lower() == ".safetensors" or path.suffix.lower() in PICKLE_SUFFIXES:
+        files = [path]
+    else:
+        raise CheckpointError(f"unsupported checkpoint file {path.name}")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        shapes.update(_file_shapes(file))
+    return clean_state_dict(shapes)  # keys only: it renames and drops entries, whatever their values
 
 
 def load_trainer_state(path: Path, record: dict[str, Any] | None = None) -> dict[str, Any]:

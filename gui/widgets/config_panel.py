@@ -7,6 +7,7 @@ under the control it is about, before Start, not after a crash.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from core.config import BUILTIN_CORPUS, COMPILE_MODES, LAYOUTS, PRECISIONS, ModelConfig, RunConfig, config_from_preset
 from core.errors import SpeedboardError
-from core.launch import check_nproc, process_capacity
+from core.launch import check_data_source, check_nproc, process_capacity
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
                      "max-autotune": "max-autotune", "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
@@ -38,14 +39,20 @@ PRECISION_TEXT = {"auto": "auto (bf16 on CUDA, else fp32)", "fp32": "fp32", "bf1
 BUDGET_KINDS = ("steps", "tokens")
 MAX_INT = 2**31 - 1
 
-# First keyword found in a validation message -> the control it is about.
-_ERROR_FIELDS = (
-    ("CUDA graphs", "compile_mode"), ("compile mode", "compile_mode"), ("compile scope", "compile_scope"),
-    ("sequence length", "seq_len"), ("seq_len", "seq_len"), ("micro-batch", "micro_batch"),
-    ("accumulation", "accum_steps"), ("min-lr", "lr"), ("learning rate", "lr"), ("warmup", "warmup"),
-    ("budget", "budget"), ("bf16", "precision"), ("fp16", "precision"), ("precision", "precision"),
-    ("--nproc", "processes"), ("device", "device"), ("layout", "layout"), ("data", "source"), ("corpus", "source"),
-)
+# A validation error's field (``SpeedboardError.field``) -> the row it is shown under, where the names differ;
+# a field with no row here or among the rows goes to the general error label.
+_FIELD_ROWS = {"warmup_ratio": "warmup", "min_lr": "lr", "nproc": "processes", "budget_kind": "budget"}
+
+
+@contextmanager
+def _about(field: str):
+    """Errors of a check that is about one setting but does not say so (device queries, process counts)."""
+    try:
+        yield
+    except SpeedboardError as exc:
+        if exc.field is None:
+            exc.field = field
+        raise
 
 
 def _combo(name: str, items: dict[str, str]) -> QComboBox:
@@ -85,6 +92,7 @@ class ConfigPanel(QWidget):
         self._updating = False
         self._config: RunConfig | None = None
         self._error = ""
+        self._error_field: str | None = None
         self._error_rows: dict[str, tuple[QFormLayout, QLabel]] = {}
 
         self.preset = _combo("presetCombo", {name: name for name in presets})
@@ -404,11 +412,11 @@ class ConfigPanel(QWidget):
             path, mode = self._start_from
             overrides["resume" if mode == "resume" else "init_from"] = path
         cfg = base.replace(**overrides)
-        if self._source != BUILTIN_CORPUS and not Path(self._source).exists():
-            raise SpeedboardError(f"data source {self._source} does not exist")
+        check_data_source(self._source)
         self._check_device(cfg)
         if self.nproc > 1:
-            check_nproc(self.nproc, cfg.train.device)
+            with _about("nproc"):
+                check_nproc(self.nproc, cfg.train.device)
             if cfg.train.device == "auto" and self.process_kind == "cpu":
                 cfg = cfg.replace(train={"device": "cpu"})
         return cfg
@@ -422,7 +430,10 @@ class ConfigPanel(QWidget):
     def _check_device(cfg: RunConfig) -> None:
         from core.device import resolve_device, resolve_precision  # queries only: no tensors
 
-        resolve_precision(cfg.train.precision, resolve_device(cfg.train.device))
+        with _about("device"):
+            device = resolve_device(cfg.train.device)
+        with _about("precision"):
+            resolve_precision(cfg.train.precision, device)
 
     def _on_changed(self) -> None:
         if self._updating:
@@ -430,17 +441,22 @@ class ConfigPanel(QWidget):
         sequences = self.micro_batch.value() * self.accum.value() * self.processes.value()
         self.effective.setText(f"{sequences:,} sequences · {sequences * self.seq_len.value():,} tokens per step")
         try:
-            self._config, self._error = self.build_config(), ""
+            self._config, self._error, self._error_field = self.build_config(), "", None
         except (SpeedboardError, ValueError) as exc:
             self._config, self._error = None, str(exc)
-        self._show_error(self._error)
+            self._error_field = exc.field if isinstance(exc, SpeedboardError) else None
+        self._show_error(self._error, self._error_field)
         self.changed.emit()
 
-    def _show_error(self, message: str) -> None:
-        target = None
-        if message:
-            target = next((key for word, key in _ERROR_FIELDS if word in message and key in self._error_rows),
-                          None)
+    @property
+    def error_field(self) -> str | None:
+        """The setting ``error`` is about (``SpeedboardError.field``), when it names one."""
+        return self._error_field
+
+    def _show_error(self, message: str, field: str | None) -> None:
+        """The message under its setting's row, or in the general label when no row is about it."""
+        row = _FIELD_ROWS.get(field, field) if message and field else None
+        target = row if row in self._error_rows else None
         for key, (form, label) in self._error_rows.items():
             show = key == target
             label.setText(message if show else "")

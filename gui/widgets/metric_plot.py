@@ -23,7 +23,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
-STYLES = ("line", "dash", "points", "faint")
 X_HEADROOM = 0.25
 X_PAD = 0.02
 Y_PAD = 0.08

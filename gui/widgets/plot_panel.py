@@ -29,7 +29,6 @@ class PlotPanel(QWidget):
         self._next = 0
         self.live = False
         """Some run is growing: keep room on the right of the x range."""
-        self._visible: set[Hashable] | None = None
 
         self.x_axis_combo = QComboBox()
         self.x_axis_combo.setObjectName("xAxisCombo")
@@ -98,13 +97,15 @@ class PlotPanel(QWidget):
 
     # ------------------------------------------------------------------ runs
     def add_run(self, key: Hashable, color: str, label: str) -> None:
+        """A run to draw, or a run's new label (it is redrawn); the same colour and label again change nothing."""
+        if self._runs.get(key) == (color, label):
+            return
         self._runs[key] = (color, label)
         for plot in self.plots:
             self._drawn.pop((plot.objectName(), key), None)
 
     def set_visible_runs(self, keys: set[Hashable] | None) -> None:
         """Show only ``keys`` (None: every run)."""
-        self._visible = keys
         for key in self._runs:
             visible = keys is None or key in keys
             for plot in self.plots:

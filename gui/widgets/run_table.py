@@ -23,7 +23,6 @@ def _fmt(value: float | None, spec: str) -> str:
 class RunTable(QTableWidget):
     selection_changed = Signal(object)
     """The keys of the selected runs (a set), or None when nothing is selected."""
-    baseline_changed = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(0, len(COLUMNS), parent)
@@ -129,7 +128,6 @@ class RunTable(QTableWidget):
         finally:
             self._filling = False
         self._refresh_speedups()
-        self.baseline_changed.emit(key)
 
     def speedup(self, record: RunRecord) -> float | None:
         base = next((r for r in self._records if r.key == self._baseline), None)

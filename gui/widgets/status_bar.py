@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
+from gui.run_record import RunRecord
+
 
 def format_duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
@@ -34,16 +36,18 @@ class StatusBar(QStatusBar):
         for widget in (self.state, self.progress, self.eta, self.device, self.memory):
             self.addPermanentWidget(widget)
 
-    def show_run(self, *, label: str, state: str, step: int, start_step: int, total_steps: int,
-                 eta_s: float | None, device: str, mem_gib: float | None) -> None:
-        self.state.setText(f"{label}: {state}")
-        done, total = max(0, step - start_step), max(1, total_steps - start_step)
-        self.progress.setRange(0, total)
-        self.progress.setValue(min(done, total))
-        self.progress.setFormat(f"step {step:,} / {total_steps:,}")
-        self.eta.setText(f"ETA {format_duration(eta_s)}" if eta_s is not None else "")
-        self.device.setText(device)
-        self.memory.setText(f"{mem_gib:.2f} GiB" if mem_gib is not None else "")
+    def show_run(self, record: RunRecord, step_time: float | None) -> None:
+        """``record``'s state and progress; the ETA from ``step_time`` (recent seconds per optimizer step)."""
+        step, total = record.step, record.total_steps
+        self.state.setText(f"{record.label}: {record.state}")
+        done, span = max(0, step - record.start_step), max(1, total - record.start_step)
+        self.progress.setRange(0, span)
+        self.progress.setValue(min(done, span))
+        self.progress.setFormat(f"step {step:,} / {total:,}")
+        eta = (total - step) * step_time if step_time and total else None
+        self.eta.setText(f"ETA {format_duration(eta)}" if eta is not None else "")
+        self.device.setText(record.device)
+        self.memory.setText(f"{record.mem_gib:.2f} GiB" if record.mem_gib is not None else "")
 
     def show_idle(self, text: str = "idle") -> None:
         self.state.setText(text)

@@ -103,10 +103,10 @@ def make_window(qtbot, tmp_path, settings_path):
 
     yield make
     for window in windows:  # no test leaves a thread behind, whatever it did
-        window.controller.stop()
-        qtbot.waitUntil(lambda w=window: not w.controller.running, timeout=RUN_TIMEOUT_MS)
+        window.session.controller.stop()
+        qtbot.waitUntil(lambda w=window: not w.session.controller.running, timeout=RUN_TIMEOUT_MS)
         window.close()
-        assert window.controller.thread.isFinished()
+        assert window.session.controller.thread.isFinished()
 
 
 @pytest.fixture
@@ -129,20 +129,20 @@ def click(window, name: str) -> None:
 
 def wait_idle(qtbot, window, timeout: int = RUN_TIMEOUT_MS) -> None:
     """Until the torch thread has left the run (its RunJobEnded reply was handled)."""
-    qtbot.waitUntil(lambda: not window.controller.running, timeout=timeout)
+    qtbot.waitUntil(lambda: not window.session.controller.running, timeout=timeout)
 
 
 def run_once(qtbot, window):
     """Click Start, wait for the run to end, return its record."""
-    count = len(window.records)
+    count = len(window.session.records)
     click(window, "startButton")
-    assert len(window.records) == count + 1
+    assert len(window.session.records) == count + 1
     wait_idle(qtbot, window)
-    return window.records[-1]
+    return window.session.records[-1]
 
 
 def wait_steps(qtbot, window, n: int, timeout: int = RUN_TIMEOUT_MS):
-    record = window.records[-1]
+    record = window.session.records[-1]
     qtbot.waitUntil(lambda: record.step >= n and record.run_id is not None, timeout=timeout)
     return record
 

@@ -18,12 +18,12 @@ def test_eager_then_compiled_with_accumulation_and_save_while_compiled(qtbot, wi
     target = tmp_path / "compiled-save"
     dialogs.files["getSaveFileName"] = str(target)
     click(window, "startButton")
-    compiled = window.records[-1]
+    compiled = window.session.records[-1]
     # Save while the compiled model trains: served at the next optimizer step (or right after the run).
     qtbot.waitUntil(lambda: compiled.step >= 1, timeout=300_000)
     click(window, "saveButton")
     wait_idle(qtbot, window, timeout=300_000)
-    qtbot.waitUntil(lambda: window._pending_save is None, timeout=60_000)
+    qtbot.waitUntil(lambda: window.session.pending_save is None, timeout=60_000)
 
     assert compiled.state == "finished", compiled.message
     assert not dialogs.warnings()

@@ -13,12 +13,12 @@ def test_two_cpu_processes_from_the_window(qtbot, make_window):
     child(window, "processesSpin").setValue(2)
     assert window.config_panel.config is not None, window.config_panel.error
     click(window, "startButton")
-    record = window.records[-1]
+    record = window.session.records[-1]
     qtbot.waitUntil(lambda: record.step >= 2, timeout=RUN_TIMEOUT_MS)
-    assert window._process is not None and record.folder
+    assert window.session.in_processes and record.folder
     assert not child(window, "pauseButton").isEnabled()
     click(window, "stopButton")
-    qtbot.waitUntil(lambda: window._process is None, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.session.in_processes, timeout=RUN_TIMEOUT_MS)
     assert record.ended and record.checkpoint, record.state
     events = read_jsonl(record.folder)
     assert events[0]["event"] == "run_started" and events[0]["world_size"] == 2

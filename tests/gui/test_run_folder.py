@@ -32,7 +32,7 @@ def test_open_a_folder_being_written_and_watch_it_grow(qtbot, window, dialogs, t
         qtbot.waitUntil(started.is_set, timeout=60_000)
         dialogs.files["getExistingDirectory"] = run_dir[0]
         window.open_run_folder()
-        record = window.records[-1]
+        record = window.session.records[-1]
         assert record.origin == "folder" and record.folder == run_dir[0]
         qtbot.waitUntil(lambda: record.step == 3, timeout=60_000)
         assert record.state == "following"
@@ -49,10 +49,10 @@ def test_open_a_folder_being_written_and_watch_it_grow(qtbot, window, dialogs, t
     x, y = child(window, "lossPlot").curve(record.key, "train").getOriginalDataset()
     np.testing.assert_array_equal(x, [e["step"] for e in steps])
     np.testing.assert_array_equal(y, [e["loss"] for e in steps])
-    assert record.key not in window._tails  # no longer polled once finished
+    assert record.key not in window.session.followed  # no longer polled once finished
 
     assert window.open_run_folder(run_dir[0]) is record  # opening it again shows the same row
-    assert len(window.records) == 1
+    assert len(window.session.records) == 1
 
 
 def test_a_folder_without_metrics_is_refused_with_a_message(window, dialogs, tmp_path):
@@ -60,4 +60,4 @@ def test_a_folder_without_metrics_is_refused_with_a_message(window, dialogs, tmp
     window.open_run_folder()
     (message,) = dialogs.warnings()
     assert "no metrics.jsonl" in message
-    assert window.records == []
+    assert window.session.records == []

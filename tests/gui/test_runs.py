@@ -101,7 +101,7 @@ def test_continue_with_other_accumulation_starts_where_the_parent_ended(qtbot, w
     child(window, "accumStepsSpin").setValue(2)
     click(window, "continueButton")
     wait_idle(qtbot, window)
-    child_run = window.records[-1]
+    child_run = window.session.records[-1]
     assert child_run.state == "finished"
     assert child_run.parent_id == parent.run_id and child_run.parent_number == parent.number
     assert "← #1" in child_run.label
@@ -129,9 +129,10 @@ def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, 
     parent = wait_steps(qtbot, window, 2)
     child(window, "accumStepsSpin").setValue(2)
     click(window, "continueButton")
-    qtbot.waitUntil(lambda: len(window.records) == 2 and window.records[-1].step > parent.step, timeout=90_000)
+    records = window.session.records
+    qtbot.waitUntil(lambda: len(records) == 2 and records[-1].step > parent.step, timeout=90_000)
     assert parent.state == "stopped"
-    continued = window.records[-1]
+    continued = window.session.records[-1]
     assert continued.parent_id == parent.run_id
     assert continued.start_step == parent.step
     click(window, "stopButton")
@@ -186,11 +187,11 @@ def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_wind
     window = make_window(**LONG)
     click(window, "startButton")
     record = wait_steps(qtbot, window, 1)
-    thread = window.controller.thread
+    thread = window.session.controller.thread
 
     dialogs.question_answer = dialogs.question_answer.No
     window.close()
-    assert window.isVisible() and window.controller.running  # the user said no
+    assert window.isVisible() and window.session.controller.running  # the user said no
     assert len(dialogs.questions()) == 1
 
     dialogs.question_answer = dialogs.question_answer.Yes

@@ -34,7 +34,7 @@ def test_save_after_a_run_then_load_its_weights_into_the_next_run(qtbot, window,
     target = tmp_path / "saved"
     dialogs.files["getSaveFileName"] = str(target)
     click(window, "saveButton")
-    qtbot.waitUntil(lambda: window._pending_save is None)
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
     assert not dialogs.warnings()
     _assert_plain_keys(_keys(target))
     final = Path(first.checkpoint)
@@ -81,7 +81,7 @@ def test_loading_a_bad_file_shows_a_plain_message_and_changes_nothing(qtbot, win
     assert "weights.pt" in message and "Traceback" not in message
     assert "corrupted" in message or "not a PyTorch" in message
     assert window.config_panel.start_from is None
-    assert not window.controller.inspecting
+    assert not window.session.inspecting
 
     dialogs.files["getOpenFileName"] = str(tmp_path / "missing.safetensors")
     click(window, "loadButton")
@@ -108,7 +108,7 @@ def test_save_during_a_run_happens_at_the_next_step_and_the_run_goes_on(qtbot, m
     target = tmp_path / "mid-run"
     dialogs.files["getSaveFileName"] = str(target)
     click(window, "saveButton")
-    qtbot.waitUntil(lambda: window._pending_save is None)
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
     _assert_plain_keys(_keys(target))
     saved_step = json.loads((target / "config.json").read_text())["step"]
     assert saved_step >= 1

@@ -1,0 +1,355 @@
+"""A run's life in the dashboard, from Start (or Open run folder) to its end: one owner, no widgets.
+
+Three sources report what runs do:
+
+- the torch thread, through the ``Controller``: the core events of the run it
+  trains, and its own replies, each on a typed signal (run job ended, pause
+  acknowledged, checkpoint read, save or load failed);
+- ``ProcessRun``: a torchrun job started here, followed by tailing the
+  ``metrics.jsonl`` that its rank 0 writes;
+- ``EventTail``: run folders opened from disk (the CLI or another job may still
+  be writing them), polled on a timer.
+
+Every event of every source, and the session's own notes about a run (stop
+requested, paused, resumed), pass through ``_route``: it updates the run's
+``RunRecord`` (``RunRecord.apply``, the only place a run's state changes) and
+the plots' numpy buffers, then says what changed through a few past-tense
+signals. The window lays out, asks and draws; what a command means for a run
+is decided here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from core.config import RunConfig
+from core.errors import ConfigError, SpeedboardError
+from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics
+from core.launch import prepare_launch
+from core.runs import EventTail
+from gui.controller import Controller, RunJobEnded
+from gui.metric_store import MetricStore
+from gui.process_run import ProcessRun
+from gui.run_record import RunNote, RunRecord, StopRequested, TrainingPaused, TrainingResumed
+
+TAIL_INTERVAL_MS = 500
+NO_FINAL_CHECKPOINT = "The run ended without a final checkpoint, so there is nothing to continue from."
+
+
+class RunSession(QObject):
+    """Every run of this window: start, stop, continue, save, load, follow; and their records."""
+
+    record_added = Signal(object)
+    """A ``RunRecord`` was created (Start, Continue, or a run folder opened)."""
+    record_changed = Signal(object)
+    """Something the run table shows of a ``RunRecord`` changed, other than progress (see ``take_progressed``)."""
+    event_applied = Signal(object, object)
+    """``(record, event)``: a core event (steps excepted) or a ``RunNote`` was applied to the record."""
+    running_changed = Signal(bool)
+    """A run started, or the one that trained has ended (in the torch thread or in torchrun processes)."""
+    checkpoint_read = Signal(object)
+    """``CheckpointSummary`` of a checkpoint asked for with ``inspect``."""
+    load_failed = Signal(str, str)
+    """Path and reason: a checkpoint asked for with ``inspect`` cannot be read."""
+    save_finished = Signal(str)
+    """The model asked for with ``save`` was written to this path."""
+    save_failed = Signal(str, str)
+    """Path and reason: the model asked for with ``save`` was not written."""
+    continue_failed = Signal(str)
+    """Continue was pressed during a run, and once that run had ended it could not be continued."""
+    job_failed = Signal(str, str)
+    """A job of the torch thread failed unexpectedly: its name and the reason."""
+
+    def __init__(self, out_dir: str | None = None, parent: QObject | None = None) -> None:
+        """``out_dir`` overrides where runs started here write their folders."""
+        super().__init__(parent)
+        self.out_dir = out_dir
+        self.store = MetricStore()
+        self.controller = Controller(self)
+        self.records: list[RunRecord] = []
+        self._by_run_id: dict[str, RunRecord] = {}
+        self._active: RunRecord | None = None
+        """The record of the run that trains: in the torch thread or in ``_process``."""
+        self._process: ProcessRun | None = None
+        self._tails: dict[int, EventTail] = {}
+        self._progressed: set[int] = set()
+        self._has_model = False
+        self._pending_save: str | None = None
+        self._continue_with: tuple[RunConfig, int] | None = None
+        """Settings and processes for a run that continues the one being stopped."""
+        self._closing = False
+
+        self._tail_timer = QTimer(self)
+        self._tail_timer.setInterval(TAIL_INTERVAL_MS)
+        self._tail_timer.timeout.connect(self._poll_tails)
+        c = self.controller
+        c.event.connect(self._on_event)
+        c.run_job_ended.connect(self._on_run_job_ended)
+        c.training_paused.connect(self._on_training_paused)
+        c.training_resumed.connect(self._on_training_resumed)
+        c.checkpoint_read.connect(self.checkpoint_read)
+        c.load_failed.connect(self.load_failed)
+        c.save_failed.connect(self._on_save_failed)
+        c.job_failed.connect(self.job_failed)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def running(self) -> bool:
+        """A run is training: on the torch thread, or in torchrun processes."""
+        return self.controller.running or self._process is not None
+
+    @property
+    def in_processes(self) -> bool:
+        """The run that trains is a torchrun job (it is stopped, never paused)."""
+        return self._process is not None
+
+    @property
+    def paused(self) -> bool:
+        return self.controller.paused
+
+    @property
+    def stopping(self) -> bool:
+        return self._active is not None and self._active.state == "stopping"
+
+    @property
+    def closing(self) -> bool:
+        """The window closes once the run has stopped."""
+        return self._closing
+
+    @property
+    def active(self) -> RunRecord | None:
+        return self._active
+
+    @property
+    def live(self) -> bool:
+        """Some run's curves still grow: one trains, or an opened folder is still written."""
+        return self.running or bool(self._tails)
+
+    @property
+    def followed(self) -> set[int]:
+        """Keys of the opened run folders that are still polled."""
+        return set(self._tails)
+
+    @property
+    def can_save(self) -> bool:
+        """A model exists to save: a run trains, or one got past its set-up."""
+        return self.running or self._has_model
+
+    @property
+    def pending_save(self) -> str | None:
+        """Where the model is being saved, until ``save_finished`` or ``save_failed``."""
+        return self._pending_save
+
+    @property
+    def inspecting(self) -> bool:
+        return self.controller.inspecting
+
+    def record(self, key: int) -> RunRecord:
+        return self.records[key - 1]  # keys are 1, 2, … in order of creation
+
+    def take_progressed(self) -> list[RunRecord]:
+        """Records whose progress (step, loss, memory) changed since the last call: redrawn on a timer."""
+        keys, self._progressed = self._progressed, set()
+        return [self.record(key) for key in sorted(keys)]
+
+    def continue_source(self, selected: set[int]) -> RunRecord | None:
+        """The selected run if exactly one is selected and can be continued, else the latest that can."""
+        candidates = [r for r in self.records if r.ended and r.checkpoint]
+        chosen = [r for r in candidates if r.key in selected]
+        if len(chosen) == 1:
+            return chosen[0]
+        return candidates[-1] if candidates else None
+
+    def save_name(self) -> str:
+        """A name for the next Save: the run and step of the model it writes."""
+        last = self._active or next((r for r in reversed(self.records) if r.origin == "live"), None)
+        return f"{last.run_id}-step{last.step}" if last is not None and last.run_id else "speedboard-checkpoint"
+
+    # ------------------------------------------------------------------ commands
+    def start(self, cfg: RunConfig, nproc: int = 1, parent: RunRecord | None = None) -> RunRecord:
+        """Start a run (``nproc`` > 1: through torchrun); a SpeedboardError when its processes cannot be set up."""
+        assert not self.running, "one run at a time"
+        if self.out_dir:
+            cfg = cfg.replace(out_dir=self.out_dir)
+        if nproc > 1:
+            spec = prepare_launch(cfg, nproc)
+            record = self._new_record(cfg.to_dict(), "live", folder=str(spec.run_dir), parent=parent, nproc=nproc)
+            self._active = record
+            self._process = ProcessRun(spec, self)
+            self._process.event.connect(self._on_event)
+            self._process.ended.connect(self._on_process_ended)
+            self._process.start()
+        else:
+            record = self._new_record(cfg.to_dict(), "live", parent=parent)
+            self._active = record
+            self.controller.start_run(cfg)
+        self.running_changed.emit(True)
+        return record
+
+    def continue_from(self, parent: RunRecord, settings: RunConfig, nproc: int = 1) -> RunRecord:
+        """A new run from ``parent``'s final checkpoint (weights, optimizer, schedule) with ``settings``' training."""
+        try:
+            base = RunConfig.from_dict(parent.config)
+            cfg = base.replace(train=settings.train, resume=parent.checkpoint, init_from=None,
+                               parent=parent.run_id, out_dir=settings.out_dir, name=None)
+        except SpeedboardError:
+            raise
+        except (TypeError, ValueError) as exc:  # a config written by another version
+            raise ConfigError(str(exc)) from None
+        return self.start(cfg, nproc, parent)
+
+    def pause(self) -> None:
+        self.controller.pause()
+
+    def resume(self) -> None:
+        self.controller.resume()
+
+    def stop(self) -> None:
+        """Stop the run after its current optimizer step (every rank of a torchrun job); it saves and ends."""
+        if not self.running or self.stopping:
+            return
+        self._route(self._active, StopRequested())
+        if self._process is not None:
+            self._process.stop()
+        else:
+            self.controller.stop()
+
+    def stop_then_continue(self, settings: RunConfig, nproc: int = 1) -> None:
+        """Stop the run; once it has ended, continue from its final checkpoint with ``settings``."""
+        self._continue_with = (settings, nproc)
+        self.stop()
+
+    def stop_then_close(self) -> None:
+        """Stop the run; ``running_changed(False)`` then finds ``closing`` set."""
+        self._closing = True
+        self._continue_with = None
+        self.stop()
+
+    def save(self, path: str) -> bool:
+        """Save the current model as a checkpoint folder; True when it waits for the run's next optimizer step."""
+        assert self._pending_save is None, "one save at a time"
+        self._pending_save = str(Path(path).expanduser())
+        deferred = self.controller.running
+        self.controller.save(self._pending_save)
+        return deferred
+
+    def inspect(self, path: str) -> None:
+        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows."""
+        self.controller.inspect(path)
+
+    def follow_folder(self, folder: str) -> tuple[RunRecord, bool]:
+        """Show a run folder's events, and follow it while its run goes on; True when it was not shown yet."""
+        tail = EventTail(folder)
+        events = tail.poll()
+        started = next((e for e in events if isinstance(e, RunStarted)), None)
+        if started is not None and started.run_id in self._by_run_id:
+            return self._by_run_id[started.run_id], False
+        record = self._new_record(dict(started.config) if started else {}, "folder", folder=folder)
+        for event in events:
+            self._route(record, event)
+        if not record.ended:
+            self._tails[record.key] = tail
+            self._tail_timer.start()
+        return record, True
+
+    def shutdown(self) -> None:
+        """Stop following folders; stop any run at its next step and end the torch thread (waits for it)."""
+        self._tail_timer.stop()
+        self.controller.shutdown()
+
+    # ------------------------------------------------------------------ the one route
+    def _new_record(self, config: dict, origin: str, folder: str | None = None, parent: RunRecord | None = None,
+                    nproc: int = 1) -> RunRecord:
+        number = len(self.records) + 1
+        record = RunRecord(key=number, number=number, config=config, origin=origin, folder=folder, nproc=nproc,
+                           state="following" if origin == "folder" else "starting")
+        if parent is not None:
+            record.parent_id, record.parent_number = parent.run_id, parent.number
+        self.records.append(record)
+        self.record_added.emit(record)
+        return record
+
+    def _route(self, record: RunRecord, event: Event | RunNote) -> None:
+        """Where every event and note of every source goes: the record, the plots' buffers, the signals."""
+        if isinstance(event, RunStarted):
+            self._by_run_id[event.run_id] = record
+            parent = self._by_run_id.get(event.parent) if event.parent else None
+            if parent is not None:  # a continued run names its parent's row
+                record.parent_number = parent.number
+        changed = record.apply(event)
+        if isinstance(event, Event):
+            self.store.add(record.key, event)
+        if changed:
+            self.record_changed.emit(record)
+        else:
+            self._progressed.add(record.key)
+        if not isinstance(event, StepMetrics):  # per-step work stays in the buffers
+            self.event_applied.emit(record, event)
+
+    # ------------------------------------------------------------------ sources
+    def _on_event(self, event: Event) -> None:
+        """A core event of the run that trains: from the torch thread, or from the torchrun job's folder."""
+        record = self._by_run_id.get(event.run_id) or self._active
+        if record is None:
+            return
+        self._route(record, event)
+        if (isinstance(event, CheckpointSaved) and self._pending_save is not None
+                and Path(event.path) == Path(self._pending_save)):
+            self._pending_save = None
+            self.save_finished.emit(event.path)
+
+    def _poll_tails(self) -> None:
+        for key, tail in list(self._tails.items()):
+            record = self.record(key)
+            for event in tail.poll():
+                self._route(record, event)
+            if record.ended:
+                del self._tails[key]
+        if not self._tails:
+            self._tail_timer.stop()
+
+    def _on_training_paused(self) -> None:
+        if self._active is not None:
+            self._route(self._active, TrainingPaused(self._active.step))
+
+    def _on_training_resumed(self) -> None:
+        if self._active is not None:
+            self._route(self._active, TrainingResumed())
+
+    def _on_save_failed(self, path: str, message: str) -> None:
+        self._pending_save = None
+        self.save_failed.emit(path, message)
+
+    def _on_run_job_ended(self, ended: RunJobEnded) -> None:
+        self._has_model = ended.has_model
+        self._run_ended()
+
+    def _on_process_ended(self, code: int, message: str) -> None:
+        process, self._process = self._process, None
+        record = self._active
+        if record is not None and not record.ended:
+            # No final event in the folder (bad settings, or a crash before rank 0 wrote one).
+            reason = message or f"the training processes exited with code {code}"
+            self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))
+        if process is not None:
+            process.deleteLater()
+        self._run_ended()
+
+    def _run_ended(self) -> None:
+        """What waits for a run's end, in the torch thread or in torchrun processes: Continue, or closing."""
+        record, self._active = self._active, None
+        if record is not None:
+            self.record_changed.emit(record)
+        follow, self._continue_with = self._continue_with, None
+        if follow is not None and not self._closing:
+            if record is None or not record.checkpoint:
+                self.continue_failed.emit(NO_FINAL_CHECKPOINT)
+            else:
+                try:
+                    self.continue_from(record, *follow)
+                except SpeedboardError as exc:
+                    self.continue_failed.emit(str(exc))
+        if not self.running:
+            self.running_changed.emit(False)

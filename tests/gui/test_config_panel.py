@@ -1,0 +1,88 @@
+"""Where the config panel shows a validation error: under the row of the setting it names (its field)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import ConfigError, DataError
+from gui.widgets.config_panel import ConfigPanel, presets_with
+from tests.conftest import micro_config
+from tests.gui.conftest import child
+
+ROWS = ("preset", "source", "layout", "seq_len", "micro_batch", "accum_steps", "compile_mode", "compile_scope",
+        "precision", "device", "processes", "lr", "warmup", "budget", "seed")
+
+
+@pytest.fixture
+def panel(qtbot, tmp_path):
+    panel = ConfigPanel(presets_with({"micro": micro_config(tmp_path)}), ["cpu"])
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.preset.setCurrentIndex(panel.preset.findData("micro"))
+    assert panel.config is not None, panel.error
+    return panel
+
+
+def shown(panel) -> list[str]:
+    """Names of the error labels on screen."""
+    names = [f"{row}Error" for row in ROWS if child(panel, f"{row}Error").isVisibleTo(panel)]
+    if child(panel, "configErrorLabel").isVisibleTo(panel):
+        names.append("configErrorLabel")
+    return names
+
+
+def fail_with(panel, monkeypatch, error: Exception) -> None:
+    def build_config():
+        raise error
+
+    monkeypatch.setattr(panel, "build_config", build_config)
+    panel.seed.setValue(panel.seed.value() + 1)  # any change validates again
+
+
+@pytest.mark.parametrize(("field", "label"), [
+    ("warmup_ratio", "warmupError"), ("min_lr", "lrError"), ("lr", "lrError"), ("nproc", "processesError"),
+    ("budget_kind", "budgetError"), ("micro_batch", "micro_batchError"), ("accum_steps", "accum_stepsError"),
+    ("compile_mode", "compile_modeError"), ("compile_scope", "compile_scopeError"), ("seq_len", "seq_lenError"),
+    ("precision", "precisionError"), ("device", "deviceError"), ("layout", "layoutError"), ("seed", "seedError"),
+    ("budget", "budgetError"), ("source", "sourceError"),
+    ("eval_every", "configErrorLabel"), (None, "configErrorLabel"),
+])
+def test_an_error_goes_under_the_row_its_field_names(panel, monkeypatch, field, label):
+    # The message names other settings on purpose: the field decides, never the words.
+    message = "the data layout, device, precision, budget and warmup of this run do not fit"
+    fail_with(panel, monkeypatch, ConfigError(message, field))
+    assert panel.config is None and panel.error == message and panel.error_field == field
+    assert shown(panel) == [label]
+    assert child(panel, label).text() == message
+
+
+def test_a_data_error_is_about_the_source_and_the_error_clears(panel, monkeypatch):
+    fail_with(panel, monkeypatch, DataError("the corpus is too small"))
+    assert shown(panel) == ["sourceError"]
+    monkeypatch.undo()
+    panel.seed.setValue(panel.seed.value() + 1)
+    assert panel.config is not None and panel.error == "" and panel.error_field is None
+    assert shown(panel) == []
+
+
+def test_a_plain_value_error_goes_to_the_general_label(panel, monkeypatch):
+    fail_with(panel, monkeypatch, ValueError("invalid literal"))
+    assert shown(panel) == ["configErrorLabel"]
+
+
+@pytest.mark.parametrize(("query", "label"), [("resolve_device", "deviceError"),
+                                              ("resolve_precision", "precisionError")])
+def test_device_queries_that_name_no_field_are_about_their_setting(panel, monkeypatch, query, label):
+    def refuse(*args):
+        raise ConfigError("not on this machine")
+
+    monkeypatch.setattr(f"core.device.{query}", refuse)
+    panel.seed.setValue(panel.seed.value() + 1)
+    assert panel.error == "not on this machine"
+    assert shown(panel) == [label]
+
+
+def test_a_missing_data_file_is_shown_under_the_data_row(panel, tmp_path):
+    panel.set_source(str(tmp_path / "gone.txt"))
+    assert panel.error_field == "source" and "does not exist" in panel.error
+    assert shown(panel) == ["sourceError"]

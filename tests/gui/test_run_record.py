@@ -1,0 +1,84 @@
+"""A run's state machine: ``RunRecord.apply`` is the one place a run's state changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.events import (
+    CheckpointFailed,
+    CompileFinished,
+    CompileStarted,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepMetrics,
+)
+from gui.run_record import RunRecord, StopRequested, TrainingPaused, TrainingResumed, describe
+
+
+def started(run_id: str = "r1") -> RunStarted:
+    return RunStarted(run_id, 0.0, run_dir=f"/runs/{run_id}", config={}, device="cpu", precision="fp32",
+                      num_parameters=1000, tokens_per_step=128, budget_tokens=1280, total_steps=10)
+
+
+def step(n: int, warmup: bool = False) -> StepMetrics:
+    return StepMetrics("r1", float(n), step=n, tokens=128 * n, loss=3.0, lr=1e-3, grad_norm=1.0, tokens_per_s=1e4,
+                       step_time=0.01, peak_mem_gib=0.1, mem_gib=0.1, mfu=0.0, warmup=warmup)
+
+
+def finished(stopped: bool) -> RunFinished:
+    return RunFinished("r1", 9.0, step=3, tokens=384, stopped=stopped, final_loss=2.5, val_loss=None,
+                       median_tokens_per_s=1e4, compile_seconds=None, peak_mem_gib=0.1, checkpoint="/runs/r1/ck")
+
+
+def states(record: RunRecord, events) -> list[str]:
+    seen = []
+    for event in events:
+        record.apply(event)
+        seen.append(record.state)
+    return seen
+
+
+def test_stop_requested_is_stopping_until_the_run_reports_its_end():
+    record = RunRecord(key=1, number=1, config={})
+    assert record.apply(StopRequested()) is True and record.state == "stopping"  # even before the trainer started
+    assert states(record, [started(), step(1), CompileStarted("r1", 1.0, "default", "model"),
+                           CompileFinished("r1", 2.0, "default", "model", 1.0, 1), TrainingPaused(1)]) == \
+        ["stopping"] * 5  # nothing the trainer still reports undoes the request
+    assert record.active and not record.ended
+    assert states(record, [finished(stopped=True)]) == ["stopped"]
+    assert record.ended and record.checkpoint == "/runs/r1/ck"
+
+
+def test_pause_returns_to_the_state_it_interrupted():
+    record = RunRecord(key=1, number=1, config={})
+    assert states(record, [started(), CompileStarted("r1", 1.0, "default", "model"), TrainingPaused(2),
+                           TrainingResumed(), CompileFinished("r1", 2.0, "default", "model", 1.0, 2), step(3),
+                           TrainingPaused(3), StopRequested(), TrainingResumed()]) == \
+        ["training", "compiling", "paused", "compiling", "training", "training", "paused", "stopping", "stopping"]
+
+
+@pytest.mark.parametrize("note", [StopRequested(), TrainingPaused(4), TrainingResumed()])
+def test_notes_do_not_touch_ended_or_followed_runs(note):
+    ended = RunRecord(key=1, number=1, config={})
+    states(ended, [started(), RunFailed("r1", 1.0, "boom")])
+    assert ended.apply(note) is False and ended.state == "failed"
+    followed = RunRecord(key=2, number=2, config={}, origin="folder", state="following")
+    assert followed.apply(note) is False and followed.state == "following"
+
+
+def test_a_failed_save_changes_no_state_and_is_logged_as_a_warning():
+    record = RunRecord(key=1, number=1, config={})
+    states(record, [started(), step(1)])
+    failed = CheckpointFailed("r1", 1.0, step=1, path="/full/disk", message="No space left on device")
+    assert record.apply(failed) is False and record.state == "training"
+    line = describe(failed)
+    assert line.level == "warning" and "No space left on device" in line.text
+
+
+def test_notes_have_log_lines_and_steps_have_none():
+    assert describe(TrainingPaused(7)).text == "paused at step 7"
+    assert describe(TrainingResumed()).text == "resumed"
+    assert "stopping" in describe(StopRequested()).text
+    assert describe(step(1)) is None
+    assert describe(RunFailed("r1", 1.0, "boom", step=2)).level == "error"

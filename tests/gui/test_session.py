@@ -1,0 +1,328 @@
+"""The session without a window: three sources, one route into each run's record, typed replies, saves."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from core.control import Control
+from core.errors import CheckpointError
+from core.events import (
+    CheckpointFailed,
+    Event,
+    RunFinished,
+    RunStarted,
+    StepMetrics,
+)
+from core.launch import LaunchSpec
+from core.trainer import Trainer
+from gui.controller import RunJobEnded
+from gui.session import RunSession
+from tests.conftest import micro_config
+from tests.gui.conftest import RUN_TIMEOUT_MS
+
+LONG = {"train": {"budget": 1_000_000}}  # a run that only ends when stopped
+
+
+@pytest.fixture
+def session(qtbot, tmp_path):
+    session = RunSession(out_dir=str(tmp_path / "runs"))
+    yield session
+    session.stop()
+    qtbot.waitUntil(lambda: not session.running, timeout=RUN_TIMEOUT_MS)
+    session.shutdown()
+    assert session.controller.thread.isFinished()
+
+
+class Trace:
+    """Everything the session says, in order: (signal, payload)."""
+
+    def __init__(self, session: RunSession) -> None:
+        self.items: list[tuple[str, object]] = []
+        self.states: dict[int, list[str]] = {}
+        session.record_added.connect(self._added)
+        session.record_changed.connect(self._changed)
+        session.event_applied.connect(self._applied)
+        session.running_changed.connect(self._running)
+
+    def _added(self, record) -> None:
+        self.items.append(("added", record.key))
+        self.states[record.key] = [record.state]
+
+    def _changed(self, record) -> None:
+        self.items.append(("changed", record.key))
+        if self.states[record.key][-1] != record.state:
+            self.states[record.key].append(record.state)
+
+    def _applied(self, record, event) -> None:
+        self.items.append(("applied", type(event).__name__))
+
+    def _running(self, running: bool) -> None:
+        self.items.append(("running", running))
+
+    def applied(self) -> list[str]:
+        return [name for kind, name in self.items if kind == "applied"]
+
+
+# --------------------------------------------------------------------------- source 1: the torch thread
+def test_a_run_in_the_torch_thread_pauses_stops_and_its_replies_come_typed(qtbot, session, tmp_path):
+    trace = Trace(session)
+    core_events: list[object] = []
+    ended: list[object] = []
+    session.controller.event.connect(core_events.append)
+    session.controller.run_job_ended.connect(ended.append)
+
+    with qtbot.waitSignal(session.running_changed) as running:
+        record = session.start(micro_config(tmp_path, **LONG))
+    assert running.args == [True] and session.running and record.state == "starting"
+    qtbot.waitUntil(lambda: record.step >= 1, timeout=RUN_TIMEOUT_MS)
+
+    with qtbot.waitSignal(session.controller.training_paused, timeout=RUN_TIMEOUT_MS):
+        session.pause()
+    assert record.state == "paused"
+    paused_at = record.step
+    with qtbot.waitSignal(session.controller.training_resumed, timeout=RUN_TIMEOUT_MS):
+        session.resume()
+    assert record.state == "training"
+    qtbot.waitUntil(lambda: record.step > paused_at, timeout=RUN_TIMEOUT_MS)
+
+    session.stop()
+    assert record.state == "stopping" and session.stopping  # at once, before the trainer has seen it
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS) as running:
+        pass
+    assert running.args == [False] and not session.running and not session.stopping
+    assert record.state == "stopped" and record.checkpoint and session.can_save
+
+    assert trace.states[record.key] == ["starting", "training", "paused", "training", "stopping", "stopped"]
+    applied = trace.applied()
+    assert applied[:1] == ["RunStarted"] and applied[-1] == "RunFinished"
+    assert applied.index("TrainingPaused") < applied.index("TrainingResumed") < applied.index("StopRequested")
+    # The thread's replies never travel with the core events, and the core events hold nothing else.
+    assert core_events and all(isinstance(e, Event) for e in core_events)
+    assert [type(e) for e in ended] == [RunJobEnded] and ended[0].run_id == record.run_id
+    assert ended[0].has_model
+    assert [e.step for e in core_events if isinstance(e, StepMetrics)] == list(range(1, record.step + 1))
+
+
+def test_continue_after_stop_starts_the_child_from_the_parents_checkpoint(qtbot, session, tmp_path):
+    cfg = micro_config(tmp_path, **LONG)
+    parent = session.start(cfg)
+    qtbot.waitUntil(lambda: parent.step >= 1, timeout=RUN_TIMEOUT_MS)
+    session.stop_then_continue(cfg.replace(train={"accum_steps": 2}))
+    qtbot.waitUntil(lambda: len(session.records) == 2, timeout=RUN_TIMEOUT_MS)
+    assert parent.state == "stopped" and session.running
+    child = session.records[1]
+    assert child.parent_number == parent.number and child.train["accum_steps"] == 2
+    qtbot.waitUntil(lambda: child.step > parent.step, timeout=RUN_TIMEOUT_MS)
+    assert child.parent_id == parent.run_id and child.start_step == parent.step
+    session.stop()
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
+        pass
+    assert child.state == "stopped"
+
+
+def test_continue_after_a_run_without_a_final_checkpoint_says_why(qtbot, session, tmp_path, monkeypatch):
+    cfg = micro_config(tmp_path, **LONG)
+    record = session.start(cfg)
+    qtbot.waitUntil(lambda: record.step >= 1, timeout=RUN_TIMEOUT_MS)
+
+    def full_disk(self, path):
+        raise CheckpointError("No space left on device")
+
+    monkeypatch.setattr(Trainer, "save", full_disk)  # the final checkpoint cannot be written
+    session.stop_then_continue(cfg)
+    with qtbot.waitSignal(session.continue_failed, timeout=RUN_TIMEOUT_MS) as failed:
+        pass
+    assert "without a final checkpoint" in failed.args[0]
+    assert record.state == "stopped" and record.checkpoint is None
+    assert len(session.records) == 1 and not session.running
+
+
+# --------------------------------------------------------------------------- saves: failed and written
+def test_a_save_the_trainer_cannot_write_is_a_failed_save_and_the_run_goes_on(qtbot, session, tmp_path,
+                                                                               monkeypatch):
+    original = Trainer.save
+
+    def full_disk(self, path):
+        if Path(path).name == "full":
+            raise CheckpointError("No space left on device")
+        return original(self, path)
+
+    monkeypatch.setattr(Trainer, "save", full_disk)
+    applied: list[object] = []
+    session.event_applied.connect(lambda record, event: applied.append(event))
+    record = session.start(micro_config(tmp_path, **LONG))
+    qtbot.waitUntil(lambda: record.step >= 1, timeout=RUN_TIMEOUT_MS)
+
+    target = tmp_path / "full"
+    with qtbot.waitSignal(session.save_failed, timeout=RUN_TIMEOUT_MS) as failed:
+        assert session.save(str(target)) is True  # served at the next optimizer step
+    assert failed.args == [str(target), "No space left on device"]
+    assert session.pending_save is None and not target.exists()
+    (event,) = [e for e in applied if isinstance(e, CheckpointFailed)]
+    assert event.path == str(target) and record.state == "training"
+    step = record.step
+    qtbot.waitUntil(lambda: record.step > step, timeout=RUN_TIMEOUT_MS)  # still training
+
+    good = tmp_path / "good"
+    with qtbot.waitSignal(session.save_finished, timeout=RUN_TIMEOUT_MS) as saved:
+        session.save(str(good))
+    assert saved.args == [str(good)] and (good / "config.json").is_file()
+    assert str(good) in record.checkpoints and session.pending_save is None
+
+
+# --------------------------------------------------------------------------- source 2: torchrun processes
+def _event_lines(events: list[Event]) -> str:
+    return "".join(json.dumps(e.to_dict()) + "\n" for e in events)
+
+
+def _fake_launch(tmp_path: Path, before: list[Event], on_stop: list[Event], exit_code: int = 0, error: str = ""):
+    """A ``prepare_launch`` whose command writes ``before`` into the run folder, waits for the stop signal
+    (SIGINT, as the launcher gets it), writes ``on_stop`` and exits; or, with ``error``, fails at once."""
+    run_dir = tmp_path / "runs" / "job"
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import signal, sys, time
+        from pathlib import Path
+        stopped = []
+        signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+        run_dir = Path({str(run_dir)!r})
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write({_event_lines(before)!r})
+        if {error!r}:
+            print("speedboard: error: " + {error!r}, flush=True)
+            sys.exit({exit_code})
+        deadline = time.monotonic() + 120
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write({_event_lines(on_stop)!r})
+        sys.exit({exit_code})
+    """))
+
+    def prepare(cfg, nproc):
+        config_file = tmp_path / "job-config.json"
+        config_file.write_text("{}")
+        return LaunchSpec([sys.executable, str(script)], {}, "job", run_dir, config_file, nproc)
+
+    return prepare
+
+
+def _started(run_dir: Path, run_id: str = "job", world_size: int = 2) -> RunStarted:
+    return RunStarted(run_id, 0.0, run_dir=str(run_dir), config={"train": {"accum_steps": 1}}, device="cpu",
+                      precision="fp32", num_parameters=1000, tokens_per_step=128, budget_tokens=12800,
+                      total_steps=100, world_size=world_size)
+
+
+def _step(n: int, run_id: str = "job") -> StepMetrics:
+    return StepMetrics(run_id, float(n), step=n, tokens=128 * n, loss=3.0 - n / 10, lr=1e-3, grad_norm=1.0,
+                       tokens_per_s=1e4, step_time=0.01, peak_mem_gib=0.1, mem_gib=0.1, mfu=0.0)
+
+
+def _finished(step: int, stopped: bool, run_id: str = "job", checkpoint: str | None = "/ck") -> RunFinished:
+    return RunFinished(run_id, float(step), step=step, tokens=128 * step, stopped=stopped, final_loss=2.0,
+                       val_loss=None, median_tokens_per_s=1e4, compile_seconds=None, peak_mem_gib=0.1,
+                       checkpoint=checkpoint)
+
+
+def test_a_torchrun_job_is_followed_through_its_folder_and_stopped(qtbot, session, tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "job"
+    monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
+        tmp_path, [_started(run_dir), _step(1), _step(2)], [_step(3), _finished(3, stopped=True)]))
+    trace = Trace(session)
+    record = session.start(micro_config(tmp_path), nproc=2)
+    assert session.in_processes and session.running and record.nproc == 2 and record.folder == str(run_dir)
+    qtbot.waitUntil(lambda: record.step == 2, timeout=RUN_TIMEOUT_MS)
+    assert record.state == "training" and record.run_id == "job"
+
+    session.stop()
+    assert record.state == "stopping"
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS) as running:
+        pass
+    assert running.args == [False] and not session.in_processes
+    assert trace.states[record.key] == ["starting", "training", "stopping", "stopped"]
+    assert record.step == 3 and record.checkpoint == "/ck"
+    x, _ = session.store.series(record.key, "train/loss")
+    assert list(x) == [1, 2, 3]  # the same buffers as a run in the torch thread
+
+
+def test_a_torchrun_job_that_dies_without_a_final_event_is_a_failed_run(qtbot, session, tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "job"
+    monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
+        tmp_path, [_started(run_dir), _step(1)], [], exit_code=2, error="the corpus is too small"))
+    record = session.start(micro_config(tmp_path), nproc=2)
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
+        pass
+    assert record.state == "failed" and record.message == "the corpus is too small"
+    assert record.step == 1 and not session.running
+
+
+# --------------------------------------------------------------------------- source 3: opened run folders
+def test_an_opened_folder_is_followed_until_its_run_ends(qtbot, session, tmp_path):
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    metrics = folder / "metrics.jsonl"
+    metrics.write_text(_event_lines([_started(folder, "cli-run", 1), _step(1, "cli-run")]))
+    trace = Trace(session)
+    record, new = session.follow_folder(str(folder))
+    assert new and record.origin == "folder" and record.state == "following" and record.step == 1
+    assert session.followed == {record.key} and session.live and not session.running
+
+    with open(metrics, "a", encoding="utf-8") as f:
+        f.write(_event_lines([_step(2, "cli-run")]))
+    qtbot.waitUntil(lambda: record.step == 2, timeout=RUN_TIMEOUT_MS)
+    with open(metrics, "a", encoding="utf-8") as f:
+        f.write(_event_lines([_finished(2, stopped=False, run_id="cli-run")]))
+    with qtbot.waitSignal(session.record_changed, timeout=RUN_TIMEOUT_MS):
+        pass
+    assert record.state == "finished" and session.followed == set() and not session.live
+    assert trace.states[record.key] == ["following", "finished"]
+    assert session.take_progressed() == [record] and session.take_progressed() == []
+
+    again, new = session.follow_folder(str(folder))
+    assert again is record and not new and len(session.records) == 1
+
+
+def test_a_folder_written_by_a_live_trainer_reaches_the_same_record_state(qtbot, session, tmp_path):
+    """The folder route and the thread route end in the same record: a real trainer writes, the session reads."""
+    control = Control()
+    seen = threading.Event()
+    run_dir: list[str] = []
+
+    def sink(event):
+        if isinstance(event, RunStarted):
+            run_dir.append(event.run_dir)
+            seen.set()
+
+    cfg = micro_config(tmp_path / "cli", train={"budget": 3})
+    control.pause()  # holds the run before its first step until the folder is open
+    worker = threading.Thread(target=lambda: Trainer(cfg, control, sink).run(), daemon=True)
+    worker.start()
+    try:
+        qtbot.waitUntil(seen.is_set, timeout=60_000)
+        record, _ = session.follow_folder(run_dir[0])
+        assert record.state == "following" and record.run_id
+    finally:
+        control.resume()
+        worker.join(timeout=120)
+    qtbot.waitUntil(lambda: record.ended, timeout=RUN_TIMEOUT_MS)
+    assert record.state == "finished" and record.step == 3 and record.checkpoint
+
+
+# --------------------------------------------------------------------------- notes only apply to the active run
+def test_notes_reach_only_the_run_that_trains(session, tmp_path):
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(_event_lines([_started(folder, "cli-run", 1)]))
+    record, _ = session.follow_folder(str(folder))
+    trace = Trace(session)
+    session.stop()  # nothing trains: a followed folder is not stopped from here
+    session.controller.training_paused.emit()
+    session.controller.training_resumed.emit()
+    assert record.state == "following" and session.active is None and trace.items == []
