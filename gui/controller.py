@@ -33,6 +33,7 @@ from core.control import Control
 from core.errors import CheckpointError, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
 from core.trainer import Trainer
+from gui.gc_pin import pin_collection_to_gui_thread, unpin_collection
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 """How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
@@ -281,6 +282,8 @@ class Controller(QObject):
         self._run_saves: set[str] = set()
         self._inspecting = False
         self._shut_down = False
+        self._pinned = True
+        pin_collection_to_gui_thread()  # from now on cyclic garbage is collected on this thread only
         self.thread.start()
         app = QCoreApplication.instance()
         if app is not None:  # however the app ends, the torch thread ends first
@@ -295,6 +298,11 @@ class Controller(QObject):
     @property
     def paused(self) -> bool:
         return self._control is not None and self._control.paused
+
+    @property
+    def thread_finished(self) -> bool:
+        """The torch thread has ended (``shutdown`` saw it finish and released it)."""
+        return not self._pinned
 
     @property
     def inspecting(self) -> bool:
@@ -339,9 +347,12 @@ class Controller(QObject):
             self._shut_down = True
             self.stop()
             self.thread.submit(Quit())
-        if timeout_ms < 0:
-            return self.thread.wait()
-        return self.thread.wait(timeout_ms)
+        finished = self.thread.wait() if timeout_ms < 0 else self.thread.wait(timeout_ms)
+        if finished and self._pinned:
+            self._pinned = False
+            unpin_collection()
+            self.thread.deleteLater()  # a finished QThread, released on the thread that owns it
+        return finished
 
     # ------------------------------------------------------------------ from the torch thread
     def _on_event(self, event: Event) -> None:

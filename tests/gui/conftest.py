@@ -106,7 +106,7 @@ def make_window(qtbot, tmp_path, settings_path):
         window.session.controller.stop()
         qtbot.waitUntil(lambda w=window: not w.session.controller.running, timeout=RUN_TIMEOUT_MS)
         window.close()
-        assert window.session.controller.thread.isFinished()
+        assert window.session.controller.thread_finished
 
 
 @pytest.fixture

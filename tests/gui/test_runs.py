@@ -187,7 +187,7 @@ def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_wind
     window = make_window(**LONG)
     click(window, "startButton")
     record = wait_steps(qtbot, window, 1)
-    thread = window.session.controller.thread
+    controller = window.session.controller
 
     dialogs.question_answer = dialogs.question_answer.No
     window.close()
@@ -196,7 +196,7 @@ def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_wind
 
     dialogs.question_answer = dialogs.question_answer.Yes
     window.close()
-    qtbot.waitUntil(thread.isFinished, timeout=90_000)
+    qtbot.waitUntil(lambda: controller.thread_finished, timeout=90_000)
     qtbot.waitUntil(window.isHidden)
     assert record.state == "stopped"
     events = read_jsonl(record.folder)

@@ -36,7 +36,7 @@ def session(qtbot, tmp_path):
     session.stop()
     qtbot.waitUntil(lambda: not session.running, timeout=RUN_TIMEOUT_MS)
     session.shutdown()
-    assert session.controller.thread.isFinished()
+    assert session.controller.thread_finished
 
 
 class Trace:

@@ -77,7 +77,7 @@ def test_settings_of_the_last_session_are_remembered(make_window):
     mode.setCurrentIndex(mode.findData("default"))
     child(first, "xAxisCombo").setCurrentIndex(child(first, "xAxisCombo").findData("tokens"))
     first.close()
-    assert first.session.controller.thread.isFinished()
+    assert first.session.controller.thread_finished
 
     second = make_window()
     assert child(second, "accumStepsSpin").value() == 3
