@@ -46,7 +46,8 @@ class PreparedCorpus:
 
 
 def trained_origin(cfg: DataConfig) -> str:
-    return f"trained on the first {cfg.tokenizer_train_docs:,} documents ({cfg.vocab_size} tokens asked)"
+    return (f"trained on the corpus' first {cfg.tokenizer_train_docs:,} documents at most "
+            f"({cfg.vocab_size} tokens asked)")
 
 
 def load_tokenizer_file(path: str) -> BPETokenizer:
