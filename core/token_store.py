@@ -123,6 +123,14 @@ def _digest(path: Path, documents: int, tokens: int) -> str:
     return h.hexdigest()
 
 
+def _complete(path: Path) -> bool:
+    try:
+        TokenStore.open(path)
+    except (DataError, OSError):
+        return False
+    return True
+
+
 def find_store(fingerprint: str, tokenizer: BPETokenizer) -> TokenStore | None:
     """The complete store of this corpus and tokenizer, if one was prepared."""
     path = stores_dir() / store_key(fingerprint, tokenizer_sha256(tokenizer))
@@ -313,17 +321,19 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             _fsync(tmp / name)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         _fsync(tmp / MANIFEST)
-        if (final / MANIFEST).is_file():  # another process finished first (no lock on this platform)
+        if _complete(final):  # another process finished first (no lock on this platform)
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            if final.exists():  # a damaged store of the same key: replaced
-                shutil.rmtree(final, ignore_errors=True)
+            if final.exists():  # a damaged store of the same key: moved aside, then replaced
+                remove_store(final)
             os.rename(tmp, final)
             _fsync(folder)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise DataError(f"cannot write the token store in {folder} ({exc.strerror or exc}); nothing was kept "
-                        f"(it needs about {2 * dtype.itemsize * max(tokens, 1) / 2**30:.2f} GiB or more)") from None
+        # About 0.3 tokens per byte of text for a BPE vocabulary of a few thousand tokens or more.
+        need = f" (the store needs about {0.3 * dtype.itemsize * source.bytes / 1e9:.1f} GB)" if source.bytes else ""
+        raise DataError(f"cannot write the token store in {folder} ({exc.strerror or exc}); nothing was "
+                        f"kept{need}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
