@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_data_scale_quick_mode_reports_every_figure(tmp_path):
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, "-m", "bench.data_scale", "--quick", "--json", str(out),
