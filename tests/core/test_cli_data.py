@@ -3,6 +3,7 @@ fit are one line and exit 2, with or without --nproc, and create nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -43,6 +44,10 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert main(["train", *SMALL, "--data", data, "--steps", "1", "--out", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert "from its token store" in out and "prepared in" not in out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    recorded = json.loads((run_dir / "config.json").read_text())
+    assert recorded["tokenizer"]["bos"] == "<|bos|>" and recorded["tokenizer"]["eos"] == "<|eos|>"
+    assert recorded["corpus"]["from_store"] and recorded["corpus"]["documents"] == 80
     assert main(["prepare", "--remove", data]) == 0
     assert "removed" in capsys.readouterr().out
     assert main(["prepare", "--list"]) == 0

@@ -1,9 +1,8 @@
-"""Training on the token store: exact accumulation, rank equivalence, resume, micro-batches built one at a time,
-micro-batches that cannot fit refused before anything is allocated."""
+"""Training on the token store: exact accumulation, resume, micro-batches built one at a time, micro-batches that
+cannot fit refused before anything is allocated. (Rank equivalence on the store: every run reads its data from the
+store, so tests/core/test_distributed.py's DDP and FSDP equivalence tests run on it.)"""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from core.errors import ConfigError
 from core.events import ListSink, StepMetrics
 from core.memory_budget import check_fits, estimate_training_memory
 from core.trainer import Trainer, train
-from tests.core.dist_helpers import forwards, record, spawn_ranks
+from tests.core.dist_helpers import forwards, record
 
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
@@ -84,32 +83,6 @@ def test_resume_continues_the_same_sample_stream(micro, parquet_corpus, tmp_path
     losses = {e["step"]: e["loss"] for e in whole["events"] if e["event"] == "step"}
     again = {e["step"]: e["loss"] for e in resumed["events"] if e["event"] == "step"}
     assert again == pytest.approx({s: loss for s, loss in losses.items() if s > 2}, rel=1e-5)
-
-
-@pytest.mark.slow
-def test_two_ranks_on_the_store_match_one(micro, parquet_corpus, tmp_path):
-    """DDP over two processes that map the same store: each reads its shard, the parameters are one process'."""
-    one = record(store_config(micro, parquet_corpus, micro_batch=4, accum_steps=2, budget=2, save_every=2)
-                 .replace(out_dir=str(tmp_path / "one")))
-    ranks = spawn_ranks(store_config(micro, parquet_corpus, micro_batch=2, accum_steps=2, budget=2, save_every=2)
-                        .replace(out_dir=str(tmp_path / "two")), 2, tmp_path / "records")
-    ref = forwards(one["timeline"])
-    for step in (1, 2):
-        global_rows = [row for micro_batch in ref[step] for row in micro_batch]  # 2 micro-batches of 4
-        shards = [forwards(r["timeline"])[step] for r in ranks]
-        # Micro-step j of rank r is slice j·2 + r (of 2 rows) of the global batch of 8.
-        for rank, shard in enumerate(shards):
-            for j, rows in enumerate(shard):
-                assert rows == global_rows[(j * 2 + rank) * 2:(j * 2 + rank) * 2 + 2]
-    from core.checkpoint import read_checkpoint
-
-    a = read_checkpoint(next((tmp_path / "one").rglob("step_0000002"))).state_dict
-    b = read_checkpoint(next((tmp_path / "two").rglob("step_0000002"))).state_dict
-    for key in a:
-        assert (a[key] - b[key]).abs().max().item() <= 1e-5, key
-    started = [e for e in ranks[0]["events"] if e["event"] == "run_started"][0]
-    config = json.loads((tmp_path / "two" / started["run_id"] / "config.json").read_text())
-    assert config["corpus"]["documents"] == 120 and config["tokenizer"]["eos"] == "<|eos|>"
 
 
 def test_a_micro_batch_that_cannot_fit_is_refused_before_anything_is_allocated(micro, tmp_path, monkeypatch):
