@@ -1,4 +1,4 @@
-"""The engine's commands: ``train``, ``generate``, ``export``.
+"""The engine's commands: ``train``, ``prepare``, ``generate``, ``export``.
 
 ``speedboard`` (the ``speedboard`` package) adds the benchmark and the
 dashboard to these; this module is also the torchrun entry point:
@@ -51,12 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DATA_HELP = ("'builtin', a .txt/.md/.jsonl(.gz/.zst)/.parquet/.arrow file, a folder of one of these formats, "
+             "a Hugging Face save_to_disk folder, or hf:NAME[:CONFIG[:SPLIT]]")
+
+
+def _add_data_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--text-field", help="text column of Parquet/Arrow/hub data, text key of JSONL (default: text)")
+    p.add_argument("--tokenizer", help="an existing tokenizer.json to use instead of training one")
+    p.add_argument("--tokenizer-docs", type=_integer, dest="tokenizer_train_docs",
+                   help="documents (the corpus' first) a new tokenizer is trained on (default 100000)")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from core.config import COMPILE_MODES, COMPILE_SCOPES, LAYOUTS, PRECISIONS, PRESETS
 
     t = sub.add_parser("train", help="train a model (headless)")
     t.add_argument("--preset", choices=list(PRESETS), help="model size (default: tiny on CPU, small on a GPU)")
-    t.add_argument("--data", help="'builtin', a .txt/.md file, a folder of them, or a .jsonl with a 'text' field")
+    t.add_argument("--data", help=DATA_HELP)
+    _add_data_flags(t)
     t.add_argument("--layout", choices=LAYOUTS)
     t.add_argument("--vocab-size", type=_integer)
     budget = t.add_mutually_exclusive_group()
@@ -95,6 +107,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--config", help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
     t.add_argument("--run-id", help="name of the run folder to create (default: date, settings, random suffix)")
 
+    p = sub.add_parser("prepare", help="tokenize a corpus into its token store ahead of training")
+    p.add_argument("data", nargs="?", help=DATA_HELP)
+    p.add_argument("--preset", choices=list(PRESETS),
+                   help="take the preset's vocabulary size, as train --preset does (default: tiny on CPU, "
+                        "small on a GPU)")
+    p.add_argument("--vocab-size", type=_integer)
+    _add_data_flags(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--list", action="store_true", help="list the prepared token stores")
+    p.add_argument("--remove", action="store_true",
+                   help="remove the token stores of DATA (all its tokenizers), or of every corpus with 'all'")
+
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
     g.add_argument("checkpoint", help="run folder, checkpoint folder, Hugging Face folder")
     g.add_argument("--prompt", default="The")
@@ -114,7 +138,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 # ----------------------------------------------------------------------------- train
 def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     data = {k: v for k, v in {"source": args.data, "layout": args.layout, "seq_len": args.seq_len,
-                              "vocab_size": args.vocab_size}.items() if v is not None}
+                              "vocab_size": args.vocab_size, "text_field": args.text_field,
+                              "tokenizer": args.tokenizer,
+                              "tokenizer_train_docs": args.tokenizer_train_docs}.items() if v is not None}
     train: dict[str, Any] = {
         "micro_batch": args.micro_batch, "accum_steps": args.accum, "lr": args.lr, "min_lr": args.min_lr,
         "warmup_ratio": args.warmup, "weight_decay": args.weight_decay, "grad_clip": args.grad_clip,
@@ -196,6 +222,9 @@ class ConsoleSink:
         from core import events as ev
         from core.event_text import event_line, step_line
 
+        if isinstance(event, (ev.DataPreparationStarted, ev.DataPreparationProgress, ev.DataPrepared)):
+            self._data_event(event)
+            return
         if isinstance(event, ev.StepMetrics):
             if self.bar is not None:
                 self.bar.update(event.step - self.bar.n)
@@ -223,6 +252,37 @@ class ConsoleSink:
             self.bar.close()
             self.bar = None
 
+    def _data_event(self, event) -> None:
+        """Preparation: a byte (or document) bar with ETA on a terminal, a line every 30 s elsewhere."""
+        import time
+
+        from core import events as ev
+        from core.event_text import data_progress_line, event_line
+
+        if isinstance(event, ev.DataPreparationProgress):
+            total = event.bytes_total or event.documents_total
+            done = event.bytes_done if event.bytes_total else event.documents_done
+            if self.progress:
+                from tqdm import tqdm
+
+                key = (event.stage, bool(event.bytes_total))
+                if self.bar is None or getattr(self, "_bar_key", None) != key:
+                    self.close()
+                    unit = "B" if event.bytes_total else "doc"
+                    self.bar = tqdm(total=total, unit=unit, unit_scale=True, dynamic_ncols=True, leave=False,
+                                    desc=event.stage, file=sys.stderr)
+                    self._bar_key = key
+                self.bar.update(max(0, done - self.bar.n))
+                self.bar.set_postfix(tokens=f"{event.tokens_done:,}", refresh=False)
+            elif time.monotonic() - getattr(self, "_last_line", 0.0) >= 30 or event.stage == "waiting":
+                self._last_line = time.monotonic()
+                self._print(data_progress_line(event))
+            return
+        self.close()
+        line = event_line(event)
+        if line is not None:
+            self._print(line.text)
+
 
 def _without_option(argv: list[str], name: str, takes_value: bool = True) -> list[str]:
     """``argv`` without ``--name VALUE`` / ``--name=VALUE`` (as argparse reads them)."""
@@ -243,16 +303,101 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     The configuration is checked here first, and the run folder named, so the
     exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
     """
-    from core.launch import check_data_source, check_nproc, run_torchrun, worker_env
+    from core.control import Control
+    from core.launch import check_before_launch, check_nproc, run_torchrun, worker_env
     from core.runs import plan_run_dir
 
     config = config_from_args(args)
     check_nproc(args.nproc, config.train.device)
-    check_data_source(config.data.source)
+    # Everything one process checks before it starts, checked here once: the corpus is prepared into
+    # its token store (the workers then only map it), the samples, the model and its memory.
+    control = Control()
+    sink = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
+    previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
+    try:
+        check_before_launch(config, args.nproc, sink=sink, should_stop=lambda: control.stop_requested)
+    finally:
+        sink.close()
+        signal.signal(signal.SIGINT, previous)
     run_id, run_dir = plan_run_dir(config, args.nproc, args.run_id)
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
     return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
                         env=worker_env(args.nproc, config.train.device))
+
+
+def _stop_on_first_sigint(control):
+    """A SIGINT handler: the first Ctrl-C asks the work to stop at its next safe point, the second aborts."""
+
+    def handler(signum, frame):
+        if control.stop_requested:
+            raise KeyboardInterrupt
+        print("\nstopping … (Ctrl-C again to abort)", file=sys.stderr, flush=True)
+        control.stop()
+
+    return handler
+
+
+def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
+    """``speedboard prepare DATA``: tokenize once (like nanoGPT's prepare.py); ``--list``, ``--remove``."""
+    import torch
+
+    from core.config import config_from_preset
+    from core.control import Control
+    from core.errors import ConfigError
+    from core.prepare import prepare_corpus
+    from core.token_store import list_stores, stores_dir
+
+    if args.list:
+        stores = list_stores()
+        if not stores:
+            print(f"no token stores in {stores_dir()}")
+        for m in stores:
+            tok = m.get("tokenizer") or {}
+            print(f"{m.get('created', '?')}  {m.get('documents', 0):>12,} docs  {m.get('tokens', 0):>15,} tokens  "
+                  f"{m['bytes'] / 2**30:7.2f} GiB  {(m.get('source') or {}).get('spec', '?')}  "
+                  f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}")
+        return 0
+    if not args.data:
+        raise ConfigError("give the data to prepare (or --list, or --remove DATA|all)")
+    if args.remove:
+        return _remove_stores(args.data, args.text_field)
+    base = config_from_preset(args.preset or ("small" if torch.cuda.is_available() else "tiny")).data
+    overrides = {k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size,
+                                   "text_field": args.text_field, "tokenizer": args.tokenizer,
+                                   "tokenizer_train_docs": args.tokenizer_train_docs}.items() if v is not None}
+    import dataclasses
+
+    cfg = dataclasses.replace(base, **overrides)
+    control = Control()
+    signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
+    sink = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
+    try:
+        prepared = prepare_corpus(cfg, sink=sink, should_stop=lambda: control.stop_requested)
+    finally:
+        sink.close()
+    store = prepared.store
+    if not prepared.from_store:
+        chars = store.manifest.get("text_chars", 0)
+        rate = chars / 1e6 / max(store.manifest.get("seconds", 0) or prepared.seconds, 1e-9)
+        print(f"{store.num_tokens / max(store.num_documents, 1):,.0f} tokens per document, "
+              f"{store.manifest['dtype']}, {rate:.1f} M characters/s")
+    return 0
+
+
+def _remove_stores(data: str, text_field: str | None) -> int:
+    from core.sources import resolve_source
+    from core.token_store import list_stores, remove_store
+
+    stores = list_stores()
+    if data != "all":
+        fingerprint = resolve_source(data, text_field or "text").fingerprint()
+        stores = [m for m in stores if m.get("fingerprint") == fingerprint]
+    for m in stores:
+        remove_store(m["path"])
+        print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {(m.get('source') or {}).get('spec', '?')})")
+    if not stores:
+        print(f"no token store of {data}")
+    return 0
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
@@ -335,15 +480,18 @@ def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "generate": cmd_generate, "export": cmd_export}
+COMMANDS = {"train": cmd_train, "prepare": cmd_prepare, "generate": cmd_generate, "export": cmd_export}
 
 
 def run_command(args: argparse.Namespace, argv: list[str]) -> int:
     """Run a parsed engine command; a user's mistake is one line on stderr and exit code 2."""
-    from core.errors import SpeedboardError
+    from core.errors import Cancelled, SpeedboardError
 
     try:
         return COMMANDS[args.command](args, argv)
+    except Cancelled as exc:
+        print(f"speedboard: {exc}", file=sys.stderr)
+        return 130
     except SpeedboardError as exc:
         print(f"speedboard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -189,7 +189,8 @@ class DataConfig:
     """Where the text comes from and how it becomes samples."""
 
     source: str = BUILTIN_CORPUS
-    """``builtin`` (Python's own documentation topics), a .txt/.md file, a folder of them, or a .jsonl file."""
+    """``builtin`` (Python's own documentation topics), a .txt/.md/.jsonl(.gz/.zst)/.parquet/.arrow file, a
+    folder of one of these formats, a Hugging Face ``save_to_disk`` folder, or ``hf:NAME[:CONFIG[:SPLIT]]``."""
     layout: str = "packed"
     """``packed``: documents concatenated and cut into windows; ``document``: one padded document per sample."""
     seq_len: int = 128
@@ -197,9 +198,20 @@ class DataConfig:
     """Target vocabulary of the BPE tokenizer (it may end smaller on a small corpus)."""
     val_fraction: float = 0.05
     """Share of samples held out for validation."""
+    text_field: str = "text"
+    """The text column of Parquet/Arrow files and Hugging Face datasets, the text key of JSONL lines."""
+    tokenizer: str | None = None
+    """An existing ``tokenizer.json`` to use instead of training one (``vocab_size`` is then ignored)."""
+    tokenizer_train_docs: int = 100_000
+    """Documents (the first ones of the corpus) a new tokenizer is trained on: its cost stays bounded."""
 
     def __post_init__(self) -> None:
         _check_types(self)
+        _require(bool(self.text_field.strip()), "text field is empty", "text_field")
+        _require(self.tokenizer is None or bool(self.tokenizer.strip()), "tokenizer path is empty", "tokenizer")
+        _require(self.tokenizer_train_docs >= 1,
+                 f"tokenizer training documents must be ≥ 1, got {self.tokenizer_train_docs!r}",
+                 "tokenizer_train_docs")
         _require(self.layout in LAYOUTS, f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}",
                  "layout")
         _require(self.seq_len >= 2, f"seq_len must be an integer ≥ 2, got {self.seq_len!r}", "seq_len")

@@ -1,12 +1,8 @@
 """Corpora, sample layouts and a deterministic sample order.
 
-A corpus is a list of documents (strings):
-- ``builtin``: the documentation topics CPython ships in ``pydoc_data`` (about
-  465 KB of English), split into paragraphs; nothing is downloaded;
-- a ``.txt``/``.md`` file or a folder of them, split into paragraphs at blank lines;
-- a ``.jsonl`` file, one document per line in its ``text`` field.
-
-Two layouts turn documents into samples of ``seq_len + 1`` tokens:
+A corpus (see ``core.sources`` for what ``--data`` may name) is tokenized once
+into a token store (``core.token_store``) and read from its memory map
+(``core.samples``). Two layouts turn documents into samples of ``seq_len + 1`` tokens:
 - ``packed``: ``[BOS] doc [EOS]`` for every document, concatenated and cut into
   windows; every position is a real token;
 - ``document``: one ``[BOS] doc [EOS]`` per sample, truncated or padded with PAD;
@@ -20,94 +16,49 @@ micro-batches (or ranks).
 from __future__ import annotations
 
 import hashlib
-import json
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from core.config import BUILTIN_CORPUS, DataConfig
+from core.config import DataConfig
 from core.errors import DataError
-from core.tokenizer import BPETokenizer, get_tokenizer
+from core.tokenizer import BPETokenizer
+
+if TYPE_CHECKING:
+    from core.events import Event
+    from core.token_store import TokenStore
 
 IGNORE_INDEX = -100  # targets the loss skips (cross_entropy's default ignore_index)
-TEXT_SUFFIXES = (".txt", ".md")
-
-
 @dataclass(frozen=True)
 class Corpus:
+    """A corpus read whole into memory: for small corpora and tests (training reads the token store)."""
+
     name: str
     documents: list[str]
     fingerprint: str
-    """sha256 of the documents: the tokenizer cache key and a record in config.json."""
+    """sha256 of the documents."""
 
     @property
     def num_chars(self) -> int:
         return sum(len(d) for d in self.documents)
 
 
-def _paragraphs(text: str) -> list[str]:
-    return [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+def load_corpus(source: str, text_field: str = "text") -> Corpus:
+    """Read every document of ``source`` into memory; raise DataError with a one-line reason."""
+    from core.sources import resolve_source
 
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text (bad byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror}") from None
-
-
-def _read_jsonl(path: Path) -> list[str]:
-    docs = []
-    for n, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-            raise DataError(f"{path}:{n}: each line needs a string field 'text'")
-        if row["text"].strip():
-            docs.append(row["text"])
-    return docs
-
-
-def load_corpus(source: str) -> Corpus:
-    """Read the documents of ``source``; raise DataError with a one-line reason."""
-    if source == BUILTIN_CORPUS:
-        try:
-            from pydoc_data.topics import topics
-        except ImportError:
-            raise DataError("this Python has no pydoc_data module; pass --data with a text file") from None
-        docs = [p for key in sorted(topics) for p in _paragraphs(topics[key])]
-        name = "builtin (Python documentation topics)"
-    else:
-        path = Path(source).expanduser()
-        if not path.exists():
-            raise DataError(f"data source {source} does not exist")
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
-            if not files:
-                raise DataError(f"folder {source} holds no .txt or .md files")
-            docs = [p for f in files for p in _paragraphs(_read_text(f))]
-        elif path.suffix.lower() == ".jsonl":
-            docs = _read_jsonl(path)
-        elif path.suffix.lower() in TEXT_SUFFIXES:
-            docs = _paragraphs(_read_text(path))
-        else:
-            raise DataError(f"unsupported data file {path.name}: use .txt, .md, .jsonl or a folder")
-        name = str(path)
+    src = resolve_source(source, text_field)
+    src.check()
+    docs = [d for batch, _ in src.iter_documents() for d in batch]
     if not docs:
         raise DataError(f"data source {source} is empty")
     h = hashlib.sha256()
     for d in docs:
         h.update(d.encode("utf-8") + b"\x00")
-    return Corpus(name=name, documents=docs, fingerprint=h.hexdigest())
+    return Corpus(name=src.name, documents=docs, fingerprint=h.hexdigest())
 
 
 @dataclass
@@ -156,27 +107,12 @@ class TokenDataset:
             mask = (inputs != self.pad_id).long()
         return Batch(inputs.contiguous(), targets, mask, int((targets != IGNORE_INDEX).sum()))
 
-
-def build_samples(token_docs: list[list[int]], cfg: DataConfig, tok: BPETokenizer) -> TokenDataset:
-    width = cfg.seq_len + 1
-    if tok.bos_id is None or tok.eos_id is None:
-        raise DataError("the tokenizer has no BOS/EOS tokens")
-    if cfg.layout == "packed":
-        stream = np.fromiter((t for d in token_docs for t in (tok.bos_id, *d, tok.eos_id)), dtype=np.int32)
-        n = (len(stream) - 1) // cfg.seq_len
-        if n < 1:
-            raise DataError(f"corpus has {len(stream)} tokens, fewer than one sample of {width} tokens; "
-                            f"use more text or a shorter sequence length")
-        # Windows overlap by one token so each position is a target exactly once.
-        idx = np.arange(n)[:, None] * cfg.seq_len + np.arange(width)[None, :]
-        return TokenDataset(torch.from_numpy(stream[idx]), pad_id=None)
-    if tok.pad_id is None:
-        raise DataError("the document layout needs a PAD token, and this tokenizer has none")
-    out = np.full((len(token_docs), width), tok.pad_id, dtype=np.int32)
-    for i, d in enumerate(token_docs):
-        row = [tok.bos_id, *d, tok.eos_id][:width]
-        out[i, : len(row)] = row
-    return TokenDataset(torch.from_numpy(out), pad_id=tok.pad_id)
+    def num_targets(self, indices: np.ndarray | list[int]) -> int:
+        """Real target tokens of these samples."""
+        rows = self.samples[torch.as_tensor(np.asarray(indices), dtype=torch.long)]
+        if self.pad_id is None:
+            return rows.shape[0] * self.seq_len
+        return int((rows[:, 1:] != self.pad_id).sum())
 
 
 def split_train_val(ds: TokenDataset, val_fraction: float) -> tuple[TokenDataset, TokenDataset]:
@@ -194,48 +130,147 @@ def split_train_val(ds: TokenDataset, val_fraction: float) -> tuple[TokenDataset
     return TokenDataset(ds.samples[train], ds.pad_id), TokenDataset(ds.samples[val], ds.pad_id)
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+ORDER_ROUNDS = 6
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 arrays (wrapping arithmetic): a strong bit mixer."""
+    z = (z + _GOLDEN) * _MIX1
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
 class SampleOrder:
     """An endless shuffled stream of sample indices: epoch e is a permutation seeded by (seed, e).
 
     ``take(position, count)`` depends only on the stream position, so any split
     of a global batch into micro-batches or ranks reads the same samples.
+
+    The permutation is computed, never stored: a 6-round Feistel network over
+    the next even power of two ≥ n, keyed by (seed, epoch), maps a position in
+    the epoch to a sample, and positions that land past n are mapped again
+    until they fall inside (cycle walking keeps it a permutation of 0..n-1).
+    Memory is O(count) per call whatever the number of samples, and a resumed
+    run continues the same stream from its position alone.
     """
 
     def __init__(self, num_samples: int, seed: int) -> None:
+        assert num_samples >= 1, num_samples
         self.n = num_samples
         self.seed = seed
-        self._cache: dict[int, np.ndarray] = {}
+        bits = max(2, (num_samples - 1).bit_length())
+        bits += bits % 2
+        self._half = np.uint64(bits // 2)
+        self._mask = np.uint64((1 << (bits // 2)) - 1)
+        self._keys: dict[int, np.ndarray] = {}
 
-    def _perm(self, epoch: int) -> np.ndarray:
-        if epoch not in self._cache:
-            if len(self._cache) > 4:
-                self._cache.clear()
-            self._cache[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-        return self._cache[epoch]
+    def _round_keys(self, epoch: int) -> np.ndarray:
+        keys = self._keys.get(epoch)
+        if keys is None:
+            if len(self._keys) > 16:
+                self._keys.clear()
+            keys = np.random.SeedSequence([self.seed, epoch]).generate_state(ORDER_ROUNDS, np.uint64)
+            self._keys[epoch] = keys
+        return keys
+
+    def _feistel(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        left, right = x >> self._half, x & self._mask
+        for k in keys:
+            left, right = right, left ^ (_mix(right ^ k) & self._mask)
+        return (left << self._half) | right
+
+    def _permute(self, positions: np.ndarray, epoch: int) -> np.ndarray:
+        keys = self._round_keys(epoch)
+        y = self._feistel(positions, keys)
+        outside = np.flatnonzero(y >= self.n)
+        while len(outside):
+            y[outside] = self._feistel(y[outside], keys)
+            outside = outside[y[outside] >= self.n]
+        return y.astype(np.int64)
 
     def take(self, position: int, count: int) -> np.ndarray:
         out = np.empty(count, dtype=np.int64)
         filled = 0
         while filled < count:
             epoch, offset = divmod(position + filled, self.n)
-            chunk = self._perm(epoch)[offset: offset + count - filled]
-            out[filled: filled + len(chunk)] = chunk
-            filled += len(chunk)
+            m = min(count - filled, self.n - offset)
+            out[filled: filled + m] = self._permute(np.arange(offset, offset + m, dtype=np.uint64), epoch)
+            filled += m
         return out
+
+
+def global_batch_targets(dataset, order: SampleOrder, position: int, count: int, chunk: int = 1 << 20) -> int:
+    """Real target tokens of the ``count`` samples from stream ``position``, counted chunk by chunk on the
+    CPU (no batch is built): the divisor of an optimizer step's loss, the same for any split."""
+    if getattr(dataset, "pad_id", None) is None:  # packed: every target is a real token
+        return count * dataset.seq_len
+    return sum(dataset.num_targets(order.take(position + i, min(chunk, count - i))) for i in range(0, count, chunk))
+
+
+@dataclass(frozen=True)
+class CorpusInfo:
+    """What a run records about its corpus (config.json) and compares across ranks."""
+
+    name: str
+    fingerprint: str
+    """Identifies the source's content (``Source.fingerprint``)."""
+    documents: int
+    tokens: int
+    store: str
+    """The token store's folder."""
+    digest: str
+    """Identifies the tokens (``TokenStore.digest``): equal wherever the same corpus was prepared."""
+    from_store: bool
+    tokenizer_origin: str
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
 
 
 @dataclass
 class Data:
-    corpus: Corpus
+    corpus: CorpusInfo
     tokenizer: BPETokenizer
-    train: TokenDataset
-    val: TokenDataset
+    train: Any
+    """Training samples: ``len``, ``seq_len``, ``batch(indices)``, ``num_targets(indices)``."""
+    val: Any
+    store: TokenStore | None = None
 
 
-def prepare_data(cfg: DataConfig, tokenizer: BPETokenizer | None = None) -> Data:
-    """Read the corpus, get its tokenizer (cached, or the one given), build train/val samples."""
-    corpus = load_corpus(cfg.source)
-    tok = tokenizer or get_tokenizer(corpus.documents, cfg.vocab_size, corpus.fingerprint)
-    token_docs = tok.encode_batch(corpus.documents)
-    train, val = split_train_val(build_samples(token_docs, cfg, tok), cfg.val_fraction)
-    return Data(corpus, tok, train, val)
+def build_views(store: TokenStore, cfg: DataConfig, tokenizer: BPETokenizer) -> tuple[Any, Any]:
+    """Training and validation samples of ``store`` in ``cfg``'s layout; DataError if there are too few."""
+    from core.samples import DocumentRows, PackedWindows, SplitView
+
+    width = cfg.seq_len + 1
+    if cfg.layout == "packed":
+        base = PackedWindows(store, cfg.seq_len)
+        if len(base) < 1:
+            raise DataError(f"corpus has {store.num_tokens} tokens, fewer than one sample of {width} tokens; "
+                            f"use more text or a shorter sequence length")
+    else:
+        if tokenizer.pad_id is None:
+            raise DataError("the document layout needs a PAD token, and this tokenizer has none", "layout")
+        base = DocumentRows(store, cfg.seq_len, tokenizer.pad_id)
+    return SplitView(base, cfg.val_fraction, False), SplitView(base, cfg.val_fraction, True)
+
+
+def prepare_data(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, tokenizer_origin: str = "given",
+                 sink: Callable[[Event], None] | None = None, clock: Callable[[], float] | None = None,
+                 run_id: str = "", should_stop: Callable[[], bool] | None = None) -> Data:
+    """The corpus' token store (prepared once, memory-mapped after), its tokenizer (the one given, the
+    ``cfg.tokenizer`` file, or one trained and cached), and train/val samples read from the store."""
+    from core.prepare import prepare_corpus
+
+    prepared = prepare_corpus(cfg, tokenizer, tokenizer_origin=tokenizer_origin, sink=sink, clock=clock,
+                              run_id=run_id, should_stop=should_stop)
+    train, val = build_views(prepared.store, cfg, prepared.tokenizer)
+    store = prepared.store
+    info = CorpusInfo(prepared.source.name, prepared.fingerprint, store.num_documents, store.num_tokens,
+                      str(store.path), store.digest, prepared.from_store, prepared.tokenizer_origin)
+    return Data(info, prepared.tokenizer, train, val, store)

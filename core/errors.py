@@ -34,6 +34,10 @@ class CheckpointError(SpeedboardError):
     """A checkpoint that cannot be saved or loaded."""
 
 
+class Cancelled(SpeedboardError):
+    """Work stopped on request (Ctrl-C, the dashboard's Stop) before it finished; nothing half-done was kept."""
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """An exception as one readable line: its message's first line, or its type's name.
 

@@ -25,8 +25,53 @@ def step_line(event: ev.StepMetrics) -> str:
             f"{event.tokens_per_s:9,.0f} tok/s{tag} | mfu {event.mfu * 100:4.1f}% | mem {event.peak_mem_gib:.2f} GiB")
 
 
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    m, s = divmod(int(seconds + 0.5), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def data_progress_line(event: ev.DataPreparationProgress) -> str:
+    """Preparation progress as one line (where no progress bar is drawn)."""
+    if event.stage == "waiting":
+        return "waiting for another process that is preparing this corpus …"
+    what = "reading the tokenizer's training documents" if event.stage == "tokenizer" else "tokenizing"
+    share = (f" {100 * event.bytes_done / event.bytes_total:.0f}% of {_size(event.bytes_total)}"
+             if event.bytes_total else f" {event.documents_done:,} documents")
+    eta = f", {_duration(event.eta_seconds)} left" if event.eta_seconds is not None else ""
+    tokens = f", {event.tokens_done:,} tokens" if event.stage == "tokens" else ""
+    return f"{what}:{share}{tokens}{eta}"
+
+
+def tokenizer_line(event: ev.DataPrepared) -> str:
+    return (f"tokenizer: {event.tokenizer}, {event.vocab_size:,} tokens; BOS {event.bos}, EOS {event.eos}, "
+            f"PAD {event.pad if event.pad is not None else '(none: packed layout only)'}")
+
+
 def event_line(event: ev.Event) -> EventLine | None:
     """What a person wants to read about ``event``; None for events shown otherwise (steps, samples)."""
+    if isinstance(event, ev.DataPreparationStarted):
+        size = f", {_size(event.bytes_total)}" if event.bytes_total is not None else ""
+        docs = f", {event.documents_total:,} documents" if event.documents_total else ""
+        first = " (a tokenizer is trained first)" if event.train_tokenizer else ""
+        return EventLine(f"preparing {event.source} ({event.source_kind}, {event.files} files{size}{docs}) "
+                         f"into its token store, once{first} …")
+    if isinstance(event, ev.DataPrepared):
+        where = ("from its token store" if event.from_store
+                 else f"prepared in {_duration(event.seconds)}")
+        return EventLine(f"data: {event.documents:,} documents, {event.tokens:,} tokens, {where} ({event.store})\n"
+                         f"{tokenizer_line(event)}")
     if isinstance(event, ev.RunStarted):
         where = f" from step {event.start_step}" if event.start_step else ""
         return EventLine(f"started{where} on {event.device} ({event.precision}, "

@@ -49,6 +49,59 @@ class RunStarted(Event):
 
 
 @dataclass(frozen=True)
+class DataPreparationStarted(Event):
+    """A corpus is being tokenized into its token store (it had none for this tokenizer); set-up waits for it."""
+
+    source: str
+    """The data source as given (a path, ``builtin``, ``hf:NAME``)."""
+    source_kind: str
+    """``builtin``, ``text``, ``jsonl``, ``parquet``, ``arrow`` or ``hub``."""
+    files: int
+    bytes_total: int | None
+    """Bytes of the source files (None for a streamed hub dataset)."""
+    documents_total: int | None
+    """Documents (rows) when the format says so cheaply (Parquet, Arrow), else None."""
+    train_tokenizer: bool
+    """True when a tokenizer is trained first (on the corpus' first documents)."""
+
+
+@dataclass(frozen=True)
+class DataPreparationProgress(Event):
+    stage: str
+    """``waiting`` (another process prepares this corpus), ``tokenizer`` (reading the documents a new
+    tokenizer is trained on, then training it) or ``tokens`` (tokenizing the corpus into the store)."""
+    bytes_done: int
+    bytes_total: int | None
+    documents_done: int
+    documents_total: int | None
+    tokens_done: int
+    eta_seconds: float | None
+    """Seconds left in this stage, from the rate so far; None when the total is unknown."""
+
+
+@dataclass(frozen=True)
+class DataPrepared(Event):
+    """The corpus is ready: read from its token store, or just prepared into it."""
+
+    source: str
+    documents: int
+    tokens: int
+    from_store: bool
+    """True when an existing store was used (no tokenization at this start)."""
+    store: str
+    """The store's folder."""
+    seconds: float
+    """Time spent preparing (0 when it came from the store)."""
+    tokenizer: str
+    """Where the tokenizer came from: a file, a checkpoint, or ``trained on N documents``."""
+    vocab_size: int
+    bos: str | None
+    eos: str | None
+    pad: str | None
+    """The tokens taken as beginning, end of text and padding."""
+
+
+@dataclass(frozen=True)
 class CompileStarted(Event):
     mode: str
     scope: str
@@ -141,6 +194,9 @@ class RunFailed(Event):
 
 _KIND_OF: dict[type, str] = {
     RunStarted: "run_started",
+    DataPreparationStarted: "data_preparation_started",
+    DataPreparationProgress: "data_preparation_progress",
+    DataPrepared: "data_prepared",
     CompileStarted: "compile_started",
     CompileFinished: "compile_finished",
     StepMetrics: "step",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
-from core.errors import ConfigError, DataError
+from core.errors import ConfigError
 from core.events import RunFailed, RunFinished
 from core.runs import METRICS_FILE, plan_run_dir, read_events
 
@@ -81,9 +81,49 @@ def process_capacity() -> tuple[str, int]:
 
 
 def check_data_source(source: str) -> None:
-    """Before starting N processes: a missing corpus is one line here, not one per process."""
-    if source != BUILTIN_CORPUS and not Path(source).expanduser().exists():
-        raise DataError(f"data source {source} does not exist")
+    """Before starting N processes: a missing, unreadable or mixed corpus is one line here, not one per process."""
+    if source == BUILTIN_CORPUS or source.startswith("hf:"):
+        return
+    from core.sources import resolve_source
+
+    resolve_source(source)
+
+
+def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> None:
+    """What a run's set-up checks before its first step, done in the launcher before N processes start.
+
+    The corpus is prepared into its token store here (once, with progress
+    through ``sink``; ``should_stop`` cancels it), so the workers only map it;
+    then the samples, the model's positions and vocabulary, and the memory of a
+    micro-batch are checked as the trainer would. Every failure is a one-line
+    ``SpeedboardError``.
+    """
+    import dataclasses
+
+    from core.checkpoint import check_tokenizer_fits, peek_checkpoint
+    from core.data import build_views, prepare_data
+    from core.device import resolve_device, resolve_precision
+    from core.memory_budget import check_fits
+    from core.tokenizer import BPETokenizer
+
+    tc = config.train
+    device = resolve_device(tc.device)
+    precision = resolve_precision(tc.precision, device)
+    source = config.resume or config.init_from
+    info = peek_checkpoint(source) if source else None
+    tokenizer, origin = None, "given"
+    if info is not None and info.path.is_dir() and (info.path / "tokenizer.json").is_file():
+        tokenizer, origin = BPETokenizer.load(info.path), f"checkpoint {info.path}"
+    data = prepare_data(config.data, tokenizer, tokenizer_origin=origin, sink=sink, should_stop=should_stop)
+    build_views(data.store, config.data, data.tokenizer)
+    model_cfg = (info.model_config if info is not None and info.model_config is not None
+                 else dataclasses.replace(config.model, vocab_size=data.tokenizer.vocab_size))
+    if config.data.seq_len > model_cfg.max_position_embeddings:
+        raise ConfigError(f"sequence length {config.data.seq_len} is beyond the model's "
+                          f"{model_cfg.max_position_embeddings} positions", "seq_len")
+    check_tokenizer_fits(data.tokenizer, model_cfg)
+    check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device,
+               shards=nproc if tc.fsdp else 1, processes=nproc if device.type != "cuda" else 1)
 
 
 @dataclass(frozen=True)

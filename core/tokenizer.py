@@ -21,8 +21,10 @@ PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2 in every trained tokenizer
 _FORMAT = "speedboard-bpe-1"
 # Names other tokenizers (e.g. Hugging Face Llama folders) give the same roles.
-_ALIASES = {"bos": (BOS, "<s>", "<|begin_of_text|>"), "eos": (EOS, "</s>", "<|end_of_text|>", "<|endoftext|>"),
-            "pad": (PAD, "<pad>", "<|finetune_right_pad_id|>")}
+# The article series' tokenizers name them [BOT]/[EOT]/[PAD]; others [BOS]/[EOS] or <bos>/<eos>.
+_ALIASES = {"bos": (BOS, "<s>", "<|begin_of_text|>", "[BOT]", "[BOS]", "<bos>", "<|startoftext|>", "<|bos|>"),
+            "eos": (EOS, "</s>", "<|end_of_text|>", "<|endoftext|>", "[EOT]", "[EOS]", "<eos>", "<|eos|>"),
+            "pad": (PAD, "<pad>", "<|finetune_right_pad_id|>", "[PAD]", "<|padding|>", "<|pad|>")}
 
 
 def cache_dir() -> Path:
@@ -51,6 +53,9 @@ class BPETokenizer:
         self.bos_id = find("bos", bos)
         self.eos_id = find("eos", eos)
         self.pad_id = find("pad", pad)
+        if self.bos_id is None:
+            # GPT-2-style vocabularies have one <|endoftext|> that opens and closes documents.
+            self.bos_id = self.eos_id
         names = {v: k for k, v in vocab.items()}
         self.bos_token = names.get(self.bos_id) if self.bos_id is not None else None
         self.eos_token = names.get(self.eos_id) if self.eos_id is not None else None

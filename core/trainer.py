@@ -18,6 +18,7 @@ import contextlib
 import enum
 import hashlib
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from core import checkpoint as ckpt_io
 from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
 from core.config import ModelConfig, RunConfig
 from core.control import Control
-from core.data import IGNORE_INDEX, Data, SampleOrder, prepare_data
+from core.data import IGNORE_INDEX, Data, SampleOrder, global_batch_targets, prepare_data
 from core.device import (
     autocast,
     device_name,
@@ -75,6 +76,7 @@ from core.events import (
     WarningRaised,
     null_sink,
 )
+from core.memory_budget import check_fits
 from core.model import LlamaForCausalLM
 from core.runs import (
     CONFIG_FILE,
@@ -288,14 +290,32 @@ class Trainer:
         return loaded, loaded.read_trainer_state()
 
     def _prepare_data(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
-        """``data``: corpus, tokenizer (the checkpoint's own when it has one) and samples."""
-        self.data = prepare_data(self.cfg.data, loaded.tokenizer if loaded else None)
-        if self.dist.enabled:  # each rank prepared its own data: all must hold the same samples
+        """``data``: tokenizer (the checkpoint's own when it has one) and samples memory-mapped from the
+        corpus' token store, which is prepared here if it has none yet (progress events through the sink;
+        a stop request cancels it, keeping nothing). Under torchrun one process per machine prepares (a
+        lock per corpus), the others wait for it; every rank maps the same files."""
+        tokenizer, origin = None, "given"
+        if loaded is not None and loaded.tokenizer is not None:
+            tokenizer, origin = loaded.tokenizer, f"checkpoint {loaded.source}"
+            self._check_tokenizer_setting(tokenizer, str(loaded.source))
+        self.data = prepare_data(self.cfg.data, tokenizer, tokenizer_origin=origin, sink=self.emit, clock=self.now,
+                                 run_id=self.run_id, should_stop=lambda: self.control.stop_requested)
+        if self.dist.enabled:  # all ranks must read the same samples: same tokens, tokenizer and layout
             data, tok = self.data, self.data.tokenizer
             tok_hash = hashlib.sha256(tok.to_str().encode()).hexdigest()
-            check_same_on_all_ranks(f"{data.corpus.fingerprint} {tok_hash} {tuple(data.train.samples.shape)} "
-                                    f"{tuple(data.val.samples.shape)}", "data (corpus, tokenizer, samples)",
-                                    self.dist)
+            check_same_on_all_ranks(f"{data.corpus.digest} {tok_hash} {len(data.train)} {len(data.val)} "
+                                    f"{data.train.seq_len}", "data (corpus, tokenizer, samples)", self.dist)
+
+    def _check_tokenizer_setting(self, tokenizer, source: str) -> None:
+        """A tokenizer file given with a checkpoint that has its own must be that one: its weights learned its ids."""
+        path = self.cfg.data.tokenizer
+        if not path or not Path(path).expanduser().exists():
+            return  # none given, or a resumed run's old setting whose file is gone: the checkpoint's own serves
+        from core.prepare import load_tokenizer_file
+
+        if load_tokenizer_file(path).to_str() != tokenizer.to_str():
+            raise ConfigError(f"tokenizer {path} is not the one of {source}, whose weights learned its token ids; "
+                              f"leave --tokenizer out to use the checkpoint's", "tokenizer")
 
     def _build_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
         """``model_cfg``, ``model`` (with the checkpoint's weights), ``optimizer`` and ``scaler``."""
@@ -308,6 +328,10 @@ class Trainer:
             raise ConfigError(f"sequence length {cfg.data.seq_len} is beyond the model's "
                               f"{model_cfg.max_position_embeddings} positions", "seq_len")
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
+        # Before anything is allocated: a micro-batch that cannot fit is one line, not an allocation failure.
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled and device.type != "cuda" else 1
+        check_fits(model_cfg, tc.micro_batch, cfg.data.seq_len, self.precision, device,
+                   shards=self.dist.world_size if self.fsdp else 1, processes=local)
         self.model_cfg = model_cfg
         torch.manual_seed(tc.seed)
         model = LlamaForCausalLM(model_cfg)
@@ -373,7 +397,7 @@ class Trainer:
         return d
 
     def _write_run_files(self) -> None:
-        corpus = self.data.corpus
+        corpus, tok = self.data.corpus, self.data.tokenizer
         write_json(self.run_dir / CONFIG_FILE, {
             "run_id": self.run_id,
             "parent": self.parent,
@@ -382,8 +406,10 @@ class Trainer:
             "precision": self.precision,
             "world_size": self.dist.world_size,
             "tokens_per_step": self.tokens_per_step,
-            "corpus": {"name": corpus.name, "sha256": corpus.fingerprint, "documents": len(corpus.documents),
-                       "train_samples": len(self.data.train), "val_samples": len(self.data.val)},
+            "corpus": {**corpus.to_dict(), "train_samples": len(self.data.train), "val_samples": len(self.data.val)},
+            "tokenizer": {"origin": corpus.tokenizer_origin, "vocab_size": tok.vocab_size, "bos": tok.bos_token,
+                          "eos": tok.eos_token, "pad": tok.pad_token, "bos_id": tok.bos_id, "eos_id": tok.eos_id,
+                          "pad_id": tok.pad_id},
             "versions": library_versions(),
         })
         self.data.tokenizer.save(self.run_dir)
@@ -589,10 +615,10 @@ class Trainer:
     def _optimizer_step(self) -> tuple[float, float, float]:
         tc, dist = self.cfg.train, self.dist
         mb, accum, world = tc.micro_batch, tc.accum_steps, dist.world_size
-        # Phase 2: the global batch by stream position; its real-target count is
-        # known on the CPU, so normalising by it needs no device sync or collective.
-        window = self.data.train.batch(self.order.take(self.samples, mb * accum * world))
-        num_targets = max(window.num_targets, 1)
+        # Phase 2: the global batch by stream position; its real-target count comes
+        # from the store's document lengths on the CPU (no batch is built), so
+        # normalising by it needs no device sync or collective.
+        num_targets = max(global_batch_targets(self.data.train, self.order, self.samples, mb * accum * world), 1)
         loss_sum = torch.zeros((), device=self.device)
         ddp = self.compiled.module if dist.enabled and not self.fsdp else None
         # Phase 3: micro-steps. Each loss is a sum over its tokens divided by the
@@ -602,7 +628,9 @@ class Trainer:
         scale = world / num_targets
         for j in range(accum):
             start = (j * world + dist.rank) * mb
-            micro = window.slice(start, start + mb).to(self.device)
+            # Micro-step j of rank r is slice j·world + r of the global batch, read from the
+            # store's memory map only now, in its compact dtype: one micro-batch in memory at a time.
+            micro = self.data.train.batch(self.order.take(self.samples + start, mb)).to(self.device)
             last = j == accum - 1
             # no_sync must be entered before the forward pass: DDP decides then.
             sync_ctx = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
@@ -662,7 +690,7 @@ class Trainer:
         tc, val, world, rank = self.cfg.train, self.data.val, self.dist.world_size, self.dist.rank
         n = min(len(val), tc.eval_batches * tc.micro_batch)
         batches = [list(range(start, min(n, start + tc.micro_batch))) for start in range(0, n, tc.micro_batch)]
-        count = sum(val.batch(b).num_targets for b in batches)  # on the CPU, the same on every rank
+        count = val.num_targets(range(n))  # on the CPU, the same on every rank
         total = torch.zeros((), device=self.device)
         for i in range(rank, math.ceil(len(batches) / world) * world, world):
             batch = val.batch(batches[min(i, len(batches) - 1)]).to(self.device)

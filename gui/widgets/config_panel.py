@@ -383,12 +383,15 @@ class ConfigPanel(QWidget):
 
     def _choose_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Training text", str(Path.home()),
-                                              "Text corpora (*.txt *.md *.jsonl);;All files (*)")
+                                              "Corpora (*.txt *.md *.jsonl *.jsonl.gz *.jsonl.zst *.parquet *.arrow);;"
+                                              "All files (*)")
         if path:
             self.set_source(path)
 
     def _choose_folder(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Folder of .txt/.md files", str(Path.home()))
+        path = QFileDialog.getExistingDirectory(
+            self, "Folder of .txt/.md, .jsonl, Parquet or Arrow files, or a Hugging Face dataset folder",
+            str(Path.home()))
         if path:
             self.set_source(path)
 

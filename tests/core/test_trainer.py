@@ -15,6 +15,9 @@ from core.errors import ConfigError
 from core.events import (
     CheckpointSaved,
     CompileFinished,
+    DataPreparationProgress,
+    DataPreparationStarted,
+    DataPrepared,
     ListSink,
     RunFailed,
     RunFinished,
@@ -31,7 +34,12 @@ from core.trainer import Trainer, train
 def test_run_emits_events_in_order_and_writes_its_folder(micro):
     sink = ListSink()
     result = train(micro(train={"budget": 6, "eval_every": 3}), sink=sink)
-    kinds = [type(e) for e in sink.events]
+    # The corpus comes first (from its token store, or prepared into it): set-up, before the run exists.
+    data_events = (DataPreparationStarted, DataPreparationProgress, DataPrepared)
+    assert isinstance(sink.events[0], data_events) and sink.of(DataPrepared)
+    run_events = [e for e in sink.events if not isinstance(e, data_events)]
+    assert sink.events.index(sink.of(DataPrepared)[-1]) < sink.events.index(run_events[0])
+    kinds = [type(e) for e in run_events]
     assert kinds[0] is RunStarted and kinds[-1] is RunFinished
     steps = sink.of(StepMetrics)
     assert [s.step for s in steps] == list(range(1, 7))  # one metrics event per optimizer step
@@ -45,7 +53,7 @@ def test_run_emits_events_in_order_and_writes_its_folder(micro):
     assert cfg["config"]["train"]["micro_batch"] == 4 and cfg["versions"]["torch"] == torch.__version__
     assert cfg["device"] == "cpu"
     # The folder replays to exactly the events the sink saw.
-    assert [e.to_dict() for e in read_events(run_dir)] == [e.to_dict() for e in sink.events]
+    assert [e.to_dict() for e in read_events(run_dir)] == [e.to_dict() for e in run_events]
     finished = sink.of(RunFinished)[0]
     assert finished.median_tokens_per_s > 0 and finished.compile_seconds is None and not finished.stopped
 

@@ -1,0 +1,101 @@
+"""How much memory a training step needs, estimated from the model config before anything is allocated.
+
+``estimate_training_memory`` counts, per process:
+
+- weights, gradients and AdamW's two moments: 16 bytes per parameter in fp32
+  (divided over the ranks under FSDP);
+- activations kept for the backward pass of one micro-batch: per token and
+  layer the block inputs, the normalised inputs, q/k/v, the attention output
+  and the MLP's gate, up and product (about 6·hidden + 2·kv + 3·intermediate
+  values), plus the fp32 logits and their gradient (2·vocab values per token).
+
+It is a lower bound: the real peak adds attention workspaces, the allocator's
+slack and the framework itself. So ``check_fits`` refuses only what cannot
+fit (an estimate above all of the device's memory) and never a configuration
+that might; it is meant to turn a 50 GB allocation failure deep in the first
+step into one line before the run starts, and to serve a search for the
+largest micro-batch that fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from core.config import ModelConfig
+from core.errors import ConfigError
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per process."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    """Of one micro-batch (gradient accumulation does not multiply it)."""
+
+    @property
+    def states(self) -> int:
+        return self.weights + self.gradients + self.optimizer
+
+    @property
+    def total(self) -> int:
+        return self.states + self.activations
+
+
+def activation_bytes_per_token(model: ModelConfig, precision: str = "fp32") -> int:
+    """Bytes kept for the backward pass per token of a micro-batch (a lower bound)."""
+    size = 2 if precision in ("bf16", "fp16") else 4
+    kv = model.num_kv_heads * model.head_dim
+    per_layer = (6 * model.hidden_size + 2 * kv + 3 * model.intermediate_size) * size
+    logits = 2 * model.vocab_size * 4  # fp32 logits for the loss, and their gradient
+    return model.num_layers * per_layer + logits
+
+
+def estimate_training_memory(model: ModelConfig, micro_batch: int, seq_len: int, precision: str = "fp32",
+                             shards: int = 1) -> MemoryEstimate:
+    """Memory of one process training ``model`` on micro-batches of ``micro_batch × seq_len`` tokens;
+    ``shards`` > 1 divides the parameter states (FSDP)."""
+    params = model.num_parameters()
+    per = -(-params // max(1, shards))
+    return MemoryEstimate(weights=4 * per, gradients=4 * per, optimizer=8 * per,
+                          activations=micro_batch * seq_len * activation_bytes_per_token(model, precision))
+
+
+def device_memory(device: torch.device) -> tuple[int | None, str]:
+    """Bytes a run can use on ``device`` and what they are: CUDA's total memory, else the available RAM."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.get_device_properties(index).total_memory, f"memory of {torch.cuda.get_device_name(index)}"
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - a hard dependency
+        return None, "RAM"
+    return psutil.virtual_memory().available, "available RAM"
+
+
+def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: str, device: torch.device,
+               shards: int = 1, processes: int = 1) -> MemoryEstimate:
+    """Refuse, in one line, a run whose estimate exceeds the device's memory (``processes`` ranks sharing it)."""
+    estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
+    available, what = device_memory(device)
+    if available is None:
+        return estimate
+    need = estimate.total * processes
+    if need <= available:
+        return estimate
+    per = f" per process × {processes}" if processes > 1 else ""
+    if estimate.states * processes > available:
+        raise ConfigError(f"the model alone needs about {estimate.states * processes / GIB:.1f} GiB{per} "
+                          f"(weights, gradients and AdamW state), more than the {available / GIB:.1f} GiB of "
+                          f"{what}; choose a smaller model", "preset")
+    fitting = max(0, (available // processes - estimate.states) // max(1, estimate.activations // micro_batch))
+    raise ConfigError(f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {need / GIB:.1f} GiB{per} "
+                      f"({estimate.activations / GIB:.1f} GiB of activations), more than the {available / GIB:.1f} "
+                      f"GiB of {what}; use --micro-batch {max(1, fitting):,} or less (and --accum to keep the "
+                      f"effective batch)", "micro_batch")

@@ -1,0 +1,256 @@
+"""Preparing a corpus: its tokenizer, then its token store, once; found again at every later start.
+
+``prepare_corpus`` is what ``speedboard prepare``, the trainer's set-up and the
+``--nproc`` launcher call. It reports plain-data events (``DataPreparationStarted``,
+``DataPreparationProgress``, ``DataPrepared``) through a sink and stops between
+chunks when ``should_stop()`` says so (``Control.stop_requested``), leaving
+nothing a later run would use. ``describe_source`` says what a source is and
+whether it is prepared, without tokenizing anything (for a data picker).
+
+The tokenizer is, in order: the one given (a checkpoint's), ``DataConfig.tokenizer``
+(a ``tokenizer.json`` file), or one trained on the corpus' first
+``tokenizer_train_docs`` documents and cached under the source's fingerprint,
+so a later start finds it (and through it the store) without reading the corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.config import DataConfig
+from core.errors import CheckpointError, DataError
+from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event
+from core.sources import Source, resolve_source
+from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
+from core.tokenizer import _ALIASES, BPETokenizer, cache_dir, get_tokenizer
+
+_TOKENIZER_KEY_FORMAT = "speedboard-source-tokenizer-1"
+
+
+@dataclass(frozen=True)
+class PreparedCorpus:
+    source: Source
+    fingerprint: str
+    tokenizer: BPETokenizer
+    tokenizer_origin: str
+    """A file path, ``checkpoint …``, or ``trained on the first N documents``."""
+    store: TokenStore
+    from_store: bool
+    seconds: float
+
+
+def trained_origin(cfg: DataConfig) -> str:
+    return (f"trained on the corpus' first {cfg.tokenizer_train_docs:,} documents at most "
+            f"({cfg.vocab_size} tokens asked)")
+
+
+def load_tokenizer_file(path: str) -> BPETokenizer:
+    """``--tokenizer FILE``: a ``tokenizer.json`` (or a folder holding one); DataError naming the setting."""
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except OSError:
+        raise DataError(f"tokenizer file {path} does not exist", "tokenizer") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise DataError(f"tokenizer {path} is not a regular file", "tokenizer")
+    try:
+        tok = BPETokenizer.load(p)
+    except CheckpointError as exc:
+        raise DataError(f"{exc} (is it a Hugging Face tokenizer.json?)", "tokenizer") from None
+    check_special_tokens(tok, str(path))
+    return tok
+
+
+def check_special_tokens(tok: BPETokenizer, origin: str) -> None:
+    """Every sample ends documents with an end-of-text token: a tokenizer without one cannot be used."""
+    if tok.eos_id is None:
+        names = ", ".join(_ALIASES["eos"])
+        raise DataError(f"tokenizer {origin} has no end-of-text token (looked for {names})", "tokenizer")
+
+
+def _source_tokenizer_path(fingerprint: str, cfg: DataConfig) -> Path:
+    key = f"{_TOKENIZER_KEY_FORMAT}:{fingerprint}:{cfg.vocab_size}:{cfg.tokenizer_train_docs}"
+    return cache_dir() / "tokenizers" / f"source-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def _find(fingerprint: str, tok: BPETokenizer) -> TokenStore | None:
+    """The complete store of this corpus and tokenizer; a damaged one counts as missing (preparing replaces it)."""
+    try:
+        return find_store(fingerprint, tok)
+    except DataError:
+        return None
+
+
+def _cached_trained_tokenizer(fingerprint: str, cfg: DataConfig) -> BPETokenizer | None:
+    path = _source_tokenizer_path(fingerprint, cfg)
+    if not path.is_file():
+        return None
+    try:
+        return BPETokenizer.load(path)
+    except CheckpointError:  # a damaged cache entry is trained again, never trusted
+        return None
+
+
+class _Reporter:
+    """Builds the preparation events; progress at most four times a second (and at each stage's end)."""
+
+    def __init__(self, sink: Callable[[Event], None] | None, run_id: str, clock: Callable[[], float]) -> None:
+        self.sink, self.run_id, self.clock = sink, run_id, clock
+        self._last = 0.0
+        self._stage_start = time.perf_counter()
+        self._stage = ""
+
+    def emit(self, event_type, **fields) -> None:
+        if self.sink is not None:
+            self.sink(event_type(self.run_id, self.clock(), **fields))
+
+    def progress(self, stage: str, bytes_done: int, bytes_total: int | None, documents: int,
+                 documents_total: int | None, tokens: int, final: bool = False) -> None:
+        now = time.perf_counter()
+        if stage != self._stage:
+            self._stage, self._stage_start = stage, now
+        if not final and now - self._last < 0.25:
+            return
+        self._last = now
+        eta = None
+        elapsed = now - self._stage_start
+        if bytes_total and 0 < bytes_done:
+            eta = max(0.0, elapsed * (bytes_total - bytes_done) / bytes_done)
+        elif documents_total and 0 < documents:
+            eta = max(0.0, elapsed * (documents_total - documents) / documents)
+        self.emit(DataPreparationProgress, stage=stage, bytes_done=bytes_done, bytes_total=bytes_total,
+                  documents_done=documents, documents_total=documents_total, tokens_done=tokens, eta_seconds=eta)
+
+
+def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: _Reporter,
+                     should_stop: Callable[[], bool] | None) -> BPETokenizer:
+    from core.errors import Cancelled
+
+    limit = cfg.tokenizer_train_docs
+    docs: list[str] = []
+    done = 0
+    for batch, done in source.iter_documents():
+        if should_stop is not None and should_stop():
+            raise Cancelled("data preparation stopped; nothing was kept")
+        docs.extend(batch[: limit - len(docs)])
+        report.progress("tokenizer", done, None, len(docs), limit, 0)
+        if len(docs) >= limit:
+            break
+    if not docs:
+        raise DataError(f"data source {source.spec} is empty (no text)")
+    report.progress("tokenizer", done, None, len(docs), limit, 0, final=True)
+    tok = get_tokenizer(docs, cfg.vocab_size)  # cached by the sample's own hash as well
+    path = _source_tokenizer_path(fingerprint, cfg)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(tok.to_str(), encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"cannot write the tokenizer into the cache folder {path.parent} "
+                        f"({exc.strerror or exc}); set SPEEDBOARD_CACHE_DIR to a writable folder") from None
+    return tok
+
+
+def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, tokenizer_origin: str = "given",
+                   sink: Callable[[Event], None] | None = None, clock: Callable[[], float] | None = None,
+                   run_id: str = "", should_stop: Callable[[], bool] | None = None) -> PreparedCorpus:
+    """The corpus of ``cfg`` with its tokenizer and token store, prepared now if it has none yet.
+
+    Every check that can fail on the user's input (the source, its files' headers, the tokenizer,
+    a writable cache) runs before anything is written.
+    """
+    t0 = time.perf_counter()
+    start = time.perf_counter()
+    report = _Reporter(sink, run_id, clock or (lambda: time.perf_counter() - start))
+    source = resolve_source(cfg.source, cfg.text_field)
+    tok, origin = tokenizer, tokenizer_origin
+    if tok is None and cfg.tokenizer:
+        tok, origin = load_tokenizer_file(cfg.tokenizer), str(Path(cfg.tokenizer).expanduser())
+    elif tok is not None:
+        check_special_tokens(tok, origin)
+    fingerprint = source.fingerprint()
+    if tok is None:
+        tok = _cached_trained_tokenizer(fingerprint, cfg)
+        origin = trained_origin(cfg)
+    store = _find(fingerprint, tok) if tok is not None else None
+    if store is not None:
+        _report_prepared(report, source, store, tok, origin, True, 0.0)
+        return PreparedCorpus(source, fingerprint, tok, origin, store, True, 0.0)
+
+    source.check()
+    ensure_writable(stores_dir())
+    if tok is None:
+        ensure_writable(cache_dir() / "tokenizers")
+    report.emit(DataPreparationStarted, source=source.spec, source_kind=source.kind, files=len(source.files),
+                bytes_total=source.bytes, documents_total=source.documents, train_tokenizer=tok is None)
+
+    def waiting() -> None:
+        report.progress("waiting", 0, source.bytes, 0, source.documents, 0, final=True)
+
+    with preparation_lock(fingerprint, on_wait=waiting, should_stop=should_stop):
+        if tok is None:  # another process may have trained it while this one waited
+            tok = _cached_trained_tokenizer(fingerprint, cfg) or \
+                _train_tokenizer(source, cfg, fingerprint, report, should_stop)
+        store = _find(fingerprint, tok)
+        from_store = store is not None
+        if store is None:
+            total = source.bytes
+
+            def progress(done: int, docs: int, tokens: int) -> None:
+                report.progress("tokens", done, total, docs, source.documents, tokens)
+
+            store = write_store(source, tok, fingerprint, tokenizer_origin=origin, progress=progress,
+                                should_stop=should_stop)
+            report.progress("tokens", total or 0, total, store.num_documents, store.num_documents,
+                            store.num_tokens, final=True)
+    seconds = time.perf_counter() - t0
+    _report_prepared(report, source, store, tok, origin, from_store, 0.0 if from_store else seconds)
+    return PreparedCorpus(source, fingerprint, tok, origin, store, from_store, seconds)
+
+
+def _report_prepared(report: _Reporter, source: Source, store: TokenStore, tok: BPETokenizer, origin: str,
+                     from_store: bool, seconds: float) -> None:
+    report.emit(DataPrepared, source=source.spec, documents=store.num_documents, tokens=store.num_tokens,
+                from_store=from_store, store=str(store.path), seconds=seconds, tokenizer=origin,
+                vocab_size=tok.vocab_size, bos=tok.bos_token, eos=tok.eos_token, pad=tok.pad_token)
+
+
+# ----------------------------------------------------------------------------- for a data picker
+@dataclass(frozen=True)
+class SourceInfo:
+    """What a source is, found cheaply (file listing, headers, a sampled fingerprint; no tokenizing)."""
+
+    spec: str
+    kind: str
+    name: str
+    files: int
+    bytes: int | None
+    documents: int | None
+    """Exact once prepared; Parquet/Arrow row counts before; None for text files and hub datasets."""
+    ignored: tuple[str, ...]
+    prepared: bool
+    """A token store exists for this source and tokenizer: training starts at once."""
+    tokens: int | None
+    store: str | None
+
+
+def describe_source(cfg: DataConfig, tokenizer: BPETokenizer | None = None) -> SourceInfo:
+    """``cfg.source`` as a data picker shows it; DataError (one line) when it cannot be used."""
+    source = resolve_source(cfg.source, cfg.text_field)
+    tok = tokenizer or (load_tokenizer_file(cfg.tokenizer) if cfg.tokenizer else None)
+    if source.kind in ("parquet", "arrow"):
+        source.check()
+    fingerprint = source.fingerprint()
+    tok = tok or _cached_trained_tokenizer(fingerprint, cfg)
+    store = _find(fingerprint, tok) if tok is not None else None
+    documents = store.num_documents if store is not None else source.documents
+    return SourceInfo(source.spec, source.kind, source.name, len(source.files), source.bytes, documents,
+                      source.ignored, store is not None, store.num_tokens if store is not None else None,
+                      str(store.path) if store is not None else None)

@@ -1,0 +1,166 @@
+"""Samples read from a token store: no sample is ever held in memory before its batch is built.
+
+- ``PackedWindows``: sample i is ``tokens[i·T : i·T + T + 1]`` of the flat stream
+  (windows overlap by one token, so every position is a target exactly once);
+- ``DocumentRows``: sample i is document i (``[BOS] doc [EOS]``), truncated to
+  T + 1 tokens or padded with PAD; padding is positional (past the document's
+  end), so its count of real targets comes from the offsets alone;
+- ``SplitView``: the training or validation samples of either, by arithmetic on
+  the index (every k-th sample is held out), without an index array.
+
+A batch is gathered from the memory map in the store's compact dtype and only
+then widened to int64, one micro-batch at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from core.data import IGNORE_INDEX, Batch
+from core.errors import DataError
+from core.token_store import TokenStore
+
+_CHUNK = 1 << 20
+"""Indices per chunk when counting targets over a whole global batch: memory stays bounded."""
+
+
+class StoreSamples:
+    """The samples of one layout over a store; subclasses say how sample i is cut."""
+
+    def __init__(self, store: TokenStore, seq_len: int, pad_id: int | None) -> None:
+        self.store = store
+        self.width = seq_len + 1
+        self.pad_id = pad_id
+
+    @property
+    def seq_len(self) -> int:
+        return self.width - 1
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of ``width`` tokens in the store's dtype, real tokens per row)."""
+        raise NotImplementedError
+
+    def row_lengths(self, indices: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def batch(self, indices) -> Batch:
+        idx = np.asarray(indices, dtype=np.int64)
+        rows, lengths = self.rows(idx)
+        tokens = torch.from_numpy(np.array(rows, dtype=np.int64))  # a plain array, widened here
+        inputs, targets = tokens[:, :-1], tokens[:, 1:].clone()
+        mask = None
+        if self.pad_id is not None:
+            positions = torch.arange(self.width - 1)
+            real = torch.from_numpy(lengths)[:, None]
+            targets[positions[None, :] + 1 >= real] = IGNORE_INDEX
+            # The document layout always carries a mask, padded or not, so a compiled
+            # model sees one graph signature and never recompiles mid-run.
+            mask = (positions[None, :] < real).long()
+        count = int((np.minimum(lengths, self.width) - 1).sum())
+        return Batch(inputs.contiguous(), targets, mask, count)
+
+    def num_targets(self, indices) -> int:
+        """Real target tokens of these samples, without building their batch."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if self.pad_id is None:
+            return len(idx) * self.seq_len
+        return int(sum((np.minimum(self.row_lengths(idx[i:i + _CHUNK]), self.width) - 1).sum()
+                       for i in range(0, len(idx), _CHUNK)))
+
+    @property
+    def samples(self) -> torch.Tensor:
+        """Every sample as one int32 tensor (rows of ``seq_len + 1``): for small corpora and inspection only."""
+        rows, _ = self.rows(np.arange(len(self), dtype=np.int64))
+        return torch.from_numpy(np.array(rows, dtype=np.int32))
+
+
+class PackedWindows(StoreSamples):
+    def __init__(self, store: TokenStore, seq_len: int) -> None:
+        super().__init__(store, seq_len, None)
+        self.n = max(0, (store.num_tokens - 1) // seq_len)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert len(indices) == 0 or (indices.min() >= 0 and indices.max() < self.n), "sample index out of range"
+        starts = indices * self.seq_len
+        rows = self.store.tokens[starts[:, None] + np.arange(self.width)[None, :]]
+        return rows, np.full(len(indices), self.width, dtype=np.int64)
+
+    def row_lengths(self, indices: np.ndarray) -> np.ndarray:
+        return np.full(len(indices), self.width, dtype=np.int64)
+
+
+class DocumentRows(StoreSamples):
+    def __init__(self, store: TokenStore, seq_len: int, pad_id: int) -> None:
+        super().__init__(store, seq_len, pad_id)
+
+    def __len__(self) -> int:
+        return self.store.num_documents
+
+    def row_lengths(self, indices: np.ndarray) -> np.ndarray:
+        offsets = self.store.offsets
+        return (offsets[indices + 1] - offsets[indices]).astype(np.int64)
+
+    def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert len(indices) == 0 or (indices.min() >= 0 and indices.max() < len(self)), "sample index out of range"
+        starts = self.store.offsets[indices].astype(np.int64)
+        lengths = np.minimum(self.row_lengths(indices), self.width)
+        positions = np.arange(self.width)[None, :]
+        real = positions < lengths[:, None]
+        gather = np.where(real, starts[:, None] + positions, starts[:, None])  # in range everywhere
+        rows = self.store.tokens[gather]
+        rows[~real] = self.pad_id
+        return rows, lengths
+
+
+class SplitView:
+    """Training or validation samples of ``base``: sample k·p + p − 1 is held out for validation
+    (p = round(1/val_fraction), at least 2; the last sample when there are fewer than p)."""
+
+    def __init__(self, base: StoreSamples, val_fraction: float, validation: bool) -> None:
+        n = len(base)
+        if n < 2:
+            raise DataError(f"corpus yields {n} sample; at least 2 are needed (one for validation); "
+                            f"use more text or a shorter sequence length")
+        self.base = base
+        self.period = max(2, round(1 / val_fraction))
+        self.validation = validation
+        held_out = n // self.period
+        self._few = held_out == 0  # fewer samples than one period: the last one validates
+        held_out = held_out or 1
+        self.n = held_out if validation else n - held_out
+        self.pad_id = base.pad_id
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def seq_len(self) -> int:
+        return self.base.seq_len
+
+    def base_indices(self, indices) -> np.ndarray:
+        """Indices into ``base`` of these samples of the view."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if self._few:
+            return np.full_like(idx, len(self.base) - 1) if self.validation else idx
+        if self.validation:
+            return idx * self.period + self.period - 1
+        return idx + idx // (self.period - 1)
+
+    def batch(self, indices) -> Batch:
+        return self.base.batch(self.base_indices(indices))
+
+    def num_targets(self, indices) -> int:
+        return self.base.num_targets(self.base_indices(indices))
+
+    @property
+    def samples(self) -> torch.Tensor:
+        """Every sample as one int32 tensor: for small corpora and inspection only."""
+        rows, _ = self.base.rows(self.base_indices(np.arange(self.n)))
+        return torch.from_numpy(np.array(rows, dtype=np.int32))

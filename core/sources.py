@@ -1,0 +1,578 @@
+"""Corpus sources: what ``--data`` names, checked up front and read as a stream of documents.
+
+A source is one of:
+
+- ``builtin``: the documentation topics CPython ships in ``pydoc_data`` (about
+  465 KB of English), split into paragraphs; nothing is downloaded;
+- a ``.txt``/``.md`` file, split into paragraphs at blank lines;
+- a ``.jsonl`` file (also ``.jsonl.gz``, ``.jsonl.zst``), one document per line in its text field;
+- a ``.parquet`` file (FineWeb's format) or an ``.arrow`` file, one document per row of its text column;
+- a folder of files of one of these formats (hidden files aside), read in sorted order;
+- a folder written by Hugging Face ``Dataset.save_to_disk`` (its ``train`` split for a ``DatasetDict``);
+- ``hf:NAME[:CONFIG[:SPLIT]]``: a Hugging Face hub dataset, streamed (needs the ``datasets`` package and network).
+
+Every file is read in bounded chunks (never whole into memory) and every
+problem is a ``DataError`` with one line. ``Source.fingerprint`` identifies the
+content cheaply (see there); the token store is keyed by it.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import io
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.config import BUILTIN_CORPUS
+from core.errors import DataError, first_line
+
+HUB_PREFIX = "hf:"
+FORMAT_OF_SUFFIX = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl",
+                    ".parquet": "parquet", ".arrow": "arrow"}
+SUPPORTED = ", ".join(FORMAT_OF_SUFFIX)
+# Files that hold data in a format this reader does not take: a folder holding them is refused rather
+# than trained on without them (other binary files, e.g. images or lock files, are skipped and listed).
+_DATA_LIKE = (".csv", ".tsv", ".json", ".ndjson", ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z", ".lz4",
+              ".feather", ".orc", ".avro", ".pq", ".rst", ".html", ".htm", ".xml", ".tex")
+# Documentation that ships beside data shards (a dataset repository's README) is not part of the corpus.
+_DOC_FILE = re.compile(r"(readme|license|licence|changelog)(\..*)?", re.IGNORECASE)
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+_READ_CHUNK = 4 << 20
+MAX_PARAGRAPH_CHARS = 64 << 20
+"""A longer run of text without a blank line is cut there: memory stays bounded on any file."""
+_SAMPLE_BLOCKS, _SAMPLE_BLOCK = 16, 16 << 10
+"""The fingerprint hashes 16 blocks of 16 KiB of a large file: first, last and evenly spaced between."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path
+    rel: str
+    """Path relative to the source (its name for a single file): the fingerprint does not depend on where it lies."""
+    size: int
+    mtime_ns: int
+    format: str
+
+
+@dataclass(frozen=True)
+class Source:
+    spec: str
+    """What the user gave (``--data``)."""
+    kind: str
+    """``builtin``, ``text``, ``jsonl``, ``parquet``, ``arrow`` or ``hub``."""
+    name: str
+    files: tuple[SourceFile, ...] = ()
+    text_field: str = "text"
+    ignored: tuple[str, ...] = ()
+    """Files of a folder that were skipped (binary files that hold no text, a README beside data shards)."""
+    hub: tuple[str, str | None, str] | None = None
+    """(dataset, config, split) of an ``hf:`` source."""
+    _documents: list[int] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def bytes(self) -> int | None:
+        """Bytes of the source files; None for a hub dataset."""
+        if self.kind == "hub":
+            return None
+        if self.kind == "builtin":
+            return len(_builtin_text().encode("utf-8"))
+        return sum(f.size for f in self.files)
+
+    @property
+    def documents(self) -> int | None:
+        """Rows of Parquet/Arrow files, known after ``check()``; None where only a full read would tell."""
+        return self._documents[0] if self._documents else None
+
+    def fingerprint(self) -> str:
+        """Identifies the content: cheap at every start, whatever the corpus size.
+
+        For every file: its path relative to the source, size, modification
+        time and a SHA-256 of its content (all of it up to 256 KiB, else 16
+        blocks of 16 KiB: the first, the last and 14 evenly spaced between).
+        An edited file changes its size or modification time; a file replaced
+        by one of the same size and time changes sampled content in all but
+        contrived cases. Touching or copying a corpus without keeping times
+        (``cp`` without ``-p``) makes it new: it is prepared again. The text
+        field counts where it selects the text (not for .txt/.md).
+        """
+        h = hashlib.sha256()
+        identity: dict = {"v": 1, "kind": self.kind}
+        if self.kind not in ("text", "builtin"):
+            identity["text_field"] = self.text_field
+        if self.kind == "builtin":
+            identity["sha256"] = hashlib.sha256(_builtin_text().encode("utf-8")).hexdigest()
+        elif self.kind == "hub":
+            identity["hub"] = list(self.hub)
+        else:
+            identity["files"] = [[f.rel, f.size, f.mtime_ns, sampled_sha256(f.path, f.size)] for f in self.files]
+        h.update(json.dumps(identity, sort_keys=True).encode())
+        return h.hexdigest()
+
+    def check(self) -> None:
+        """Open every file's header before anything is prepared: a missing text column or a damaged
+        Parquet/Arrow file is one line now, not after an hour of tokenizing; counts their rows."""
+        if self.kind in ("parquet", "arrow"):
+            total = 0
+            for f in self.files:
+                total += _parquet_rows(f.path, self.text_field) if f.format == "parquet" else \
+                    _arrow_rows(f.path, self.text_field)
+            if total == 0:
+                raise DataError(f"data source {self.spec} is empty (no rows)")
+            self._documents[:] = [total]
+        elif self.kind == "hub":
+            _hub_dataset(self)  # the package, the network, the name
+
+    def iter_documents(self, batch_chars: int = 1 << 22) -> Iterator[tuple[list[str], int]]:
+        """Batches of non-empty documents (about ``batch_chars`` characters each), with the bytes of the
+        source read so far (for progress; compressed bytes for compressed files)."""
+        done = 0
+        batch: list[str] = []
+        chars = 0
+        for f in self.files or (None,):
+            for doc, position in _read(self, f):
+                batch.append(doc)
+                chars += len(doc)
+                if chars >= batch_chars:
+                    yield batch, done + position
+                    batch, chars = [], 0
+            if f is not None:
+                done += f.size
+        if batch:
+            yield batch, done if self.files else 0
+
+
+def resolve_source(spec: str, text_field: str = "text") -> Source:
+    """What ``spec`` names, with its files listed and checked cheaply (no file is opened here)."""
+    if spec == BUILTIN_CORPUS:
+        return Source(spec, "builtin", "builtin (Python documentation topics)", text_field=text_field)
+    if spec.startswith(HUB_PREFIX):
+        parts = spec[len(HUB_PREFIX):].split(":")
+        if not parts[0] or len(parts) > 3 or any(c.isspace() for c in spec):
+            raise DataError(f"hub dataset {spec!r}: expected hf:NAME[:CONFIG[:SPLIT]], "
+                            f"e.g. hf:HuggingFaceFW/fineweb:sample-10BT")
+        name, config, split = parts[0], (parts[1] or None) if len(parts) > 1 else None, \
+            (parts[2] if len(parts) > 2 and parts[2] else "train")
+        return Source(spec, "hub", f"Hugging Face dataset {spec[len(HUB_PREFIX):]}", text_field=text_field,
+                      hub=(name, config, split))
+    path = Path(spec).expanduser()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"data source {spec} does not exist") from None
+    except OSError as exc:
+        raise DataError(f"cannot read data source {spec}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        return _resolve_folder(spec, path, text_field)
+    _require_regular(path, st.st_mode, spec)
+    fmt = _format_of(path)
+    if fmt is None:
+        raise DataError(f"unsupported data file {path.name}: use {SUPPORTED}, a folder of them, "
+                        f"a Hugging Face dataset folder, or hf:NAME")
+    return Source(spec, fmt, str(path), (SourceFile(path, path.name, st.st_size, st.st_mtime_ns, fmt),),
+                  text_field)
+
+
+def _require_regular(path: Path, mode: int, spec: str) -> None:
+    """A FIFO, socket or device would block or never end: refuse it instead of reading it."""
+    if not stat.S_ISREG(mode):
+        what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise DataError(f"data source {spec}: {path.name} is {what}; Speedboard reads regular files "
+                        f"(write the stream to a file first)")
+
+
+def _format_of(path: Path) -> str | None:
+    name = path.name.lower()
+    for suffix, fmt in sorted(FORMAT_OF_SUFFIX.items(), key=lambda kv: -len(kv[0])):
+        if name.endswith(suffix):
+            return fmt
+    return None
+
+
+def _looks_binary(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8192)
+    except OSError:
+        return False
+    if b"\x00" in head:
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _more(names: list[str], shown: int = 3) -> str:
+    extra = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + extra
+
+
+def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
+    if (path / "dataset_dict.json").is_file():  # DatasetDict.save_to_disk: one folder per split
+        splits = sorted(p.name for p in path.iterdir() if (p / "state.json").is_file())
+        if "train" not in splits:
+            raise DataError(f"dataset folder {spec} has no 'train' split (splits: {', '.join(splits) or 'none'}); "
+                            f"pass the folder of the split to train on")
+        return _resolve_folder(spec, path / "train", text_field)
+    if (path / "state.json").is_file():  # Dataset.save_to_disk
+        try:
+            state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+            names = [d["filename"] for d in state["_data_files"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"dataset folder {spec}: unreadable state.json ({first_line(exc)})") from None
+        files = []
+        for n in names:
+            p = path / n
+            if Path(n).is_absolute() or ".." in Path(n).parts or not p.is_file():
+                raise DataError(f"dataset folder {spec}: its data file {n} is missing")
+            st = p.stat()
+            files.append(SourceFile(p, n, st.st_size, st.st_mtime_ns, "arrow"))
+        if not files:
+            raise DataError(f"dataset folder {spec} is empty (no data files)")
+        return Source(spec, "arrow", str(path), tuple(files), text_field)
+
+    found: dict[str, list[SourceFile]] = {}
+    unsupported: list[str] = []
+    binary: list[str] = []
+    docs: list[str] = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            p = Path(root, name)
+            rel = p.relative_to(path).as_posix()
+            try:
+                st = p.stat()
+            except OSError as exc:
+                raise DataError(f"cannot read {p}: {exc.strerror}") from None
+            _require_regular(p, st.st_mode, spec)
+            fmt = _format_of(p)
+            if fmt is not None:
+                if _DOC_FILE.fullmatch(name) and fmt == "text":
+                    docs.append(rel)  # decided below: part of a text corpus, or a data folder's README
+                    continue
+                found.setdefault(fmt, []).append(SourceFile(p, rel, st.st_size, st.st_mtime_ns, fmt))
+            elif name.lower().endswith(_DATA_LIKE) or not _looks_binary(p):
+                unsupported.append(rel)
+            else:
+                binary.append(rel)
+    if docs:
+        if found and "text" not in found:
+            binary += docs  # a dataset's README beside its shards
+        else:
+            for rel in docs:
+                st = (path / rel).stat()
+                found.setdefault("text", []).append(SourceFile(path / rel, rel, st.st_size, st.st_mtime_ns, "text"))
+            found["text"].sort(key=lambda f: f.rel)
+    if len(found) > 1:
+        counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(found.items()))
+        raise DataError(f"folder {spec} mixes data formats ({counts} files); point --data at a folder "
+                        f"of one format or at a file")
+    if unsupported:
+        raise DataError(f"folder {spec} holds files Speedboard does not read: {_more(unsupported)} "
+                        f"(it reads {SUPPORTED}); move them out or point --data at a file")
+    if not found:
+        raise DataError(f"folder {spec} holds no data files ({SUPPORTED})")
+    ((fmt, files),) = found.items()
+    return Source(spec, fmt, str(path), tuple(files), text_field, tuple(sorted(binary)))
+
+
+def sampled_sha256(path: Path, size: int) -> str:
+    """SHA-256 of a whole small file, or of 16 blocks of 16 KiB spread over a large one (and its size)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            if size <= _SAMPLE_BLOCKS * _SAMPLE_BLOCK:
+                h.update(f.read())
+            else:
+                step = (size - _SAMPLE_BLOCK) / (_SAMPLE_BLOCKS - 1)
+                for i in range(_SAMPLE_BLOCKS):
+                    f.seek(int(i * step))
+                    h.update(f.read(_SAMPLE_BLOCK))
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror}") from None
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- readers
+def _builtin_text() -> str:
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise DataError("this Python has no pydoc_data module; pass --data with a text file") from None
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def paragraphs(text: str) -> list[str]:
+    return [p.strip() for p in _PARAGRAPH_BREAK.split(text) if p.strip()]
+
+
+def _read(source: Source, f: SourceFile | None) -> Iterator[tuple[str, int]]:
+    """(document, bytes of this file read so far) for one file of ``source`` (or the builtin/hub stream)."""
+    if source.kind == "builtin":
+        from pydoc_data.topics import topics
+
+        for key in sorted(topics):
+            for p in paragraphs(topics[key]):
+                yield p, 0
+    elif source.kind == "hub":
+        yield from _read_hub(source)
+    elif f.format == "text":
+        yield from _read_text(f.path)
+    elif f.format == "jsonl":
+        yield from _read_jsonl(f.path, source.text_field)
+    elif f.format == "parquet":
+        yield from _read_parquet(f.path, source.text_field)
+    else:
+        yield from _read_arrow(f.path, source.text_field)
+
+
+def _read_text(path: Path) -> Iterator[tuple[str, int]]:
+    """Paragraphs of a UTF-8 file, read 4 MiB at a time (the text after the last break carries over)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    carry = ""
+    position = 0
+    try:
+        with open(path, "rb") as f:
+            while True:
+                raw = f.read(_READ_CHUNK)
+                final = not raw
+                pending = len(decoder.getstate()[0])  # bytes of a character cut by the previous chunk
+                try:
+                    text = carry + decoder.decode(raw, final=final)
+                except UnicodeDecodeError as exc:
+                    bad = position - pending + exc.start
+                    raise DataError(f"{path} is not UTF-8 text (bad byte at offset {max(bad, 0)})") from None
+                position += len(raw)
+                parts = _PARAGRAPH_BREAK.split(text)
+                carry = "" if final else parts.pop()
+                if len(carry) > MAX_PARAGRAPH_CHARS:
+                    parts.append(carry)
+                    carry = ""
+                for p in parts:
+                    p = p.strip()
+                    if p:
+                        yield p, position
+                if final:
+                    return
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror}") from None
+
+
+class _CountingReader(io.RawIOBase):
+    """A binary file that counts the bytes read from it (compressed bytes, under a decompressor)."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.count = 0
+
+    def readinto(self, b) -> int:
+        n = self.f.readinto(b) or 0
+        self.count += n
+        return n
+
+    def readable(self) -> bool:
+        return True
+
+
+def _open_lines(path: Path, counter: _CountingReader):
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        import gzip
+
+        return io.BufferedReader(gzip.GzipFile(fileobj=counter, mode="rb"), 1 << 20)
+    if name.endswith(".zst"):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(counter), 1 << 20)
+    return io.BufferedReader(counter, 1 << 20)
+
+
+def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
+    n = 0
+    try:
+        with open(path, "rb") as raw:
+            counter = _CountingReader(raw)
+            lines = _open_lines(path, counter)
+            for n, line in enumerate(lines, start=1):  # noqa: B007 - n names the line in errors
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except UnicodeDecodeError:
+                    raise DataError(f"{path}:{n}: not UTF-8 text") from None
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
+                if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+                    keys = f" (its keys: {_more(sorted(row), 8)})" if isinstance(row, dict) else ""
+                    raise DataError(f"{path}:{n}: each line needs a string field '{text_field}'{keys}; "
+                                    f"choose another with --text-field")
+                if row[text_field].strip():
+                    yield row[text_field], counter.count
+    except DataError:
+        raise
+    except OSError as exc:  # a truncated or damaged .gz/.zst, or a read error
+        raise DataError(f"cannot read {path} (line {n + 1}): {first_line(exc)}") from None
+    except Exception as exc:  # zstandard raises its own ZstdError
+        raise DataError(f"cannot read {path} (line {n + 1}): {first_line(exc)}") from None
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401 - loads the submodule
+    except ImportError:
+        raise DataError("reading Parquet/Arrow needs the pyarrow package (pip install pyarrow)") from None
+    return pyarrow
+
+
+def _text_column(path: Path, schema, text_field: str) -> None:
+    pa = _pyarrow()
+    names = list(schema.names)
+    if text_field not in names:
+        raise DataError(f"{path.name} has no column '{text_field}' (its columns: {_more(names, 8)}); "
+                        f"choose one with --text-field")
+    kind = schema.field(text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
+        raise DataError(f"{path.name}: column '{text_field}' holds {kind}, not text; choose one with --text-field")
+
+
+def _parquet_file(path: Path):
+    pa = _pyarrow()
+    try:
+        return pa.parquet.ParquetFile(str(path), memory_map=True)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DataError(f"cannot read {path}: not a valid Parquet file ({first_line(exc)})") from None
+
+
+def _parquet_rows(path: Path, text_field: str) -> int:
+    pf = _parquet_file(path)
+    _text_column(path, pf.schema_arrow, text_field)
+    return pf.metadata.num_rows
+
+
+def _texts(column) -> list[str]:
+    return [t for t in column.to_pylist() if t is not None and not t.isspace() and t]
+
+
+def _read_parquet(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
+    pa = _pyarrow()
+    pf = _parquet_file(path)
+    _text_column(path, pf.schema_arrow, text_field)
+    size, rows, done = path.stat().st_size, max(pf.metadata.num_rows, 1), 0
+    try:
+        for batch in pf.iter_batches(batch_size=8192, columns=[text_field]):
+            done += batch.num_rows
+            position = size * done // rows
+            for t in _texts(batch.column(0)):
+                yield t, position
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"cannot read {path}: damaged Parquet data ({first_line(exc)})") from None
+
+
+def _arrow_reader(path: Path):
+    """An Arrow IPC reader: the stream format (what ``datasets`` writes) or the file format."""
+    pa = _pyarrow()
+    import pyarrow.ipc as ipc
+
+    try:
+        source = pa.memory_map(str(path))
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"cannot read {path}: {first_line(exc)}") from None
+    for opener in (ipc.open_stream, ipc.open_file):
+        try:
+            source.seek(0)
+            return opener(source)
+        except (pa.ArrowException, OSError, ValueError):
+            continue
+    raise DataError(f"cannot read {path}: not an Arrow file")
+
+
+def _arrow_batches(path: Path, reader):
+    pa = _pyarrow()
+    try:
+        if hasattr(reader, "num_record_batches"):  # the file format
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+        else:
+            yield from reader
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"cannot read {path}: damaged Arrow data ({first_line(exc)})") from None
+
+
+def _arrow_rows(path: Path, text_field: str) -> int:
+    reader = _arrow_reader(path)
+    _text_column(path, reader.schema, text_field)
+    return sum(b.num_rows for b in _arrow_batches(path, reader))  # memory-mapped: headers only
+
+
+def _read_arrow(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
+    reader = _arrow_reader(path)
+    _text_column(path, reader.schema, text_field)
+    size = path.stat().st_size
+    done = 0
+    for batch in _arrow_batches(path, reader):
+        column = batch.column(batch.schema.get_field_index(text_field))
+        done += batch.nbytes
+        for t in _texts(column):
+            yield t, min(done, size)
+
+
+# ----------------------------------------------------------------------------- the Hugging Face hub
+def _hub_online(spec: str) -> None:
+    """Fail in one line, at once, where there is no network (instead of retrying for minutes)."""
+    import socket
+    from urllib.parse import urlparse
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            raise DataError(f"{spec} is streamed from the Hugging Face hub, but {var} is set (no network); "
+                            f"download its Parquet files and pass their folder")
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise DataError(f"cannot reach {host} ({reason}): {spec} needs the network; download its Parquet "
+                        f"files where there is network and pass their folder") from None
+
+
+def _hub_dataset(source: Source):
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"{source.spec}: hub datasets need the 'datasets' package (pip install "
+                        f"'speedboard[hub]'), or download the Parquet files and pass their folder") from None
+    _hub_online(source.spec)
+    name, config, split = source.hub
+    try:
+        return datasets.load_dataset(name, config, split=split, streaming=True)
+    except Exception as exc:  # datasets raises many types (FileNotFoundError, ValueError, its own)
+        raise DataError(f"cannot open {source.spec}: {first_line(exc)}") from None
+
+
+def _read_hub(source: Source) -> Iterator[tuple[str, int]]:
+    dataset = _hub_dataset(source)
+    field_ = source.text_field
+    try:
+        for n, row in enumerate(dataset):
+            text = row.get(field_) if isinstance(row, dict) else None
+            if n == 0 and not isinstance(text, str):
+                raise DataError(f"{source.spec} has no text field '{field_}' (its fields: "
+                                f"{_more(sorted(row), 8)}); choose one with --text-field")
+            if isinstance(text, str) and text.strip():
+                yield text, 0
+    except DataError:
+        raise
+    except Exception as exc:  # a connection lost mid-stream
+        raise DataError(f"reading {source.spec} failed: {first_line(exc)}") from None

@@ -1,0 +1,369 @@
+"""The prepared token store: a corpus tokenized once, memory-mapped at every later start.
+
+```
+<cache>/stores/<key>/                 key = sha256(format, source fingerprint, tokenizer JSON)
+    tokens.bin        [BOS] doc [EOS] of every document, concatenated: uint16 when the
+                      vocabulary has ≤ 65,536 tokens, else uint32 (nanoGPT's flat file)
+    offsets.bin       uint64, documents + 1 entries: where each document starts, then the total
+                      (Megatron's indexed dataset: the document boundaries beside the tokens)
+    tokenizer.json    the tokenizer the tokens belong to
+    manifest.json     format version, source (files, sizes), fingerprint, tokenizer hash and
+                      special tokens, dtype, documents, tokens, a sampled digest; written last
+```
+
+Writing is atomic: everything goes into a hidden ``.tmp-…`` folder, is flushed,
+and the folder is renamed into place only when complete. A crash, a full disk
+or a cancelled preparation leaves at most that hidden folder (which no reader
+accepts, and the next preparation on this machine removes once its process is
+gone). One process prepares a given corpus at a time (a lock file per source);
+the others wait for it, then memory-map the same files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import Cancelled, DataError
+from core.sources import Source, sampled_sha256
+from core.tokenizer import BPETokenizer, cache_dir
+
+STORE_FORMAT = "speedboard-token-store"
+STORE_VERSION = 1
+MANIFEST, TOKENS, OFFSETS, TOKENIZER = "manifest.json", "tokens.bin", "offsets.bin", "tokenizer.json"
+_TMP = re.compile(r"\.tmp-(?P<key>[0-9a-f]+)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+")
+
+
+def stores_dir() -> Path:
+    return cache_dir() / "stores"
+
+
+def tokenizer_sha256(tokenizer: BPETokenizer) -> str:
+    return hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
+
+
+def store_key(fingerprint: str, tokenizer_hash: str) -> str:
+    return hashlib.sha256(f"{STORE_FORMAT}-{STORE_VERSION}:{fingerprint}:{tokenizer_hash}".encode()).hexdigest()[:32]
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+@dataclass
+class TokenStore:
+    """An opened store: ``tokens`` and ``offsets`` are read-only memory maps (pages load as they are read)."""
+
+    path: Path
+    manifest: dict[str, Any]
+    tokens: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def num_documents(self) -> int:
+        return int(self.manifest["documents"])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.manifest["tokens"])
+
+    @property
+    def digest(self) -> str:
+        """Identifies the tokens themselves (counts and sampled content): equal on every machine that
+        prepared the same corpus with the same tokenizer, whatever the files' times."""
+        return self.manifest["digest"]
+
+    @classmethod
+    def open(cls, path: Path) -> TokenStore:
+        """Open a complete store; DataError if it is not one (damaged, older format, cut short)."""
+        try:
+            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"token store {path} has no readable manifest ({exc})") from None
+        if manifest.get("format") != STORE_FORMAT or manifest.get("version") != STORE_VERSION:
+            raise DataError(f"token store {path} has another format ({manifest.get('format')} "
+                            f"{manifest.get('version')}); remove it to prepare the corpus again")
+        dtype = np.dtype(manifest["dtype"])
+        docs, toks = int(manifest["documents"]), int(manifest["tokens"])
+        for name, expected in ((TOKENS, toks * dtype.itemsize), (OFFSETS, (docs + 1) * 8)):
+            size = (path / name).stat().st_size if (path / name).is_file() else -1
+            if size != expected:
+                raise DataError(f"token store {path} is damaged: {name} has {size} bytes, not {expected}; "
+                                f"remove it (speedboard prepare --remove) to prepare the corpus again")
+        if _digest(path, docs, toks) != manifest.get("digest"):
+            raise DataError(f"token store {path} is damaged (its content does not match its manifest); "
+                            f"remove it (speedboard prepare --remove) to prepare the corpus again")
+        tokens = np.memmap(path / TOKENS, dtype=dtype, mode="r", shape=(toks,))
+        offsets = np.memmap(path / OFFSETS, dtype=np.uint64, mode="r", shape=(docs + 1,))
+        return cls(path, manifest, tokens, offsets)
+
+    def tokenizer(self) -> BPETokenizer:
+        return BPETokenizer.load(self.path / TOKENIZER)
+
+
+def _digest(path: Path, documents: int, tokens: int) -> str:
+    h = hashlib.sha256(f"{documents}:{tokens}".encode())
+    for name in (TOKENS, OFFSETS):
+        h.update(sampled_sha256(path / name, (path / name).stat().st_size).encode())
+    return h.hexdigest()
+
+
+def _complete(path: Path) -> bool:
+    try:
+        TokenStore.open(path)
+    except (DataError, OSError):
+        return False
+    return True
+
+
+def find_store(fingerprint: str, tokenizer: BPETokenizer) -> TokenStore | None:
+    """The complete store of this corpus and tokenizer, if one was prepared."""
+    path = stores_dir() / store_key(fingerprint, tokenizer_sha256(tokenizer))
+    if not (path / MANIFEST).is_file():
+        return None
+    return TokenStore.open(path)
+
+
+def ensure_writable(folder: Path) -> None:
+    """Fail in one line, before anything is created, where the cache cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = _mkstemp(folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise DataError(f"cannot write to the cache folder {folder} ({exc.strerror or exc}); set "
+                        f"SPEEDBOARD_CACHE_DIR to a writable folder") from None
+
+
+def _mkstemp(folder: Path) -> tuple[int, str]:
+    import tempfile
+
+    return tempfile.mkstemp(prefix=".probe-", dir=folder)
+
+
+# ----------------------------------------------------------------------------- one preparer at a time
+@contextlib.contextmanager
+def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Hold the lock of this corpus (an ``flock`` on ``stores/.lock-<fingerprint>``); wait while another
+    process holds it (``on_wait`` once, ``should_stop`` polled: a stop request raises Cancelled)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; the atomic rename still keeps every store whole
+        yield
+        return
+    folder = stores_dir()
+    lock = folder / f".lock-{fingerprint[:32]}"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited and on_wait is not None:
+                    on_wait()
+                waited = True
+                if should_stop is not None and should_stop():
+                    raise Cancelled("stopped while waiting for another process preparing this corpus") from None
+                time.sleep(0.2)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def sweep_stale(folder: Path | None = None) -> list[Path]:
+    """Remove hidden folders of preparations whose process on this machine is gone (killed, crashed)."""
+    folder = folder or stores_dir()
+    removed = []
+    if not folder.is_dir():
+        return removed
+    host = socket.gethostname()
+    for entry in folder.iterdir():
+        m = _TMP.fullmatch(entry.name)
+        if m and entry.is_dir() and m["host"] == host and not _process_alive(int(m["pid"])):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+# ----------------------------------------------------------------------------- writing
+def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list]:
+    """HF tokenizers' batch encoding (Rust threads, the GIL released); the variant without offsets when
+    the installed version has it (same ids, less work)."""
+    tok = tokenizer.tok
+    fast = getattr(tok, "encode_batch_fast", None)
+    if fast is not None:
+        return lambda docs: fast(docs, add_special_tokens=False)
+    return lambda docs: tok.encode_batch(docs, add_special_tokens=False)
+
+
+def _pack(encodings: list, dtype: np.dtype, bos: int, eos: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[BOS] doc [EOS]`` of every encoding, concatenated; and each document's start in it."""
+    ids = [e.ids for e in encodings]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)) + 2
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    out = np.empty(int(ends[-1]), dtype=dtype)
+    body = np.ones(len(out), dtype=bool)
+    body[starts] = False
+    body[ends - 1] = False
+    out[body] = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(body.sum()))
+    out[starts] = bos
+    out[ends - 1] = eos
+    return out, starts
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, tokenizer_origin: str,
+                progress: Callable[[int, int, int], None] | None = None,
+                should_stop: Callable[[], bool] | None = None, batch_chars: int = 1 << 22) -> TokenStore:
+    """Tokenize ``source`` into its store and open it; call under ``preparation_lock``.
+
+    ``progress(bytes_done, documents_done, tokens_done)`` follows each batch;
+    ``should_stop()`` is polled between batches (a stop raises Cancelled).
+    Memory stays bounded: two batches of text and their tokens at a time.
+    """
+    if tokenizer.eos_id is None or tokenizer.bos_id is None:
+        raise DataError("the tokenizer has no end-of-text token")
+    t0 = time.perf_counter()
+    folder = stores_dir()
+    key = store_key(fingerprint, tokenizer_sha256(tokenizer))
+    final = folder / key
+    dtype = token_dtype(tokenizer.vocab_size)
+    sweep_stale(folder)
+    tmp = folder / f".tmp-{key}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    documents = tokens = text_bytes = 0
+    encode = _encoder(tokenizer)
+    try:
+        tmp.mkdir(parents=True)
+        with open(tmp / TOKENS, "wb") as tf, open(tmp / OFFSETS, "wb") as of, \
+                ThreadPoolExecutor(1, thread_name_prefix="speedboard-encode") as pool:
+            pending = None
+
+            def flush(job) -> None:
+                nonlocal documents, tokens
+                future, done_bytes, count = job
+                packed, starts = _pack(future.result(), dtype, tokenizer.bos_id, tokenizer.eos_id)
+                (starts + tokens).astype(np.uint64).tofile(of)
+                packed.tofile(tf)
+                documents += count
+                tokens += len(packed)
+                if progress is not None:
+                    progress(done_bytes, documents, tokens)
+
+            # Encoding batch k+1 (Rust threads, no GIL) overlaps reading and writing batch k.
+            for docs, done_bytes in source.iter_documents(batch_chars):
+                if should_stop is not None and should_stop():
+                    raise Cancelled("data preparation stopped; nothing was kept")
+                text_bytes += sum(map(len, docs))
+                job = (pool.submit(encode, docs), done_bytes, len(docs))
+                if pending is not None:
+                    flush(pending)
+                pending = job
+            if pending is not None:
+                flush(pending)
+            if documents == 0:
+                raise DataError(f"data source {source.spec} is empty (no text)")
+            np.array([tokens], dtype=np.uint64).tofile(of)
+        tokenizer.tok.save(str(tmp / TOKENIZER))
+        manifest = {
+            "format": STORE_FORMAT, "version": STORE_VERSION,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "source": {"spec": source.spec, "kind": source.kind, "name": source.name,
+                       "text_field": source.text_field, "bytes": source.bytes,
+                       "files": [{"path": f.rel, "bytes": f.size} for f in source.files]},
+            "fingerprint": fingerprint,
+            "tokenizer": {"sha256": tokenizer_sha256(tokenizer), "origin": tokenizer_origin,
+                          "vocab_size": tokenizer.vocab_size, "bos": tokenizer.bos_token, "eos": tokenizer.eos_token,
+                          "pad": tokenizer.pad_token, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
+                          "pad_id": tokenizer.pad_id},
+            "dtype": dtype.name, "documents": documents, "tokens": tokens, "text_chars": text_bytes,
+            "digest": _digest(tmp, documents, tokens), "seconds": round(time.perf_counter() - t0, 3),
+        }
+        for name in (TOKENS, OFFSETS, TOKENIZER):
+            _fsync(tmp / name)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        _fsync(tmp / MANIFEST)
+        if _complete(final):  # another process finished first (no lock on this platform)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            if final.exists():  # a damaged store of the same key: moved aside, then replaced
+                remove_store(final)
+            os.rename(tmp, final)
+            _fsync(folder)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # About 0.3 tokens per byte of text for a BPE vocabulary of a few thousand tokens or more.
+        need = f" (the store needs about {0.3 * dtype.itemsize * source.bytes / 1e9:.1f} GB)" if source.bytes else ""
+        raise DataError(f"cannot write the token store in {folder} ({exc.strerror or exc}); nothing was "
+                        f"kept{need}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TokenStore.open(final)
+
+
+# ----------------------------------------------------------------------------- listing and removing
+def list_stores() -> list[dict[str, Any]]:
+    """Manifests of the complete stores (with ``path`` and ``bytes`` on disk), newest first."""
+    out = []
+    folder = stores_dir()
+    if not folder.is_dir():
+        return out
+    for entry in folder.iterdir():
+        if entry.name.startswith(".") or not (entry / MANIFEST).is_file():
+            continue
+        try:
+            manifest = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            manifest = {}
+        manifest["path"] = str(entry)
+        manifest["bytes"] = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+        out.append(manifest)
+    return sorted(out, key=lambda m: m.get("created", ""), reverse=True)
+
+
+def remove_store(path: str | Path) -> None:
+    """Rename the store aside (it stops looking complete at once), then delete it. A process that has
+    it memory-mapped keeps reading its pages until it ends (POSIX)."""
+    path = Path(path)
+    aside = path.parent / f".removed-{path.name}-{secrets.token_hex(3)}"
+    os.rename(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)

@@ -1,0 +1,26 @@
+"""bench.data_scale in its quick mode: it runs end to end and reports every figure (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_data_scale_quick_mode_reports_every_figure(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.data_scale", "--quick", "--json", str(out),
+                           "--workdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert len(rows) == 2 and rows[0]["size_mb"] < rows[1]["size_mb"]
+    for row in rows:
+        assert row["tokens"] > 0 and row["prepare_mchars_s"] > 0 and row["bare_encode_batch_mchars_s"] > 0
+        assert row["from_store"] and row["first_step_seconds"] > 0 and row["peak_rss_mib"] > 100
+    assert "| corpus | documents |" in proc.stdout and "Peak RSS, largest over smallest corpus" in proc.stdout

@@ -1,0 +1,115 @@
+"""The command line around data: prepare, list, remove; bad data, FIFOs, unwritable caches and batches that cannot
+fit are one line and exit 2, with or without --nproc, and create nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from core.cli import main
+
+SMALL = ["--preset", "tiny", "--micro-batch", "2", "--seq-len", "32", "--vocab-size", "300", "--eval-every", "0",
+         "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
+    return folder
+
+
+def text_corpus(tmp_path) -> str:
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n\n".join(f"paragraph {i}: " + "some words here " * (i % 9 + 2) for i in range(80)))
+    return str(path)
+
+
+def one_line(capsys, code: int) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
+    data = text_corpus(tmp_path)
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "prepared in" in out and "BOS <|bos|>, EOS <|eos|>, PAD <|pad|>" in out
+    assert main(["prepare", "--list"]) == 0
+    assert data in capsys.readouterr().out
+    assert main(["train", *SMALL, "--data", data, "--steps", "1", "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "from its token store" in out and "prepared in" not in out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    recorded = json.loads((run_dir / "config.json").read_text())
+    assert recorded["tokenizer"]["bos"] == "<|bos|>" and recorded["tokenizer"]["eos"] == "<|eos|>"
+    assert recorded["corpus"]["from_store"] and recorded["corpus"]["documents"] == 80
+    assert main(["prepare", "--remove", data]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert main(["prepare", "--list"]) == 0
+    assert "no token stores" in capsys.readouterr().out
+
+
+def bad_data(tmp_path, kind: str) -> str:
+    path = tmp_path / f"{kind}.txt"
+    if kind == "empty":
+        path.write_text("")
+    elif kind == "binary":
+        path.write_bytes(bytes(range(256)) * 20)
+    elif kind == "one-word":
+        path.write_text("word")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("nproc", [[], ["--nproc", "2"]])
+@pytest.mark.parametrize("kind, message", [("empty", "is empty"), ("binary", "not UTF-8"),
+                                           ("one-word", "fewer than one sample"), ("fifo", "is a FIFO")])
+def test_bad_data_is_one_line_before_any_process_starts(tmp_path, cache, capsys, monkeypatch, nproc, kind, message):
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes here")
+
+    def no_torchrun(*args, **kwargs):
+        raise AssertionError("torchrun was started")
+
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    out = tmp_path / "runs"
+    err = one_line(capsys, main(["train", *SMALL, "--steps", "1", "--data", bad_data(tmp_path, kind), "--out", str(out),
+                                 *nproc]))
+    assert message in err
+    assert not out.exists()
+
+
+def test_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(blocker / "cache"))
+    out = tmp_path / "runs"
+    err = one_line(capsys, main(["train", *SMALL, "--steps", "1", "--data", text_corpus(tmp_path), "--out", str(out)]))
+    assert "cannot write to the cache folder" in err
+    assert not out.exists() and blocker.read_text() == ""
+
+
+@pytest.mark.parametrize("nproc", [[], ["--nproc", "2"]])
+def test_a_batch_that_cannot_fit_is_one_line(tmp_path, cache, capsys, monkeypatch, nproc):
+    monkeypatch.setattr("core.launch.run_torchrun", lambda *a, **k: pytest.fail("torchrun was started"))
+    out = tmp_path / "runs"
+    args = [a for a in SMALL if a not in ("--micro-batch", "2")]
+    err = one_line(capsys, main(["train", *args, "--micro-batch", "100000000", "--steps", "1",
+                                 "--data", text_corpus(tmp_path), "--out", str(out), *nproc]))
+    assert "micro-batch 100,000,000 × 32 tokens needs at least" in err
+    assert not out.exists()
+
+
+def test_hub_dataset_without_network_is_one_line(tmp_path, cache, capsys, monkeypatch):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    err = one_line(capsys, main(["prepare", "hf:HuggingFaceFW/fineweb:sample-10BT", "--no-progress"]))
+    assert "HF_HUB_OFFLINE is set" in err
+    assert not (cache / "stores").exists() or not [p for p in (cache / "stores").iterdir()
+                                                     if not p.name.startswith(".")]

@@ -1,0 +1,160 @@
+"""Corpus sources: every format read as a stream, the same documents whatever the format; bad sources in one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from core.data import load_corpus
+from core.errors import DataError
+from core.sources import resolve_source
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+DOCS = [f"document {i}: " + "words flow on " * (1 + i % 7) + "and end." for i in range(40)]
+
+
+def write_parquet(path: Path, docs=DOCS, column: str = "text", row_group_size: int = 16) -> Path:
+    table = pa.table({column: pa.array(docs, pa.string()), "id": pa.array(range(len(docs)), pa.int64())})
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return path
+
+
+def write_jsonl(path: Path, docs=DOCS, key: str = "text") -> Path:
+    data = "\n".join(json.dumps({key: d, "url": "x"}) for d in docs).encode()
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif path.name.endswith(".zst"):
+        import zstandard
+
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def one_line_error(call) -> str:
+    with pytest.raises(DataError) as err:
+        call()
+    message = str(err.value)
+    assert "\n" not in message and message
+    return message
+
+
+@pytest.mark.parametrize("name", ["c.jsonl", "c.jsonl.gz", "c.jsonl.zst", "c.parquet"])
+def test_every_format_reads_the_same_documents(tmp_path, name):
+    path = tmp_path / name
+    write_parquet(path) if name.endswith(".parquet") else write_jsonl(path)
+    assert load_corpus(str(path)).documents == DOCS
+
+
+def test_parquet_folder_of_shards_in_order_and_text_field(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_parquet(shards / "001.parquet", DOCS[20:], column="content")
+    write_parquet(shards / "000.parquet", DOCS[:20], column="content")
+    (shards / "README.md").write_text("# a dataset card, not data")
+    (shards / ".cache").mkdir()
+    (shards / ".cache" / "x.lock").write_text("")
+    source = resolve_source(str(shards), "content")
+    assert source.kind == "parquet" and [f.rel for f in source.files] == ["000.parquet", "001.parquet"]
+    assert source.ignored == ("README.md",)
+    assert load_corpus(str(shards), text_field="content").documents == DOCS
+    message = one_line_error(lambda: load_corpus(str(shards)))
+    assert "no column 'text'" in message and "content" in message and "id" in message
+
+
+def test_hugging_face_dataset_folders(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"text": DOCS, "n": list(range(len(DOCS)))})
+    ds.save_to_disk(str(tmp_path / "ds"))
+    assert resolve_source(str(tmp_path / "ds")).kind == "arrow"
+    assert load_corpus(str(tmp_path / "ds")).documents == DOCS
+    datasets.DatasetDict({"train": ds, "test": ds.select(range(3))}).save_to_disk(str(tmp_path / "dd"))
+    assert load_corpus(str(tmp_path / "dd")).documents == DOCS  # its train split
+    datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "noval"))
+    assert "no 'train' split" in one_line_error(lambda: resolve_source(str(tmp_path / "noval")))
+
+
+def test_text_is_streamed_in_chunks_with_the_same_paragraphs(tmp_path, monkeypatch):
+    text = "\n\n".join(f"paragraph {i} with ünïcode ✓ " * (i % 5 + 1) for i in range(200)) + "\n \n\n tail"
+    path = tmp_path / "c.txt"
+    path.write_text(text, encoding="utf-8")
+    whole = load_corpus(str(path)).documents
+    monkeypatch.setattr("core.sources._READ_CHUNK", 7)  # chunk ends inside paragraphs, breaks and characters
+    assert load_corpus(str(path)).documents == whole
+    assert len(whole) == 201 and whole[-1] == "tail"
+    path.write_bytes(text.encode()[:100] + b"\xff" + text.encode()[100:])
+    assert "bad byte at offset 100" in one_line_error(lambda: load_corpus(str(path)))
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: write_parquet(p / "c.parquet", [], column="text"), "is empty"),
+    (lambda p: (p / "c.parquet").write_bytes(b"PAR1 this is not parquet PAR1"), "not a valid Parquet file"),
+    (lambda p: (p / "c.arrow").write_bytes(b"garbage" * 10), "not an Arrow file"),
+    (lambda p: (p / "c.csv").write_text("a,b\n"), "unsupported data file c.csv"),
+    (lambda p: write_jsonl(p / "c.jsonl", key="body"), "needs a string field 'text' (its keys: body, url)"),
+    (lambda p: (p / "c.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n' * 50)[:-12]), "cannot read"),
+])
+def test_bad_files_are_one_line(tmp_path, make, expected):
+    make(tmp_path)
+    (path,) = tmp_path.iterdir()
+    assert expected in one_line_error(lambda: load_corpus(str(path)))
+
+
+def test_folders_mixing_formats_or_holding_unread_files_are_refused(tmp_path):
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    write_parquet(mixed / "a.parquet")
+    write_jsonl(mixed / "b.jsonl")
+    assert "mixes data formats (1 jsonl, 1 parquet files)" in one_line_error(lambda: resolve_source(str(mixed)))
+    unread = tmp_path / "unread"
+    unread.mkdir()
+    (unread / "a.txt").write_text("some text")
+    (unread / "b.csv").write_text("x,y")
+    (unread / "notes").write_text("plain text without a suffix")
+    message = one_line_error(lambda: resolve_source(str(unread)))
+    assert "does not read: b.csv, notes" in message
+    (tmp_path / "empty").mkdir()
+    assert "holds no data files" in one_line_error(lambda: resolve_source(str(tmp_path / "empty")))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_fifo_is_refused_not_read(tmp_path):
+    """Reading a named pipe would block forever: refused before it is opened, as --data and inside a folder."""
+    os.mkfifo(tmp_path / "pipe.txt")
+    assert "is a FIFO" in one_line_error(lambda: resolve_source(str(tmp_path / "pipe.txt")))
+    (tmp_path / "a.txt").write_text("text")
+    assert "is a FIFO" in one_line_error(lambda: resolve_source(str(tmp_path)))
+
+
+def test_fingerprint_is_cheap_and_follows_the_content(tmp_path):
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"lorem ipsum dolor\n\n" * 100_000)  # 1.9 MB: sampled, not hashed whole
+    first = resolve_source(str(path)).fingerprint()
+    assert resolve_source(str(path)).fingerprint() == first
+    data = bytearray(path.read_bytes())
+    data[-5] = ord("X")  # the last block is always sampled
+    stat = path.stat()
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size, same time: the content tells
+    assert resolve_source(str(path)).fingerprint() != first
+    changed = resolve_source(str(path)).fingerprint()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched (or copied without -p): new
+    assert resolve_source(str(path)).fingerprint() not in (first, changed)
+
+
+def test_hub_names_without_network_are_one_line(monkeypatch):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    source = resolve_source("hf:HuggingFaceFW/fineweb:sample-10BT")
+    assert source.kind == "hub" and source.hub == ("HuggingFaceFW/fineweb", "sample-10BT", "train")
+    assert "HF_HUB_OFFLINE is set" in one_line_error(source.check)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens there
+    assert "cannot reach 127.0.0.1" in one_line_error(source.check)
+    assert "expected hf:NAME" in one_line_error(lambda: resolve_source("hf:"))

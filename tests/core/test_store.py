@@ -1,0 +1,259 @@
+"""The token store: prepared once, found again, read exactly as the in-memory layouts were; atomic and cancellable."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from core.config import DataConfig
+from core.control import Control
+from core.data import SampleOrder, prepare_data
+from core.errors import Cancelled, DataError
+from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, ListSink, RunFailed
+from core.prepare import describe_source
+from core.token_store import MANIFEST, TOKENS, list_stores, stores_dir, sweep_stale, token_dtype
+from core.tokenizer import BPETokenizer
+from core.trainer import Trainer
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
+
+
+def corpus(folder: Path, n: int = 60, name: str = "c.txt") -> Path:
+    """Paragraphs of very different lengths."""
+    docs = [f"doc {i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(3 + (i * 13) % 70)) + "."
+            for i in range(n)]
+    path = folder / name
+    path.write_text("\n\n".join(docs), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A cache folder of this test alone: stores and tokenizers start empty."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
+    return folder
+
+
+def store_folders(cache: Path) -> list[Path]:
+    return sorted(p for p in (cache / "stores").iterdir() if not p.name.startswith(".lock-")) \
+        if (cache / "stores").is_dir() else []
+
+
+def test_prepared_once_then_read_from_the_store(tmp_path, cache):
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=32, vocab_size=300)
+    first = ListSink()
+    data = prepare_data(cfg, sink=first)
+    kinds = [type(e) for e in first.events]
+    assert kinds[0] is DataPreparationStarted and kinds[-1] is DataPrepared and DataPreparationProgress in kinds
+    assert not first.of(DataPrepared)[0].from_store and first.of(DataPreparationStarted)[0].train_tokenizer
+    (store,) = store_folders(cache)
+    manifest = json.loads((store / MANIFEST).read_text())
+    assert manifest["dtype"] == "uint16" and manifest["documents"] == 60
+    assert manifest["tokenizer"]["eos"] == "<|eos|>" and manifest["source"]["files"][0]["path"] == "c.txt"
+    again = ListSink()
+    data2 = prepare_data(cfg, sink=again)
+    assert [type(e) for e in again.events] == [DataPrepared] and again.of(DataPrepared)[0].from_store
+    assert data2.tokenizer.to_str() == data.tokenizer.to_str() and data2.corpus.digest == data.corpus.digest
+    assert isinstance(data2.store.tokens, np.memmap)
+
+
+@pytest.mark.parametrize("layout", ["packed", "document"])
+def test_samples_are_the_in_memory_layouts(tmp_path, cache, layout):
+    """Rows from the memory map equal what the in-memory builder made: [BOS] doc [EOS], packed or padded."""
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300, layout=layout, val_fraction=0.1)
+    data = prepare_data(cfg)
+    tok = data.tokenizer
+    docs = [[tok.bos_id, *ids, tok.eos_id] for ids in tok.encode_batch(
+        [p for p in (tmp_path / "c.txt").read_text().split("\n\n")])]
+    width = 17
+    if layout == "packed":
+        stream = np.concatenate(docs)
+        n = (len(stream) - 1) // 16
+        expected = np.stack([stream[i * 16: i * 16 + width] for i in range(n)])
+    else:
+        expected = np.full((len(docs), width), tok.pad_id)
+        for i, d in enumerate(docs):
+            expected[i, : min(len(d), width)] = d[:width]
+    rows = torch.cat([data.train.samples, data.val.samples]).numpy()
+    is_val = (np.arange(len(expected)) % 10) == 9
+    assert np.array_equal(rows, np.concatenate([expected[~is_val], expected[is_val]]))
+    batch = data.train.batch([0, 3, 5])
+    assert batch.num_targets == data.train.num_targets([0, 3, 5]) == int((batch.targets != -100).sum())
+    assert batch.inputs.dtype == torch.int64
+
+
+def test_order_needs_no_memory_per_sample():
+    """An order over 300 million samples: a permutation computed by position, not a stored array."""
+    order = SampleOrder(300_000_000, seed=5)
+    a = order.take(10**12, 2000)
+    assert a.min() >= 0 and a.max() < 300_000_000 and len(set(a.tolist())) == 2000
+    assert np.array_equal(a[500:], order.take(10**12 + 500, 1500))
+    for n in (1, 2, 3, 7, 64, 65, 1000):
+        assert sorted(SampleOrder(n, 1).take(0, n)) == list(range(n))
+        assert sorted(SampleOrder(n, 1).take(3 * n, n)) == list(range(n))
+
+
+def test_a_failed_preparation_leaves_no_store(tmp_path, cache, monkeypatch):
+    """A full disk mid-write: one line, and nothing under the store's name (the hidden folder is removed)."""
+    import core.token_store as ts
+
+    calls = []
+    real = ts._pack
+
+    def pack_then_fail(*args):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args)
+
+    monkeypatch.setattr(ts, "_pack", pack_then_fail)
+    cfg = DataConfig(source=str(corpus(tmp_path, n=3000)), seq_len=16, vocab_size=300)
+    monkeypatch.setattr("core.sources.Source.iter_documents",
+                        _small_batches(ts.Source.iter_documents))
+    with pytest.raises(DataError, match=r"No space left on device\); nothing was kept"):
+        prepare_data(cfg)
+    assert store_folders(cache) == [] and list_stores() == []
+    monkeypatch.setattr(ts, "_pack", real)
+    assert not prepare_data(cfg).corpus.from_store  # prepared from the start on the next try
+
+
+def _small_batches(original):
+    def iter_documents(self, batch_chars=1 << 22):
+        return original(self, 2000)
+
+    return iter_documents
+
+
+def test_stop_cancels_preparation_and_keeps_nothing(tmp_path, cache, monkeypatch):
+    """Control.stop during set-up: the trainer's preparation stops between chunks; no store, no run folder."""
+    from tests.conftest import micro_config
+
+    monkeypatch.setattr("core.sources.Source.iter_documents", _small_batches(
+        __import__("core.sources", fromlist=["Source"]).Source.iter_documents))
+    control = Control()
+    seen = []
+
+    def sink(event):
+        seen.append(event)
+        if isinstance(event, DataPreparationProgress) and event.stage == "tokens":
+            control.stop()  # the dashboard's Stop, from the sink: the next chunk is not read
+
+    monkeypatch.setattr("core.prepare._Reporter.progress", _every_progress)
+    cfg = micro_config(tmp_path, data={"source": str(corpus(tmp_path, n=3000)), "vocab_size": 300})
+    with pytest.raises(Cancelled, match="nothing was kept"):
+        Trainer(cfg, control, sink).run()
+    assert isinstance(seen[-1], RunFailed) and "stopped" in seen[-1].message
+    assert store_folders(cache) == []
+    assert not (tmp_path / "runs").exists()
+
+
+def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_total, tokens, final=False):
+    """Progress events for every chunk (no throttling): the test reacts to the first one."""
+    self.emit(DataPreparationProgress, stage=stage, bytes_done=bytes_done, bytes_total=bytes_total,
+              documents_done=documents, documents_total=documents_total, tokens_done=tokens, eta_seconds=None)
+
+
+def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
+    prepare_data(cfg)
+    (store,) = store_folders(cache)
+    with open(store / TOKENS, "r+b") as f:
+        f.truncate(10)
+    assert not prepare_data(cfg).corpus.from_store  # damaged: prepared again, replacing it
+    assert prepare_data(cfg).corpus.from_store
+    dead = stores_dir() / f".tmp-{'0' * 32}-{socket.gethostname()}-999999999-abcdef"
+    dead.mkdir()
+    (dead / TOKENS).write_bytes(b"half")
+    assert sweep_stale() == [dead] and not dead.exists()
+    assert token_dtype(65_536) == np.uint16 and token_dtype(65_537) == np.uint32
+
+
+def test_describe_source_says_what_a_picker_shows(tmp_path, cache):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    texts = [f"row {i} " + "text " * (i % 9 + 1) for i in range(50)]
+    for k in range(2):
+        pq.write_table(pa.table({"text": texts[k * 25:(k + 1) * 25]}), folder / f"{k}.parquet")
+    cfg = DataConfig(source=str(folder), seq_len=16, vocab_size=300)
+    info = describe_source(cfg)
+    assert (info.kind, info.files, info.documents, info.prepared, info.tokens) == ("parquet", 2, 50, False, None)
+    assert info.bytes == sum(p.stat().st_size for p in folder.iterdir())
+    data = prepare_data(cfg)
+    info = describe_source(cfg)
+    assert info.prepared and info.tokens == data.store.num_tokens and info.store == str(data.store.path)
+    text = describe_source(DataConfig(source=str(corpus(tmp_path)), vocab_size=300))
+    assert (text.kind, text.documents, text.prepared) == ("text", None, False)
+
+
+def test_tokenizer_files_and_their_special_tokens(tmp_path, cache):
+    """The article series' [BOT]/[EOT]/[PAD]; a GPT-2-style <|endoftext|> alone; a file without an end-of-text token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    def make(specials: list[str]) -> Path:
+        tok = Tokenizer(models.BPE(unk_token=specials[0] if specials[0] == "[UNK]" else None))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train_from_iterator(["some words and more words"] * 20, trainers.BpeTrainer(
+            vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False))
+        path = tmp_path / f"tok{len(specials)}{specials[-1][:3]}.json"
+        tok.save(str(path))
+        return path
+
+    article = make(["[UNK]", "[BOT]", "[EOT]", "[PAD]"])
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, tokenizer=str(article), layout="document")
+    sink = ListSink()
+    data = prepare_data(cfg, sink=sink)
+    done = sink.of(DataPrepared)[0]
+    assert (done.bos, done.eos, done.pad) == ("[BOT]", "[EOT]", "[PAD]") and done.tokenizer == str(article)
+    assert data.tokenizer.to_str() == BPETokenizer.load(article).to_str()
+    gpt2 = BPETokenizer.load(make(["<|endoftext|>"]))
+    assert gpt2.bos_id == gpt2.eos_id is not None and gpt2.pad_id is None
+    no_eos = make(["[UNK]", "[CLS]", "[SEP]"])
+    with pytest.raises(DataError, match="has no end-of-text token") as err:
+        prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(no_eos)))
+    assert err.value.field == "tokenizer"
+    (tmp_path / "not.json").write_text('{"this is": "not a tokenizer"}')
+    with pytest.raises(DataError, match="cannot read tokenizer"):
+        prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(tmp_path / "not.json")))
+
+
+def test_tokenizer_is_trained_on_a_bounded_sample(tmp_path, cache):
+    from core.tokenizer import train_bpe
+
+    path = corpus(tmp_path, n=200)
+    data = prepare_data(DataConfig(source=str(path), seq_len=16, vocab_size=300, tokenizer_train_docs=25))
+    first = (tmp_path / "c.txt").read_text().split("\n\n")[:25]
+    assert data.tokenizer.to_str() == train_bpe(first, 300).to_str()
+    assert data.store.num_documents == 200  # all of the corpus is tokenized
+
+
+def test_unwritable_cache_is_one_line_and_creates_nothing(tmp_path, monkeypatch):
+    """A cache below a file (ENOTDIR), and a read-only one (EROFS): before any tokenizer is trained."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(blocker / "cache"))
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
+    with pytest.raises(DataError, match="cannot write to the cache folder .*SPEEDBOARD_CACHE_DIR"):
+        prepare_data(cfg)
+    ro = tmp_path / "ro"
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(ro))
+
+    def read_only(folder):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("core.token_store._mkstemp", read_only)
+    with pytest.raises(DataError, match="Read-only file system"):
+        prepare_data(cfg)
+    assert not (ro / "tokenizers").exists() or not any((ro / "tokenizers").iterdir())
+    assert not (ro / "stores").exists() or not any((ro / "stores").iterdir())
