@@ -184,7 +184,10 @@ def _record_lost_ending(run_dir: Path, run_id: str, offset: int, code: int) -> N
     events = [e for e in EventTail(run_dir, offset).poll() if e.run_id == run_id]
     last = events[-1] if events else None
     step = max((getattr(e, "step", 0) or 0 for e in events), default=0)
-    sink = JsonlSink(run_dir / METRICS_FILE)
+    try:
+        sink = JsonlSink(run_dir / METRICS_FILE)
+    except OSError:  # the folder is gone or cannot be written: readers judge by the heartbeat
+        return
     try:
         sink(RunFailed(run_id, last.time if last else 0.0, f"rank 0 ended without recording an ending (killed?); "
                                                            f"torchrun exited with code {code}", step))
@@ -212,6 +215,7 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
     """
     run_id = run_dir.name
     metrics = run_dir / METRICS_FILE
+    existed = run_dir.exists()
     offset = metrics.stat().st_size if metrics.is_file() else 0
     argv = torchrun_argv(nproc, train_args)
     child_env = {**os.environ, **(env or {})}
@@ -245,6 +249,6 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
         return 0  # torchrun exits 1 when it passed a signal on, even if every rank then stopped cleanly
     if outcome == "failed":
         return code or 1
-    if metrics.is_file() and metrics.stat().st_size > offset:
+    if metrics.is_file() and (not existed or metrics.stat().st_size > offset):
         _record_lost_ending(run_dir, run_id, offset, code)  # this job's rank 0 started the run and died
     return code or 1  # no ending of this job: it did not succeed

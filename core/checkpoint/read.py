@@ -138,6 +138,9 @@ def _extract_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
 def state_dict_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     """Tensor shapes of a ``.safetensors``/``.pt`` state dict file, keys cleaned, without reading its weights."""
     path = user_path(path)
+    if path.suffix.lower() not in (".safetensors", *PICKLE_SUFFIXES):
+        raise CheckpointError(f"unsupported checkpoint file {path.name}: use a checkpoint folder, "
+                              f"a Hugging Face folder, or a .pt/.pth/.bin/.safetensors state dict")
     try:
         if path.suffix.lower() == ".safetensors":
             with safe_open(str(path), "pt") as f:
