@@ -237,8 +237,8 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
                 pass
 
     handled = {*stops, signal.SIGTERM}
-    previous = {s: signal.signal(s, forward) for s in handled
-                if s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN}
+    previous = {s: signal.signal(s, forward) for s in handled  # nohup's ignored SIGHUP stays ignored
+                if s == signal.SIGINT or s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN}
     try:
         code = proc.wait()
     finally:

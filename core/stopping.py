@@ -17,7 +17,10 @@ So every abort also arms a watchdog thread: if the process is still running
 ends the process. From the first abort on, a further Ctrl-C ends the process
 at once (the system's default action).
 
-Signals a parent set to be ignored (``nohup``, a background job) stay ignored.
+A SIGHUP that ``nohup`` set to be ignored stays ignored. SIGINT is always
+handled: a shell ignores it in background jobs to shield them from the
+terminal's Ctrl-C, but ``kill -INT`` is how scripts and the dashboard ask a
+run to stop.
 """
 
 from __future__ import annotations
@@ -69,8 +72,8 @@ class StopSignals:
         if hasattr(signal, "SIGHUP"):
             handlers[signal.SIGHUP] = self._on_hangup
         for signum, handler in handlers.items():
-            if signum != signal.SIGTERM and signal.getsignal(signum) is signal.SIG_IGN:
-                continue  # nohup or a background job asked for this signal to be ignored
+            if signum == getattr(signal, "SIGHUP", None) and signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # nohup: closing the terminal must not stop the run
             self._previous[signum] = signal.signal(signum, handler)
         return self
 

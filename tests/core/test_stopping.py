@@ -63,14 +63,18 @@ def test_ctrl_c_during_set_up_aborts_at_once_and_sighup_stops_like_ctrl_c():
             signals._on_terminate(signal.SIGTERM, None)
 
 
-def test_ignored_signals_stay_ignored():
-    """``nohup speedboard train``: closing the terminal must not stop the run."""
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+def test_nohup_keeps_sighup_ignored_but_kill_int_always_stops():
+    """``nohup speedboard train``: closing the terminal must not stop the run. A background job's ignored
+    SIGINT is still handled: ``kill -INT`` is how scripts and the dashboard stop a run."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGINT)}
     try:
-        with StopSignals(Control(), FakeRun()):
+        with StopSignals(Control(), FakeRun()) as signals:
             assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGINT) == signals._on_interrupt
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored as it was
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 SWALLOWED = textwrap.dedent("""
