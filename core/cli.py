@@ -4,6 +4,10 @@
 dashboard to these; this module is also the torchrun entry point:
 ``torchrun --nproc-per-node N -m core.cli train …``. Every user mistake prints
 one line and exits with code 2.
+
+Console output is best-effort: a closed pipe (``| head``) or a closed terminal
+silences it, and training, checkpoints and the run folder go on. Every path a
+user gives is resolved once, by ``core.paths.user_path``.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import argparse
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 EXIT_USAGE = 2
@@ -32,6 +35,21 @@ def _integer(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     return value
+
+
+def _at_least_one(text: str) -> int:
+    """An integer ≥ 1, for the settings that belong to the command line alone (``--log-every``)."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {value}")
+    return value
+
+
+def _path(text: str) -> str:
+    """A path as the user meant it: ``~`` expanded, absolute (see ``core.paths.user_path``)."""
+    from core.paths import user_path
+
+    return str(user_path(text))
 
 
 def _number(text: str) -> float:
@@ -88,23 +106,26 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--precision", choices=PRECISIONS)
     t.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
     t.add_argument("--seed", type=_integer)
-    t.add_argument("--out", help="folder for run folders (default: the per-user data folder)")
+    t.add_argument("--out", type=_path, help="folder for run folders (default: the per-user data folder)")
     t.add_argument("--eval-every", type=_integer)
     t.add_argument("--eval-batches", type=_integer)
     t.add_argument("--sample-every", type=_integer)
     t.add_argument("--save-every", type=_integer)
     t.add_argument("--keep", type=_integer, help="periodic checkpoints to keep")
     start = t.add_mutually_exclusive_group()
-    start.add_argument("--resume", help="checkpoint (or run folder) to continue exactly; its settings are the "
-                                        "defaults, flags override them")
-    start.add_argument("--init-from", help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.safetensors "
-                                           "weights to start a new run from (fresh optimizer and schedule)")
-    t.add_argument("--log-every", type=_integer, default=10, help="steps between printed lines")
+    start.add_argument("--resume", type=_path, help="checkpoint (or run folder) to continue exactly; its settings "
+                                                     "are the defaults, flags override them")
+    start.add_argument("--init-from", type=_path,
+                       help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.safetensors weights to start a "
+                            "new run from (fresh optimizer and schedule); a bare state dict's architecture is read "
+                            "from its tensors, or given by --preset/--config")
+    t.add_argument("--log-every", type=_at_least_one, default=10, help="steps between printed lines")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--nproc", type=_integer, help="processes (GPUs, or CPU processes) via torchrun")
     t.add_argument("--fsdp", action="store_true", default=None,
                    help="with several processes: shard the model and optimizer state (FSDP2) instead of DDP")
-    t.add_argument("--config", help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
+    t.add_argument("--config", type=_path,
+                   help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
     t.add_argument("--run-id", help="name of the run folder to create (default: date, settings, random suffix)")
 
     p = sub.add_parser("prepare", help="tokenize a corpus into its token store ahead of training")
@@ -120,7 +141,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="remove the token stores of DATA (all its tokenizers), or of every corpus with 'all'")
 
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
-    g.add_argument("checkpoint", help="run folder, checkpoint folder, Hugging Face folder")
+    g.add_argument("checkpoint", type=_path,
+                   help="run folder, checkpoint folder, Hugging Face folder, or a .pt/.pth/.safetensors state dict")
+    g.add_argument("--tokenizer", type=_path, help="tokenizer.json for a checkpoint without one (a bare state dict)")
+    g.add_argument("--preset", choices=list(PRESETS),
+                   help="the architecture of a bare state dict whose tensors do not tell it")
+    g.add_argument("--config", type=_path, help="a run configuration JSON file whose model is a bare state dict's")
     g.add_argument("--prompt", default="The")
     g.add_argument("--max-new-tokens", type=_integer, default=64)
     g.add_argument("--temperature", type=_number, default=0.0, help="0 is greedy")
@@ -129,8 +155,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--device", default="auto")
 
     e = sub.add_parser("export", help="export a checkpoint to another format")
-    e.add_argument("checkpoint")
-    e.add_argument("out")
+    e.add_argument("checkpoint", type=_path)
+    e.add_argument("out", type=_path)
     e.add_argument("--format", choices=["hf"], default="hf")
 
 
@@ -159,10 +185,14 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def config_from_args(args: argparse.Namespace):
-    """Preset defaults, then the resumed checkpoint's settings, then explicit flags."""
+    """Preset defaults, then the resumed checkpoint's settings, then explicit flags.
+
+    ``resume``/``init_from`` keep the path as given: a run folder means its newest
+    checkpoint when the trainer reads it (a live run may have rotated the one seen here).
+    """
     import torch
 
-    from core.checkpoint import peek_checkpoint
+    from core.checkpoint import infer_model_config, peek_checkpoint
     from core.config import config_from_preset
 
     overrides: dict[str, Any] = _train_overrides(args)
@@ -170,16 +200,18 @@ def config_from_args(args: argparse.Namespace):
     info = peek_checkpoint(source) if source else None  # config.json only; weights load in the trainer
     if args.resume:
         base = info.run_config or config_from_preset(args.preset or "tiny")
-        base = base.replace(resume=str(info.path))
+        base = base.replace(resume=source)
     elif args.config:
         base = _read_config_file(args.config)
         if info is not None:
-            base = base.replace(init_from=str(info.path), resume=None)
+            base = base.replace(init_from=source, resume=None)
     else:
         name = args.preset or ("small" if torch.cuda.is_available() else "tiny")
-        base = config_from_preset(name, init_from=str(info.path) if info else None)
+        base = config_from_preset(name, init_from=source)
     if info is not None and info.model_config is not None:
         overrides["model"] = info.model_config  # the architecture is the checkpoint's own
+    elif info is not None and info.kind == "state_dict" and not (args.preset or args.config):
+        overrides["model"] = infer_model_config(info.shapes(), str(info.path))  # or one line asking for it
     return base.replace(out_dir=args.out or base.out_dir, **overrides)
 
 
@@ -189,9 +221,10 @@ def _read_config_file(path: str):
 
     from core.config import RunConfig
     from core.errors import ConfigError
+    from core.paths import user_path
 
     try:
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        data = json.loads(user_path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read the configuration file {path} ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
@@ -204,19 +237,53 @@ def _read_config_file(path: str):
         raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
 
 
+def _silence(stream) -> None:
+    """Send what is still buffered for ``stream``, and all it gets later, to the null device.
+
+    After a closed pipe Python would otherwise report the failed flush when it exits.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture): nothing to flush at exit
+        pass
+
+
 class ConsoleSink:
-    """A progress bar with ETA and one readable line every ``log_every`` steps."""
+    """A progress bar with ETA and one readable line every ``log_every`` steps.
+
+    Best-effort: a console that cannot be written (a closed pipe, ``| head``, or
+    a closed terminal) is silenced; the run, which never depends on it, goes on.
+    """
 
     def __init__(self, log_every: int, progress: bool) -> None:
+        assert log_every >= 1, log_every  # the parser refuses anything else
         self.log_every = log_every
         self.progress = progress
         self.bar = None
+        self.lines_ok = True
+        """Lines can still be written to stdout."""
 
     def _print(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.write(text)
-        else:
-            print(text, flush=True)
+        if not self.lines_ok:
+            return
+        try:
+            if self.bar is not None:
+                self.bar.write(text)
+            else:
+                print(text, flush=True)
+        except OSError:  # BrokenPipeError, or EIO from a terminal that is gone
+            self.lines_ok = False
+            _silence(sys.stdout)
+
+    def _drop_bar(self) -> None:
+        bar, self.bar, self.progress = self.bar, None, False
+        try:
+            bar.close()
+        except (OSError, ValueError):
+            pass
+        _silence(sys.stderr)
 
     def __call__(self, event) -> None:
         from core import events as ev
@@ -227,8 +294,12 @@ class ConsoleSink:
             return
         if isinstance(event, ev.StepMetrics):
             if self.bar is not None:
-                self.bar.update(event.step - self.bar.n)
-                self.bar.set_postfix(loss=f"{event.loss:.3f}", tok_s=f"{event.tokens_per_s:,.0f}", refresh=False)
+                try:
+                    self.bar.update(event.step - self.bar.n)
+                    self.bar.set_postfix(loss=f"{event.loss:.3f}", tok_s=f"{event.tokens_per_s:,.0f}",
+                                         refresh=False)
+                except OSError:
+                    self._drop_bar()
             if event.step % self.log_every == 0:
                 self._print(step_line(event))
             return
@@ -244,12 +315,18 @@ class ConsoleSink:
         if isinstance(event, ev.RunStarted) and self.progress:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=event.total_steps, initial=event.start_step, unit="step",
-                            dynamic_ncols=True, leave=False, file=sys.stderr)
+            try:
+                self.bar = tqdm(total=event.total_steps, initial=event.start_step, unit="step",
+                                dynamic_ncols=True, leave=False, file=sys.stderr)
+            except OSError:
+                self.progress = False
 
     def close(self) -> None:
         if self.bar is not None:
-            self.bar.close()
+            try:
+                self.bar.close()
+            except OSError:
+                _silence(sys.stderr)
             self.bar = None
 
     def _data_event(self, event) -> None:
@@ -304,11 +381,16 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
     """
     from core.control import Control
+    from core.errors import ConfigError
     from core.launch import check_before_launch, check_nproc, run_torchrun, worker_env
-    from core.runs import plan_run_dir
+    from core.runs import check_run_root, plan_run_dir
 
     config = config_from_args(args)
     check_nproc(args.nproc, config.train.device)
+    check_run_root(config.out_dir)  # one line here, not one traceback per process
+    run_id, run_dir = plan_run_dir(config, args.nproc, args.run_id)
+    if run_dir.exists():
+        raise ConfigError(f"run folder {run_dir} already exists; choose another run id", "run_id")
     # Everything one process checks before it starts, checked here once: the corpus is prepared into
     # its token store (the workers then only map it), the samples, the model and its memory.
     control = Control()
@@ -319,7 +401,6 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     finally:
         sink.close()
         signal.signal(signal.SIGINT, previous)
-    run_id, run_dir = plan_run_dir(config, args.nproc, args.run_id)
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
     return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
                         env=worker_env(args.nproc, config.train.device))
@@ -405,6 +486,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from core.distributed import JobTerminated, PeerLost, launched_by_torchrun, shutdown
     from core.errors import ConfigError
     from core.launch import check_nproc
+    from core.stopping import StopSignals
     from core.trainer import Trainer
 
     if args.config and (args.preset or args.resume):
@@ -417,66 +499,96 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     control = Control()
     rank = int(os.environ.get("RANK", "0"))
     rank0 = rank == 0
-
-    def on_sigint(signum, frame):  # first Ctrl-C: stop after this step and save; second: abort
-        if control.stop_requested:
-            raise KeyboardInterrupt
-        if rank0:
-            print("\nstopping after this step (Ctrl-C again to abort) …", file=sys.stderr, flush=True)
-        control.stop()
-
-    def on_sigterm(signum, frame):  # torchrun ends the job: record it in the run folder, then go
-        raise JobTerminated("terminated (SIGTERM): the job was ended, by its launcher when another "
-                            "process failed, or by the user")
-
-    signal.signal(signal.SIGINT, on_sigint)
-    signal.signal(signal.SIGTERM, on_sigterm)
-    sink = ConsoleSink(args.log_every, progress=not args.no_progress and rank0 and sys.stderr.isatty())
+    sink = ConsoleSink(args.log_every, progress=not args.no_progress and rank0 and _isatty(sys.stderr))
+    trainer = Trainer(config, control, sink if rank0 else (lambda e: None), run_id=args.run_id)
+    signals = StopSignals(control, trainer, speak=rank0).install()
     try:
-        Trainer(config, control, sink if rank0 else (lambda e: None), run_id=args.run_id).run()
+        trainer.run()
     except PeerLost as exc:
-        print(f"speedboard: error: {exc}", file=sys.stderr, flush=True)
+        _error_line(f"speedboard: error: {exc}")
         return 1
     except JobTerminated as exc:
-        print(f"speedboard: rank {rank}: {exc}", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM
+        _error_line(f"speedboard: rank {rank}: {exc}")
+        return getattr(exc, "exit_code", 128 + signal.SIGTERM)
     finally:
         sink.close()
         shutdown()
+        signals.restore()
     return 0
 
 
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False
+
+
+def _error_line(text: str) -> None:
+    """One line on stderr, best-effort (the terminal may be gone)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 # ----------------------------------------------------------------------------- generate / export
+def _bare_architecture(loaded, args: argparse.Namespace):
+    """The model config of a bare state dict: from --config or --preset (vocabulary from its embedding),
+    else read from its tensors, or one line asking for one of them."""
+    from dataclasses import replace
+
+    from core.checkpoint import embedding_rows, infer_model_config
+    from core.config import preset
+
+    if args.config:
+        model = _read_config_file(args.config).model
+    elif args.preset:
+        model = preset(args.preset).model
+    else:
+        return infer_model_config(loaded.state_dict, str(loaded.source))
+    rows = embedding_rows(loaded.state_dict)
+    return replace(model, vocab_size=rows) if rows else model
+
+
 def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
-    from core.checkpoint import latest_checkpoint, load_weights, read_checkpoint
+    from core.checkpoint import check_tokenizer_fits, load_tokenizer_file, load_weights, read_checkpoint
+    from core.config import GenerationConfig
     from core.device import resolve_device
-    from core.errors import CheckpointError
+    from core.errors import CheckpointError, ConfigError
     from core.model import LlamaForCausalLM
 
-    loaded = read_checkpoint(latest_checkpoint(args.checkpoint))
-    if loaded.model_config is None or loaded.tokenizer is None:
-        raise CheckpointError(f"{args.checkpoint} needs a config and a tokenizer to generate "
-                              f"(a checkpoint folder, a run folder or a Hugging Face folder)")
+    settings = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                top_k=args.top_k, seed=args.seed)  # checked before anything is read
+    loaded = read_checkpoint(args.checkpoint)
+    if loaded.model_config is not None and (args.preset or args.config):
+        raise ConfigError(f"{loaded.source} brings its own architecture; --preset and --config are for a bare "
+                          f"state dict")
+    model_config = loaded.model_config or _bare_architecture(loaded, args)
+    tok = load_tokenizer_file(args.tokenizer) if args.tokenizer else loaded.tokenizer
+    if tok is None:
+        raise CheckpointError(f"{loaded.source} has no tokenizer: pass --tokenizer TOKENIZER.json, the one its "
+                              f"model was trained with")
+    check_tokenizer_fits(tok, model_config)
     device = resolve_device(args.device)
-    model = LlamaForCausalLM(loaded.model_config)
+    model = LlamaForCausalLM(model_config)
     load_weights(model, loaded.state_dict, str(loaded.source))
     model.to(device).eval()
-    tok = loaded.tokenizer
     ids = ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(args.prompt)
-    gen = torch.Generator(device=device).manual_seed(args.seed)
-    out = model.generate(torch.tensor([ids], device=device), args.max_new_tokens, temperature=args.temperature,
-                         top_k=args.top_k, eos_id=tok.eos_id, generator=gen)
-    print(tok.decode(out[0].tolist()))
+    gen = torch.Generator(device=device).manual_seed(settings.seed)
+    out = model.generate(torch.tensor([ids], device=device), settings.max_new_tokens,
+                         temperature=settings.temperature, top_k=settings.top_k, eos_id=tok.eos_id, generator=gen)
+    print(tok.decode(out[0].tolist()), flush=True)
     return 0
 
 
 def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:
-    from core.checkpoint import export_hf, latest_checkpoint
+    from core.checkpoint import export_hf
 
-    out = export_hf(latest_checkpoint(args.checkpoint), args.out)
-    print(f"exported to {out}")
+    out = export_hf(args.checkpoint, args.out)  # a run folder means its newest checkpoint
+    print(f"exported to {out}", flush=True)
     return 0
 
 
@@ -493,11 +605,14 @@ def run_command(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"speedboard: {exc}", file=sys.stderr)
         return 130
     except SpeedboardError as exc:
-        print(f"speedboard: error: {exc}", file=sys.stderr)
+        _error_line(f"speedboard: error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("speedboard: interrupted", file=sys.stderr)
+        _error_line("speedboard: interrupted")
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (| head): as quiet as other command-line tools
+        _silence(sys.stdout)
+        return 128 + getattr(signal, "SIGPIPE", 13)
 
 
 def main(argv: list[str] | None = None) -> int:

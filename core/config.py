@@ -399,15 +399,37 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Any) -> RunConfig:
-        """The inverse of ``to_dict``; any other JSON shape is a ConfigError naming the bad part."""
+        """The inverse of ``to_dict``; any other JSON shape is a ConfigError naming the bad part.
+
+        A file without a ``model`` section takes the named preset (``"preset": "small"``)
+        as its base: its model, sequence length, vocabulary, micro-batch, learning rate
+        and budget; its own ``data``/``train`` keys override those. With a ``model``
+        section, ``preset`` is only a label.
+        """
         if not isinstance(data, dict):
             raise ConfigError(f"a run configuration must be a JSON object, got {type(data).__name__}")
+        sections = {}
+        for name in ("model", "data", "train"):
+            section = data.get(name, {})
+            if not isinstance(section, dict):
+                raise ConfigError(f"the {name} section must be a JSON object, got {type(section).__name__}", name)
+            sections[name] = section
+        train = sections["train"]
+        if "lr" in train and "min_lr" not in train and isinstance(train["lr"], (int, float)):
+            sections["train"] = {**train, "min_lr": train["lr"] / 10}  # as the --lr flag does
+        name = data.get("preset", "tiny")
+        if not isinstance(name, str):
+            raise ConfigError(f"preset must be text, got {name!r}", "preset")
+        if "model" not in data and "preset" in data:
+            base = config_from_preset(name)  # an unknown name is one line here
+            sections = {"model": base.model.to_dict(), "data": {**base.data.to_dict(), **sections["data"]},
+                        "train": {**base.train.to_dict(), **sections["train"]}}
         return cls(
-            model=_from_dict(ModelConfig, data.get("model", {}), "model"),
-            data=_from_dict(DataConfig, data.get("data", {}), "data"),
-            train=_from_dict(TrainConfig, data.get("train", {}), "train"),
+            model=_from_dict(ModelConfig, sections["model"], "model"),
+            data=_from_dict(DataConfig, sections["data"], "data"),
+            train=_from_dict(TrainConfig, sections["train"], "train"),
             **{k: data.get(k) for k in ("out_dir", "resume", "init_from", "parent", "name")},
-            preset=data.get("preset", "tiny"),
+            preset=name,
         )
 
     def replace(self, **sections: Any) -> RunConfig:
@@ -420,6 +442,27 @@ class RunConfig:
             else:
                 changes[key] = value
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How ``speedboard generate`` samples: checked before any checkpoint is read."""
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    """0 is greedy (the most likely token each time)."""
+    top_k: int | None = None
+    """Sample among the k most likely tokens only; None samples among all."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(self.max_new_tokens >= 1, f"max new tokens must be ≥ 1, got {self.max_new_tokens!r}",
+                 "max_new_tokens")
+        _require(self.temperature >= 0, f"temperature must be ≥ 0 (0 is greedy), got {self.temperature!r}",
+                 "temperature")
+        _require(self.top_k is None or self.top_k >= 1, f"top-k must be ≥ 1, got {self.top_k!r}", "top_k")
+        _require(0 <= self.seed <= MAX_SEED, f"seed must be between 0 and 2**63 - 1, got {self.seed!r}", "seed")
 
 
 def config_from_preset(name: str = "tiny", **overrides: Any) -> RunConfig:

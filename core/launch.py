@@ -12,7 +12,12 @@ Signals, for every way of starting a run:
 
 - SIGINT: stop after the current optimizer step; all ranks agree on the step,
   rank 0 saves a final checkpoint and records ``finished`` (stopped).
+- SIGHUP (the terminal closed): the same as SIGINT.
 - SIGTERM: end now; rank 0 records ``failed`` ("terminated").
+
+The launcher's exit code follows this job alone: only an ending recorded by
+this job's run (its run id, written after the launch) counts, and when rank 0
+died without recording one (kill -9), the launcher records it for it.
 
 Importing this module loads no torch (only ``check_nproc`` and ``process_capacity`` do).
 """
@@ -31,7 +36,7 @@ from pathlib import Path
 from core.config import BUILTIN_CORPUS
 from core.errors import ConfigError
 from core.events import RunFailed, RunFinished
-from core.runs import METRICS_FILE, plan_run_dir, read_events
+from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, JsonlSink, check_run_root, plan_run_dir
 
 
 def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = None) -> list[str]:
@@ -156,6 +161,7 @@ def prepare_launch(config, nproc: int, *, run_id: str | None = None, python: str
     """
     check_nproc(nproc, config.train.device)
     check_data_source(config.data.source)
+    check_run_root(config.out_dir)
     run_id, run_dir = plan_run_dir(config, nproc, run_id)
     if run_dir.exists():
         raise ConfigError(f"run folder {run_dir} already exists")
@@ -177,9 +183,15 @@ def end_launch(pid: int) -> None:
     os.kill(pid, signal.SIGTERM)
 
 
-def run_outcome(run_dir: str | Path) -> str | None:
-    """``finished``, ``stopped`` or ``failed`` from a run folder's last event; None before it has one."""
-    for event in reversed(read_events(run_dir)):
+def run_outcome(run_dir: str | Path, run_id: str | None = None, offset: int = 0) -> str | None:
+    """``finished``, ``stopped`` or ``failed`` from a run folder's last ending; None before it has one.
+
+    With ``run_id``, only that run's endings count, and only those written after
+    byte ``offset`` of its ``metrics.jsonl`` (its size when a job was launched).
+    """
+    for event in reversed(EventTail(run_dir, offset).poll()):
+        if run_id is not None and event.run_id != run_id:
+            continue
         if isinstance(event, RunFinished):
             return "stopped" if event.stopped else "finished"
         if isinstance(event, RunFailed):
@@ -207,15 +219,44 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str, str] | None = None) -> int:
-    """Run torchrun with ``nproc`` workers and wait; the exit code follows the run folder.
+def _record_lost_ending(run_dir: Path, run_id: str, offset: int, code: int) -> None:
+    """Rank 0 ended without recording how (kill -9, out of memory): record it in its stead."""
+    events = [e for e in EventTail(run_dir, offset).poll() if e.run_id == run_id]
+    last = events[-1] if events else None
+    step = max((getattr(e, "step", 0) or 0 for e in events), default=0)
+    try:
+        sink = JsonlSink(run_dir / METRICS_FILE)
+    except OSError:  # the folder is gone or cannot be written: readers judge by the heartbeat
+        return
+    try:
+        sink(RunFailed(run_id, last.time if last else 0.0, f"rank 0 ended without recording an ending (killed?); "
+                                                           f"torchrun exited with code {code}", step))
+    finally:
+        sink.close()
+    try:
+        (run_dir / HEARTBEAT_FILE).unlink()  # its process is gone
+    except OSError:
+        pass
 
-    torchrun runs in its own session, so a terminal's Ctrl-C reaches this
-    launcher alone. The first SIGINT goes straight to torchrun's workers (stop
-    after this step): they end cleanly and torchrun with them, as after a run
-    that reached its budget. A second Ctrl-C or a SIGTERM goes to torchrun as
-    SIGTERM, which it passes on to every worker (end now).
+
+def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str, str] | None = None) -> int:
+    """Run torchrun with ``nproc`` workers and wait; the exit code follows this job's run.
+
+    torchrun runs in its own session, so a terminal's Ctrl-C (or its closing,
+    SIGHUP) reaches this launcher alone. The first SIGINT or SIGHUP goes
+    straight to torchrun's workers (stop after this step): they end cleanly and
+    torchrun with them, as after a run that reached its budget. A second one or
+    a SIGTERM goes to torchrun as SIGTERM, which it passes on to every worker
+    (end now).
+
+    Only an ending of this job's run (``run_dir.name``), written after the launch,
+    decides the exit code; a run folder that an earlier run left is never
+    taken for this job's outcome.
     """
+    run_id = run_dir.name
+    metrics = run_dir / METRICS_FILE
+    existed = run_dir.exists()
+    offset = metrics.stat().st_size if metrics.is_file() else 0
     argv = torchrun_argv(nproc, train_args)
     child_env = {**os.environ, **(env or {})}
     posix = os.name == "posix"
@@ -223,8 +264,10 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     forwarded: list[int] = []
 
+    stops = (signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGINT))
+
     def forward(signum, frame):
-        stop = signum == signal.SIGINT and not forwarded  # rank 0 says it is stopping
+        stop = signum in stops and not forwarded  # rank 0 says it is stopping
         forwarded.append(signum)
         targets = (_children(proc.pid) if stop else []) or [proc.pid]
         for pid in targets:
@@ -233,15 +276,19 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
             except ProcessLookupError:
                 pass
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    handled = {*stops, signal.SIGTERM}
+    previous = {s: signal.signal(s, forward) for s in handled  # nohup's ignored SIGHUP stays ignored
+                if s == signal.SIGINT or s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN}
     try:
         code = proc.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    outcome = run_outcome(run_dir) if run_dir.is_dir() else None
+    outcome = run_outcome(run_dir, run_id, offset) if run_dir.is_dir() else None
     if outcome in ("finished", "stopped"):
         return 0  # torchrun exits 1 when it passed a signal on, even if every rank then stopped cleanly
     if outcome == "failed":
         return code or 1
-    return code
+    if metrics.is_file() and (not existed or metrics.stat().st_size > offset):
+        _record_lost_ending(run_dir, run_id, offset, code)  # this job's rank 0 started the run and died
+    return code or 1  # no ending of this job: it did not succeed

@@ -5,9 +5,12 @@
     config.json        full config, library versions, device (written at start)
     tokenizer.json     the run's tokenizer
     metrics.jsonl      one event per line, flushed as it happens
+    heartbeat.json     while the run's process lives: its pid and host, touched every few seconds
     checkpoints/step_000100/ ...
 ```
-``EventTail`` follows a ``metrics.jsonl`` that another process is still writing.
+``EventTail`` follows a ``metrics.jsonl`` that another process is still writing;
+``run_state`` tells a run that is still going from one whose process is gone
+(killed, or its machine lost) although its last event is not an ending.
 """
 
 from __future__ import annotations
@@ -18,13 +21,19 @@ import os
 import platform
 import re
 import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError
-from core.events import Event, event_from_dict
+from core.events import Event, RunFailed, RunFinished, event_from_dict
+from core.paths import user_path, why_not_writable
 
 METRICS_FILE = "metrics.jsonl"
+HEARTBEAT_FILE = "heartbeat.json"
 CONFIG_FILE = "config.json"
 """The settings file of a run folder, and of a checkpoint folder."""
 CHECKPOINTS_DIR = "checkpoints"
@@ -35,10 +44,29 @@ def default_out_dir() -> Path:
     """Per-user data folder (``SPEEDBOARD_HOME`` overrides it)."""
     env = os.environ.get("SPEEDBOARD_HOME")
     if env:
-        return Path(env) / "runs"
+        return user_path(env) / "runs"
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("speedboard")) / "runs"
+    return user_path(platformdirs.user_data_dir("speedboard")) / "runs"
+
+
+def run_root(out_dir: str | os.PathLike[str] | None) -> Path:
+    """The folder that holds run folders: ``out_dir`` (``~`` expanded, absolute) or the per-user one."""
+    return user_path(out_dir) if out_dir else default_out_dir()
+
+
+def check_run_root(out_dir: str | os.PathLike[str] | None) -> Path:
+    """The run root, refused in one line (``ConfigError`` on ``out_dir``) when no run folder can be created there.
+
+    Checked before anything is created: a file in the way, a read-only file
+    system or a folder without write permission.
+    """
+    root = run_root(out_dir)
+    reason = why_not_writable(root)
+    if reason:
+        where = "SPEEDBOARD_HOME" if not out_dir and os.environ.get("SPEEDBOARD_HOME") else "the output folder"
+        raise ConfigError(f"cannot create run folders in {root} ({where}): {reason}", "out_dir")
+    return root
 
 
 def library_versions() -> dict[str, str]:
@@ -81,15 +109,22 @@ def run_tag(config, world_size: int = 1) -> str:
 def plan_run_dir(config, world_size: int = 1, run_id: str | None = None) -> tuple[str, Path]:
     """The id and folder a run of ``config`` in ``world_size`` processes will have (nothing is created)."""
     run_id = check_run_id(run_id or new_run_id(run_tag(config, world_size)))
-    root = Path(config.out_dir) if config.out_dir else default_out_dir()
-    return run_id, root / run_id
+    return run_id, run_root(config.out_dir) / run_id
 
 
 def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
-    """A new, empty run folder; never reuses one, so earlier runs are never touched."""
-    root = Path(out_dir) if out_dir else default_out_dir()
-    path = root / run_id
-    path.mkdir(parents=True, exist_ok=False)
+    """A new, empty run folder; never reuses one, so earlier runs are never touched.
+
+    ``FileExistsError`` when the folder exists; any other failure to create it is
+    a ``ConfigError`` naming the folder and the reason.
+    """
+    path = check_run_root(out_dir) / run_id
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run folder {path}: {exc.strerror or exc}", "out_dir") from None
     return path
 
 
@@ -104,35 +139,68 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 class JsonlSink:
-    """Appends each event to ``metrics.jsonl`` and flushes it, so readers see it at once."""
+    """Appends each event to ``metrics.jsonl`` as one whole line, at once visible to readers.
+
+    A line that cannot be written (a full disk, a file-size limit) is cut off
+    again, so the file stays a sequence of whole lines; the call returns False
+    and ``error`` keeps the first failure. Later events are tried again (space
+    may come back). Safe to call from several threads.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._lock = threading.Lock()
+        self.error: OSError | None = None
+        """The first write that failed, if any."""
 
-    def __call__(self, event: Event) -> None:
-        if self._file.closed:
-            return
-        self._file.write(json.dumps(event.to_dict(), default=str) + "\n")
-        self._file.flush()
+    def __call__(self, event: Event) -> bool:
+        line = (json.dumps(event.to_dict(), default=str) + "\n").encode("utf-8")
+        with self._lock:
+            if self._fd is None:
+                return False
+            written = 0
+            try:
+                while written < len(line):
+                    written += os.write(self._fd, line[written:])
+            except OSError as exc:
+                self.error = self.error or exc
+                if written:
+                    try:
+                        os.ftruncate(self._fd, self._size)  # shrinking is allowed on a full disk
+                    except OSError:
+                        self.close()  # a cut line would stay: write nothing more after it
+                return False
+            self._size += written
+            return True
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 class EventTail:
     """Reads new complete lines of a ``metrics.jsonl`` on each ``poll()``."""
 
-    def __init__(self, path: str | Path) -> None:
-        path = Path(path)
+    def __init__(self, path: str | Path, offset: int = 0) -> None:
+        path = user_path(path)
         # A run folder, also one that does not exist yet (a run being started elsewhere).
         self.path = path / METRICS_FILE if path.is_dir() or path.suffix != ".jsonl" else path
-        self._offset = 0
+        self._offset = offset
+        """Bytes already read (start later to skip what an earlier writer left)."""
         self._partial = b""
 
     def poll(self) -> list[Event]:
         try:
             with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < self._offset:
+                    # The writer cut off a line it could not finish (a full disk): go back
+                    # to the end of the last whole line, which is where the file now ends.
+                    self._offset -= len(self._partial)
+                    self._partial = b""
                 f.seek(self._offset)
                 data = f.read()
         except FileNotFoundError:
@@ -160,3 +228,124 @@ def is_run_dir(path: str | Path) -> bool:
     """A folder a run wrote: it has a metrics.jsonl or a checkpoints folder."""
     path = Path(path)
     return (path / METRICS_FILE).is_file() or (path / CHECKPOINTS_DIR).is_dir()
+
+
+# ----------------------------------------------------------------------------- liveness
+HEARTBEAT_EVERY_S = 5.0
+"""How often a running trainer touches its heartbeat file."""
+STALE_AFTER_S = 60.0
+"""A heartbeat (or, for runs written before heartbeats, a metrics file) this old means the writer is gone."""
+
+
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists but belongs to someone else
+        return True
+    return True
+
+
+class Heartbeat:
+    """``heartbeat.json`` in a run folder while the process that writes the run lives.
+
+    A daemon thread touches the file every ``HEARTBEAT_EVERY_S`` seconds (also
+    during a long compile or a pause); ``stop`` removes it. After a kill -9 the
+    file stays, but its process is gone and it stops being touched: readers
+    (``run_state``) then report the run as not running.
+    """
+
+    def __init__(self, run_dir: Path, every_s: float = HEARTBEAT_EVERY_S) -> None:
+        self.path = Path(run_dir) / HEARTBEAT_FILE
+        self.every_s = every_s
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Heartbeat:
+        """Write the file (its pid and host); raises OSError when it cannot be written."""
+        write_json(self.path, {"pid": os.getpid(), "host": _host(), "started": time.time(),
+                               "every_s": self.every_s})
+        self._thread = threading.Thread(target=self._beat, name="speedboard-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self.every_s):
+            try:
+                os.utime(self.path)  # needs no free space
+            except OSError:
+                pass  # removed from under us, or the disk is gone: readers see it go stale
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+
+def writer_alive(run_dir: str | Path, now: float | None = None, stale_after: float = STALE_AFTER_S) -> bool:
+    """Whether the process writing ``run_dir`` still lives, from its heartbeat (cheap: no metrics are read).
+
+    On this machine its pid is asked directly; from another machine (shared
+    storage) only the age of the heartbeat tells. A run folder written before
+    heartbeats existed is judged by the age of its ``metrics.jsonl``.
+    """
+    run_dir = user_path(run_dir)
+    now = time.time() if now is None else now
+    beat = run_dir / HEARTBEAT_FILE
+    try:
+        age = now - beat.stat().st_mtime
+        info = json.loads(beat.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        try:
+            return now - (run_dir / METRICS_FILE).stat().st_mtime < stale_after
+        except OSError:
+            return False
+    if age > stale_after:
+        return False
+    if isinstance(info, dict) and info.get("host") == _host() and isinstance(info.get("pid"), int):
+        return _pid_alive(info["pid"])
+    return True
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where a run folder's run stands, as a reader can tell."""
+
+    state: str
+    """``running``, ``finished``, ``stopped``, ``failed``, or ``not running`` (no ending, and no live writer)."""
+    message: str = ""
+    """Why: the failure's message, or how a run without an ending was judged."""
+
+    @property
+    def ended(self) -> bool:
+        return self.state != "running"
+
+
+def run_state(run_dir: str | Path, events: list[Event] | None = None, now: float | None = None,
+              stale_after: float = STALE_AFTER_S) -> RunState:
+    """The state of the run in ``run_dir``: its recorded ending, else whether its writer still lives.
+
+    ``events`` are the folder's events when the caller already follows them
+    (``EventTail``); otherwise they are read. A run whose process was killed
+    (kill -9, a lost machine) records no ending: it is ``not running`` once its
+    heartbeat is stale or its process is gone.
+    """
+    run_dir = user_path(run_dir)
+    for event in reversed(read_events(run_dir) if events is None else events):
+        if isinstance(event, RunFinished):
+            return RunState("stopped" if event.stopped else "finished")
+        if isinstance(event, RunFailed):
+            return RunState("failed", event.message)
+    if writer_alive(run_dir, now, stale_after):
+        return RunState("running")
+    return RunState("not running", "the run recorded no ending and its process is gone (killed, or its "
+                                   "machine stopped)")

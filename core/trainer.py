@@ -78,11 +78,14 @@ from core.events import (
 )
 from core.memory_budget import check_fits
 from core.model import LlamaForCausalLM
+from core.paths import user_path, why_write_failed
 from core.runs import (
     CONFIG_FILE,
     METRICS_FILE,
+    Heartbeat,
     JsonlSink,
     check_run_id,
+    check_run_root,
     create_run_dir,
     library_versions,
     new_run_id,
@@ -185,6 +188,13 @@ class Trainer:
         self.run_id = ""
         self.run_dir: Path | None = None
         self._jsonl: JsonlSink | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._metrics_failed = False
+        """metrics.jsonl could not be written once (a full disk): said once, training goes on."""
+        self._sink_failed = False
+        """The user's sink raised once: recorded once, training goes on."""
+        self._ended = False
+        """A RunFinished or RunFailed was emitted."""
         self.start_time = 0.0
         """Wall seconds the lineage had trained before this run (a resumed parent's)."""
         self.t0 = time.perf_counter()
@@ -198,6 +208,13 @@ class Trainer:
         """The step of the last periodic checkpoint (the final save skips a step just saved)."""
         self._stop_agreed = False
         """Under torchrun: some rank was asked to stop (read once per step)."""
+        self.compiling = False
+        """The first step of a compiled model is running: torch.compile is compiling (seconds to minutes)."""
+
+    @property
+    def stoppable(self) -> bool:
+        """Optimizer steps are running: a stop request takes effect after the current one."""
+        return self.phase is Phase.TRAINING
 
     @property
     def has_model(self) -> bool:
@@ -210,11 +227,36 @@ class Trainer:
         return self.start_time + time.perf_counter() - self.t0 - self.paused_s
 
     def emit(self, event: Event) -> None:
+        """Record ``event`` in metrics.jsonl, then hand it to the sink; neither can end the run.
+
+        A metrics file that cannot be written (a full disk) is said once through
+        the sink; a sink that raises (a closed pipe, a consumer's bug) is recorded
+        once in metrics.jsonl. Training, checkpoints and the run folder never
+        depend on either.
+        """
         if not self.dist.is_main:
             return
-        if self._jsonl is not None:
-            self._jsonl(event)  # the run folder first: nothing is lost if the consumer fails
-        self.user_sink(event)
+        if isinstance(event, (RunFinished, RunFailed)):
+            self._ended = True
+        # The run folder first: nothing is lost if the consumer fails.
+        if self._jsonl is not None and not self._jsonl(event) and not self._metrics_failed:
+            self._metrics_failed = True
+            reason = why_write_failed(self._jsonl.error, self._jsonl.path.parent) if self._jsonl.error else "closed"
+            self._deliver(WarningRaised(self.run_id, self.now(), f"cannot write {self._jsonl.path} ({reason}): "
+                                        f"training goes on, but the run folder misses events from step "
+                                        f"{self.step} on; checkpoints are still saved"))
+        self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
+        try:
+            self.user_sink(event)
+        except Exception as exc:
+            if not self._sink_failed:
+                self._sink_failed = True
+                if self._jsonl is not None:
+                    self._jsonl(WarningRaised(self.run_id, self.now(), f"the event consumer failed "
+                                              f"({describe_exception(exc)}); training goes on and events are "
+                                              f"still recorded here"))
 
     def warn(self, message: str) -> None:
         self.emit(WarningRaised(self.run_id, self.now(), message))
@@ -243,13 +285,31 @@ class Trainer:
                 raise failure from exc
             raise
         finally:
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
             if self._jsonl is not None:
                 self._jsonl.close()
+
+    def record_abort(self, message: str) -> None:
+        """Record a ``RunFailed`` now, from any thread, when the process must end before ``run`` can.
+
+        For a process that ends itself at once (an interrupt its torch thread never
+        saw): metrics.jsonl gets its ending and the heartbeat goes; the sink is not called.
+        """
+        if self._ended or not self.dist.is_main:
+            return
+        self._ended = True
+        if self._jsonl is not None:
+            self._jsonl(RunFailed(self.run_id, self.now(), message, self.step))
+            self._jsonl.close()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     def set_up(self) -> None:
         """Everything before the first optimizer step, in order; each step names what it sets."""
         self.phase = Phase.SETTING_UP
         self._init_device()
+        self._check_output()
         loaded, trainer_state = self._read_start_checkpoint()
         self._prepare_data(loaded)
         self._build_model(loaded)
@@ -275,19 +335,32 @@ class Trainer:
         self.precision = resolve_precision(tc.precision, device)
         self.fsdp = tc.fsdp and self.dist.enabled
 
+    def _check_output(self) -> None:
+        """Before anything is read or created: run folders can be created where this run is to write."""
+        if self.dist.is_main:
+            check_run_root(self.cfg.out_dir)
+
     def _read_start_checkpoint(self) -> tuple[ckpt_io.LoadedCheckpoint | None, dict[str, Any] | None]:
-        """The checkpoint to resume or start from (read once: weights, tokenizer, trainer state)."""
+        """The checkpoint to resume or start from, read once and whole: weights, tokenizer, trainer state.
+
+        A run folder means its newest checkpoint, also while that run still
+        writes and rotates them; the config then names the one that was read.
+        """
         cfg = self.cfg
         source = cfg.resume or cfg.init_from
         if not source:
             return None, None
-        loaded = ckpt_io.read_checkpoint(source)
+        loaded = ckpt_io.read_checkpoint(source, trainer_state=bool(cfg.resume))
+        # Every rank read it itself: a run still rotating its checkpoints could hand them different ones.
+        check_same_on_all_ranks(str(loaded.source), "checkpoint to start from (name one checkpoint folder of a run "
+                                                    "that is still training)", self.dist)
+        self.cfg = cfg.replace(**{"resume" if cfg.resume else "init_from": str(loaded.source)})
         if not cfg.resume:
             return loaded, None
-        if loaded.trainer_state_path is None:
+        if loaded.trainer_state is None:
             raise CheckpointError(f"cannot resume from {source}: it holds no trainer state "
                                   f"(use init-from to start a new run from its weights)")
-        return loaded, loaded.read_trainer_state()
+        return loaded, loaded.trainer_state
 
     def _prepare_data(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
         """``data``: tokenizer (the checkpoint's own when it has one) and samples memory-mapped from the
@@ -321,9 +394,11 @@ class Trainer:
         """``model_cfg``, ``model`` (with the checkpoint's weights), ``optimizer`` and ``scaler``."""
         cfg, tc, device = self.cfg, self.cfg.train, self.device
         tok = self.data.tokenizer
-        # The architecture is the checkpoint's own when it has one; a bare state dict loads into cfg.model.
+        # The architecture is the checkpoint's own when it has one; a bare state dict loads into cfg.model
+        # with the vocabulary of its embedding (the tokenizer must fit in it).
+        rows = ckpt_io.embedding_rows(loaded.state_dict) if loaded and not loaded.model_config else None
         model_cfg = (loaded.model_config if loaded and loaded.model_config
-                     else replace(cfg.model, vocab_size=tok.vocab_size))
+                     else replace(cfg.model, vocab_size=rows or tok.vocab_size))
         if cfg.data.seq_len > model_cfg.max_position_embeddings:
             raise ConfigError(f"sequence length {cfg.data.seq_len} is beyond the model's "
                               f"{model_cfg.max_position_embeddings} positions", "seq_len")
@@ -358,15 +433,35 @@ class Trainer:
         self.total_steps = self.step + remaining
 
     def _create_run_folder(self) -> None:
-        """``run_id`` and, on rank 0, ``run_dir`` with config.json, tokenizer.json and metrics.jsonl."""
+        """``run_id`` and, on rank 0, ``run_dir`` with its heartbeat, config.json, tokenizer.json and metrics.jsonl.
+
+        A folder that cannot be written whole (a full disk, a file-size limit) is
+        removed again and the run refused in one line: no half-written run folder.
+        Hidden folders that crashed saves of earlier runs left next to it (dead
+        processes only) are cleared here.
+        """
         self.run_id = self.requested_run_id or new_run_id(run_tag(self.cfg, self.dist.world_size))
         if self.dist.is_main:
             try:
                 self.run_dir = create_run_dir(self.cfg.out_dir, self.run_id)
             except FileExistsError:
                 raise ConfigError(f"run folder {self.run_id} already exists; choose another run id") from None
-            self._write_run_files()
-            self._jsonl = JsonlSink(self.run_dir / METRICS_FILE)
+            try:
+                self._heartbeat = Heartbeat(self.run_dir).start()
+                self._write_run_files()
+                self._jsonl = JsonlSink(self.run_dir / METRICS_FILE)
+            except OSError as exc:
+                if self._heartbeat is not None:
+                    self._heartbeat.stop()
+                    self._heartbeat = None
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                where, self.run_dir = self.run_dir, None
+                raise ConfigError(f"cannot write the run folder {where}: {why_write_failed(exc, where)}",
+                                  "out_dir") from None
+            ckpt_io.sweep_runs(self.run_dir.parent, ckpt_io.CHECKPOINTS_DIR)
+            source = self.cfg.resume or self.cfg.init_from
+            if source and Path(source).parent.name == ckpt_io.CHECKPOINTS_DIR:
+                ckpt_io.sweep_folder(Path(source).parent)  # the parent run's, wherever it lies
         self.t0 = time.perf_counter()
 
     def _prepare_measurements(self) -> None:
@@ -387,7 +482,7 @@ class Trainer:
             versions=library_versions()))
         if tc.fsdp and not self.dist.enabled:
             self.warn("FSDP shards over several processes (--nproc N); this single process trains unsharded")
-        if loaded and loaded.model_config and loaded.tokenizer is None:
+        if loaded and loaded.tokenizer is None:
             self.warn(f"{loaded.source} has no tokenizer.json: its weights are trained with a new tokenizer "
                       f"whose token ids do not match the ones they learned")
 
@@ -454,19 +549,43 @@ class Trainer:
             return max(int(tc.budget), self.tokens_per_step)
         return max(int(tc.budget * len(self.data.train) * self.data.train.seq_len), self.tokens_per_step)
 
+    def _check_optimizer_state(self, saved: dict) -> None:
+        """The saved optimizer state fits this model's parameters, tensor by tensor (``load_state_dict``
+        checks only the group sizes, and a wrong shape would fail at the first step, after the run folder exists)."""
+        groups = self.optimizer.param_groups
+        saved_groups = saved["param_groups"]
+        if [len(g["params"]) for g in saved_groups] != [len(g["params"]) for g in groups]:
+            raise CheckpointError("the optimizer state does not fit this model: it holds "
+                                  f"{sum(len(g['params']) for g in saved_groups)} parameters in "
+                                  f"{len(saved_groups)} groups, this model "
+                                  f"{sum(len(g['params']) for g in groups)} in {len(groups)}")
+        for saved_group, group in zip(saved_groups, groups, strict=True):
+            for index, param in zip(saved_group["params"], group["params"], strict=True):
+                for name, value in saved["state"].get(index, {}).items():
+                    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                        raise CheckpointError(f"the optimizer state does not fit this model: {name} of parameter "
+                                              f"{index} has shape {tuple(value.shape)}, the parameter "
+                                              f"{tuple(param.shape)}")
+
     def _restore(self, state: dict) -> None:
+        self._check_optimizer_state(state["optimizer"])
         try:
             if self.fsdp:  # the saved full state, sharded over the ranks (every rank read the file)
                 load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
             else:
                 self.optimizer.load_state_dict(state["optimizer"])
-        except (ValueError, KeyError) as exc:
-            raise CheckpointError(f"the optimizer state does not fit this model ({exc})") from None
+        except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+            if is_peer_failure(exc, self.dist):
+                raise
+            raise CheckpointError(f"the optimizer state does not fit this model ({first_line(exc)})") from None
         fused = self.device.type in ("cuda", "cpu")
         for group in self.optimizer.param_groups:  # the saved flags describe the saving device
             group["fused"], group["foreach"] = fused, None
         if state.get("scaler") and self.scaler.is_enabled():
-            self.scaler.load_state_dict(state["scaler"])
+            try:
+                self.scaler.load_state_dict(state["scaler"])
+            except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+                raise CheckpointError(f"the loss scaler's state is damaged ({first_line(exc)})") from None
         self.step, self.tokens, self.samples = int(state["step"]), int(state["tokens"]), int(state["samples"])
         self._rng_state = state.get("rng") or None  # applied at the end of set-up
 
@@ -598,6 +717,7 @@ class Trainer:
     def _optimizer_step_with_fallback(self, first: bool) -> tuple[float, float, float]:
         if not (first and self.compiled.compiled):
             return self._optimizer_step()
+        self.compiling = True
         try:
             return self._optimizer_step()
         except Exception as exc:  # compilation happens here, at the first call
@@ -611,6 +731,8 @@ class Trainer:
             reset_compiler()
             self.compiled = self._wrap(compile_model(self.model, "off", self.compiled.scope))
             return self._optimizer_step()
+        finally:
+            self.compiling = False
 
     def _optimizer_step(self) -> tuple[float, float, float]:
         tc, dist = self.cfg.train, self.dist
@@ -761,7 +883,7 @@ class Trainer:
                 self.warn("save requests are not supported under FSDP; checkpoints follow --save-every")
             return
         for path in self.control.take_save_requests():
-            self._save_or_warn(Path(path).expanduser() if path else None)
+            self._save_or_warn(user_path(path) if path else None)
 
     def _save_or_warn(self, path: Path | None, final: bool = False) -> Path | None:
         """Save to ``path`` or the run's own folder; a checkpoint that cannot be written
@@ -792,5 +914,5 @@ class Trainer:
         self._periodic_step = self.step
         for old in ckpt_io.list_checkpoints(folder)[: -self.cfg.train.keep]:
             if old != saved:
-                shutil.rmtree(old, ignore_errors=True)
+                ckpt_io.remove_folder(old)  # renamed aside first: never seen half-deleted
         return saved

@@ -13,14 +13,28 @@ A Speedboard checkpoint is a folder, written atomically::
     tokenizer.json      (+ tokenizer_config.json) the tokenizer
     trainer_state.pt    optimizer, scheduler position, GradScaler, counters, RNG states
 
-Readable formats: that folder (or a run folder: its newest checkpoint); a
-``.pt``/``.pth``/``.bin``/``.safetensors`` state dict (plain, compiled,
-per-block compiled, DDP, or a mix); a Hugging Face Llama folder. Pickles are
-read with ``torch.load(weights_only=True)`` only, so a file never runs code.
+config.json also holds its own checksum (``config_sha256``), so an edited setting
+is refused rather than loaded with other maths.
+
+Readable formats: that folder (or a run folder: its newest checkpoint, also
+while a live run rotates them); a ``.pt``/``.pth``/``.bin``/``.safetensors``
+state dict (plain, compiled, per-block compiled, DDP, or a mix; Hugging Face's
+names, the article series' ``LlamaForPretraining`` names, or either under a
+Lightning module's ``model.``); a Hugging Face Llama folder. Pickles are read
+with ``torch.load(weights_only=True)`` only, so a file never runs code.
 """
 
-from core.checkpoint.folders import AtomicFolder, file_record, sweep_leftovers
-from core.checkpoint.keys import clean_key, clean_state_dict, model_state_dict, plain_module
+from core.checkpoint.folders import (
+    AtomicFolder,
+    check_writable,
+    file_record,
+    remove_folder,
+    sweep_folder,
+    sweep_leftovers,
+    sweep_runs,
+)
+from core.checkpoint.infer import embedding_rows, infer_model_config
+from core.checkpoint.keys import ROPE_TABLES, clean_key, clean_state_dict, model_state_dict, plain_module
 from core.checkpoint.load import (
     check_compatible,
     check_config_matches,
@@ -29,6 +43,7 @@ from core.checkpoint.load import (
     model_from_checkpoint,
 )
 from core.checkpoint.read import (
+    CONFIG_CHECKSUM,
     FORMAT,
     FORMAT_VERSION,
     PICKLE_SUFFIXES,
@@ -38,20 +53,25 @@ from core.checkpoint.read import (
     CheckpointInfo,
     LoadedCheckpoint,
     check_tokenizer_fits,
+    config_checksum,
     latest_checkpoint,
     list_checkpoints,
+    load_tokenizer_file,
     load_trainer_state,
     peek_checkpoint,
     read_checkpoint,
+    tensor_shapes,
 )
 from core.checkpoint.save import export_hf, save_checkpoint
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE
 
 __all__ = [
-    "CHECKPOINTS_DIR", "CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "PICKLE_SUFFIXES", "STATE_FILE", "TOKENIZER_FILE",
-    "WEIGHTS_FILE", "AtomicFolder", "CheckpointInfo", "LoadedCheckpoint", "check_compatible",
-    "check_config_matches", "check_tokenizer_fits", "clean_key", "clean_state_dict", "export_hf", "file_record",
-    "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_trainer_state", "load_weights",
-    "model_from_checkpoint", "model_state_dict", "peek_checkpoint", "plain_module", "read_checkpoint",
-    "save_checkpoint", "sweep_leftovers",
+    "CHECKPOINTS_DIR", "CONFIG_CHECKSUM", "CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "PICKLE_SUFFIXES",
+    "ROPE_TABLES", "STATE_FILE", "TOKENIZER_FILE", "WEIGHTS_FILE", "AtomicFolder", "CheckpointInfo",
+    "LoadedCheckpoint", "check_compatible", "check_config_matches", "check_tokenizer_fits", "check_writable",
+    "clean_key", "clean_state_dict", "config_checksum", "embedding_rows", "export_hf", "file_record",
+    "infer_model_config", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_tokenizer_file",
+    "load_trainer_state", "load_weights", "model_from_checkpoint", "model_state_dict", "peek_checkpoint",
+    "plain_module", "read_checkpoint", "remove_folder", "save_checkpoint", "tensor_shapes", "sweep_folder",
+    "sweep_leftovers", "sweep_runs",
 ]

@@ -1,4 +1,5 @@
-"""Atomic checkpoint folders: written aside, flushed, renamed into place; leftovers of crashed saves cleared."""
+"""Atomic checkpoint folders: written aside, flushed, renamed into place; removed by renaming aside first;
+leftovers of dead processes cleared."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import os
 import re
 import secrets
 import shutil
+import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from core.errors import CheckpointError, SpeedboardError
+from core.paths import user_path, why_not_writable, why_write_failed
 
 
 def _fsync(path: Path) -> None:
@@ -25,6 +31,26 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _host_tag() -> str:
+    """This machine, as hidden folder names carry it (storage may be shared by several machines)."""
+    return re.sub(r"[^A-Za-z0-9.]", "", socket.gethostname())[:64] or "host"
+
+
+def _hidden(target: Path, kind: str) -> Path:
+    """``.NAME.KIND-PID@HOST-RANDOM`` beside ``target``: never taken for a checkpoint, and traceable to its process."""
+    return target.parent / f".{target.name}.{kind}-{os.getpid()}@{_host_tag()}-{secrets.token_hex(3)}"
+
+
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old|del)-(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9.]+))?-[0-9a-f]+")
+
+
+def check_writable(target: str | Path, what: str) -> None:
+    """Refuse, in one line, a target that cannot be written: a file in the way, a read-only or locked folder."""
+    reason = why_not_writable(Path(target).parent)
+    if reason:
+        raise CheckpointError(f"cannot write the {what} to {target}: {reason}")
+
+
 class AtomicFolder:
     """Write into a hidden temporary folder, fsync, then rename into place.
 
@@ -34,35 +60,52 @@ class AtomicFolder:
     existing folder takes two renames (old away, new in); an error between them
     puts the old one back. The next save of the same name clears what a crashed
     one left (``sweep_leftovers``).
+
+    Every failure to write (an ``OSError``, ``torch.save``'s "unexpected pos" on
+    a full disk, safetensors' "File too large") becomes one ``CheckpointError``
+    here, with a reason a person can act on; the temporary folder is removed.
     """
 
-    def __init__(self, target: str | Path) -> None:
-        self.target = Path(target)
-        self.tmp = self.target.parent / f".{self.target.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}"
+    def __init__(self, target: str | Path, what: str = "checkpoint") -> None:
+        self.target = user_path(target)
+        self.what = what
+        self.tmp = _hidden(self.target, "tmp")
 
     def __enter__(self) -> Path:
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        sweep_leftovers(self.target)
-        self.tmp.mkdir()
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            sweep_leftovers(self.target)
+            self.tmp.mkdir()
+        except OSError as exc:
+            raise self._failure(exc) from None
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
-            return
+            if isinstance(exc, Exception) and not isinstance(exc, SpeedboardError):
+                raise self._failure(exc) from None
+            return  # a user error raised inside, or KeyboardInterrupt: as it is
         try:
             for f in self.tmp.iterdir():
                 _fsync(f)
             _fsync(self.tmp)
             self.commit()
+        except Exception as exc:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise self._failure(exc) from None
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
 
+    def _failure(self, exc: BaseException) -> CheckpointError:
+        return CheckpointError(f"cannot write the {self.what} to {self.target}: "
+                               f"{why_write_failed(exc, self.target.parent)}")
+
     def commit(self) -> None:
         old = None
         if self.target.exists():
-            old = self.target.parent / f".{self.target.name}.old-{os.getpid()}-{secrets.token_hex(3)}"
+            old = _hidden(self.target, "old")
             os.rename(self.target, old)
         try:
             os.rename(self.tmp, self.target)
@@ -75,7 +118,25 @@ class AtomicFolder:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _process_alive(pid: int) -> bool:
+def remove_folder(path: Path) -> bool:
+    """Delete a checkpoint folder so that it is never seen half-deleted: renamed aside (hidden) first.
+
+    A crash during the deletion leaves a hidden ``.NAME.del-*`` folder, which
+    no loader lists and ``sweep_folder`` removes later. False when the folder
+    could not be renamed (it stays whole).
+    """
+    aside = _hidden(path, "del")
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return False
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
+
+
+def _process_alive(pid: int, host: str | None) -> bool:
+    if host is not None and host != _host_tag():
+        return True  # another machine's process (shared storage): this one cannot tell, so never touches it
     if pid == os.getpid():
         return True  # this process: its own saves are never swept from under it
     try:
@@ -87,28 +148,60 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def sweep_leftovers(target: Path) -> list[Path]:
-    """Clear what crashed saves of ``target`` left behind; returns the folders removed or restored.
-
-    Only folders of processes that are gone are touched: their hidden
-    ``.NAME.tmp-PID-*`` folders (never renamed into place) are removed, and a
-    ``.NAME.old-PID-*`` folder (the previous checkpoint, moved aside just before
-    the crash) is put back under its name if nothing took that name since, else removed.
-    """
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(\d+)-[0-9a-f]+")
+def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
+    wanted = set(names) if names is not None else None
     touched = []
-    for leftover in sorted(target.parent.iterdir()):
-        match = pattern.fullmatch(leftover.name)
-        if not match or not leftover.is_dir() or _process_alive(int(match.group(2))):
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return touched
+    for leftover in entries:
+        match = _LEFTOVER.fullmatch(leftover.name)
+        if (not match or (wanted is not None and match["name"] not in wanted) or not leftover.is_dir()
+                or _process_alive(int(match["pid"]), match["host"])):
             continue
-        if match.group(1) == "old" and not target.exists():
-            os.rename(leftover, target)  # the last good checkpoint, back under its own name
-        else:
-            shutil.rmtree(leftover, ignore_errors=True)
+        target = folder / match["name"]
+        try:
+            if match["kind"] == "old" and not target.exists():
+                os.rename(leftover, target)  # the last good checkpoint, back under its own name
+            else:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            continue
         touched.append(leftover)
     return touched
 
 
+def sweep_leftovers(target: Path) -> list[Path]:
+    """Clear what crashed saves of ``target`` left behind; returns the folders removed or restored.
+
+    Only folders of processes that are gone are touched: their hidden
+    ``.NAME.tmp-PID-*`` folders (never renamed into place) and ``.NAME.del-PID-*``
+    folders (being deleted) are removed, and a ``.NAME.old-PID-*`` folder (the
+    previous checkpoint, moved aside just before the crash) is put back under
+    its name if nothing took that name since, else removed. Folders a process
+    of another machine left (shared storage) are never touched.
+    """
+    return _sweep(Path(target).parent, [Path(target).name])
+
+
+def sweep_folder(folder: Path) -> list[Path]:
+    """``sweep_leftovers`` for every name in ``folder`` (a run's ``checkpoints/``)."""
+    return _sweep(Path(folder), None)
+
+
+def sweep_runs(root: Path, checkpoints_dir: str = "checkpoints") -> list[Path]:
+    """``sweep_folder`` on the checkpoints of every run folder under ``root`` (where a new run starts)."""
+    touched: list[Path] = []
+    try:
+        runs = [p for p in Path(root).iterdir() if p.is_dir()]
+    except OSError:
+        return touched
+    for run in runs:
+        folder = run / checkpoints_dir
+        if folder.is_dir():
+            touched += sweep_folder(folder)
+    return touched
 
 
 def file_record(path: Path) -> dict[str, Any]:

@@ -1,4 +1,17 @@
-"""State-dict keys: the wrapper parts torch.compile and DDP add, removed wherever they appear."""
+"""State-dict keys: the wrapper parts torch.compile and DDP add, removed wherever they appear, and other
+layouts of the same Llama weights mapped to Hugging Face's names.
+
+Layouts read besides Hugging Face's own (``model.embed_tokens.weight`` …, ``lm_head.weight``):
+
+- the article series' ``LlamaForPretraining`` ("Pretraining a Llama Model on Your Local GPU"):
+  ``base_model.embed_tokens.weight`` …, ``lm_head.weight``, plus its rotary tables
+  ``base_model.rotary_emb.cos``/``sin`` ([positions, head size]);
+- any of these one level down, as a Lightning module holding the model as ``self.model``
+  saves it (``model.model.…``, ``model.base_model.…``, ``model.lm_head.weight``).
+
+Rotary tables are derived from the config here, never loaded: ``ROPE_TABLES`` names
+them after mapping, and loading checks them against the model's own (``core.checkpoint.load``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +22,10 @@ from core.errors import CheckpointError
 
 _WRAPPER_PARTS = ("_orig_mod",)
 _DROPPED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers older HF checkpoints saved; derived here
+_BODIES = ("model", "base_model")
+"""What the decoder (embedding, layers, final norm) is called beside ``lm_head``: HF's name, the article's."""
+ROPE_TABLES = ("model.rotary_emb.cos", "model.rotary_emb.sin")
+"""Rotary tables some layouts save ([positions, head size]); checked against the model's, then dropped."""
 
 
 def clean_key(key: str) -> str:
@@ -20,15 +37,57 @@ def clean_key(key: str) -> str:
     return ".".join(parts)
 
 
+def _layout(keys: list[str]) -> tuple[str, str] | None:
+    """``(root, body)`` of a Llama layout, from the one token-embedding key: ``("", "model")`` is HF's own.
+
+    ``root`` is what holds the whole model (``"model."`` in a Lightning module);
+    ``body`` names the decoder (``model`` or the article's ``base_model``).
+    """
+    embeds = [k for k in keys if k.endswith("embed_tokens.weight")]
+    if len(embeds) != 1:
+        return None
+    parts = embeds[0].split(".")[:-2]
+    if not parts or parts[-1] not in _BODIES:
+        return None
+    return "".join(p + "." for p in parts[:-1]), parts[-1]
+
+
+def _mapper(keys: list[str]):
+    """A function from a key of this layout to HF's name (keys outside the layout stay as they are)."""
+    layout = _layout(keys)
+    if layout is None or layout == ("", "model"):
+        return lambda key: key
+    root, body = layout
+    head = f"{root}lm_head."
+
+    def to_hf(key: str) -> str:
+        if key.startswith(f"{root}{body}."):
+            return "model." + key[len(root) + len(body) + 1:]
+        if key.startswith(head):
+            return "lm_head." + key[len(head):]
+        return key
+
+    return to_hf
+
+
 def clean_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
+    """Keys without wrapper parts, in HF's names (see the module doc); derived buffers other than the
+    rotary tables dropped."""
+    cleaned: dict[str, str] = {}
+    for key in state:
         new = clean_key(key)
+        if new in cleaned:
+            raise CheckpointError(f"two entries map to the same parameter {new!r} ({key!r})")
+        cleaned[new] = key
+    to_hf = _mapper(list(cleaned))
+    out: dict[str, torch.Tensor] = {}
+    for name, key in cleaned.items():
+        new = to_hf(name)
         if new.endswith(_DROPPED_SUFFIXES):
             continue
         if new in out:
             raise CheckpointError(f"two entries map to the same parameter {new!r} ({key!r})")
-        out[new] = value
+        out[new] = state[key]
     return out
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from core.checkpoint.keys import clean_state_dict, plain_module
+from core.checkpoint.infer import infer_model_config, rope_theta_of
+from core.checkpoint.keys import ROPE_TABLES, clean_state_dict, plain_module
 from core.checkpoint.read import LoadedCheckpoint, read_checkpoint
 from core.compile import CompiledModel
 from core.config import ModelConfig
@@ -23,10 +24,34 @@ def _more(items: list[str], shown: int = 3) -> str:
     return ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
 
 
+def _check_rope_tables(plain: torch.nn.Module, tables: dict[str, torch.Tensor], source: str) -> None:
+    """Rotary tables saved with the weights must be the model's own: another base or head size computes wrong."""
+    rotary = getattr(getattr(plain, "model", None), "rotary_emb", None)
+    cfg = getattr(plain, "config", None)
+    if rotary is None or not isinstance(cfg, ModelConfig):
+        return
+    for key, table in tables.items():
+        own = getattr(rotary, key.rsplit(".", 1)[-1]).detach().float().cpu()
+        if table.ndim != 2 or table.shape[1] != own.shape[1]:
+            raise CheckpointError(f"{source} holds rotary tables of shape {tuple(table.shape)} for head size "
+                                  f"{table.shape[-1]}, but this model's head size is {cfg.head_dim}: the checkpoint "
+                                  f"was trained with another head size (another number of attention heads)")
+        rows = min(table.shape[0], own.shape[0])
+        tolerance = 1e-3 if table.dtype in (torch.float32, torch.float64) else 2e-2  # tables saved in half precision
+        if not torch.allclose(table[:rows].float(), own[:rows], atol=tolerance, rtol=0.0):
+            theta = rope_theta_of(tables["model.rotary_emb.cos"].float()) if "model.rotary_emb.cos" in tables else None
+            fits = f" (its tables fit rope_theta ≈ {theta:.4g})" if theta else ""
+            raise CheckpointError(f"the rotary tables in {source} differ from this model's (rope_theta "
+                                  f"{cfg.rope_theta:g}, head size {cfg.head_dim}): the checkpoint was trained with "
+                                  f"another RoPE base{fits}; give --config with its rope_theta")
+
+
 def check_compatible(model: torch.nn.Module | CompiledModel, state: dict[str, torch.Tensor],
                      source: str = "checkpoint") -> None:
     """Raise CheckpointError naming the first differences; change nothing."""
     plain = plain_module(model)
+    tables = {k: v for k, v in state.items() if k in ROPE_TABLES}
+    state = {k: v for k, v in state.items() if k not in ROPE_TABLES}
     expected = clean_state_dict(plain.state_dict())
     tied = getattr(getattr(plain, "config", None), "tie_word_embeddings", False)
     if tied:
@@ -42,6 +67,7 @@ def check_compatible(model: torch.nn.Module | CompiledModel, state: dict[str, to
                   for k in expected if k in state and expected[k].shape != state[k].shape]
     if mismatched:
         raise CheckpointError(f"architecture mismatch with {source}: {_more(mismatched)}")
+    _check_rope_tables(plain, tables, source)
     if missing or unexpected:
         parts = []
         if missing:
@@ -69,7 +95,7 @@ def load_weights(model: torch.nn.Module | CompiledModel, state: dict[str, torch.
     with torch.no_grad():
         for key, value in state.items():
             target = params.get(key)
-            if target is None:  # the tied head: same tensor as the embedding
+            if target is None or key in ROPE_TABLES:  # the tied head (the embedding's tensor); derived tables
                 continue
             target.copy_(value.to(dtype=target.dtype))
 
@@ -96,12 +122,15 @@ def load_checkpoint(model: torch.nn.Module | CompiledModel, path: str | Path) ->
     return loaded
 
 
-def model_from_checkpoint(path: str | Path) -> tuple[torch.nn.Module, LoadedCheckpoint]:
-    """A new (uncompiled, CPU) model built from the checkpoint's own config, with its weights."""
+def model_from_checkpoint(path: str | Path,
+                          model_config: ModelConfig | None = None) -> tuple[torch.nn.Module, LoadedCheckpoint]:
+    """A new (uncompiled, CPU) model built from the checkpoint's own config, with its weights.
+
+    A bare state dict carries no config: ``model_config`` names its architecture,
+    or else it is read from the tensors' shapes where they tell it (see ``core.checkpoint.infer``).
+    """
     loaded = read_checkpoint(path)
-    if loaded.model_config is None:
-        raise CheckpointError(f"{loaded.source} is a bare state dict without a config; "
-                              f"load it into an existing model instead")
-    model = LlamaForCausalLM(loaded.model_config)
+    config = loaded.model_config or model_config or infer_model_config(loaded.state_dict, str(loaded.source))
+    model = LlamaForCausalLM(config)
     load_weights(model, loaded.state_dict, str(loaded.source))
     return model, loaded

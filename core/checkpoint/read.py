@@ -1,12 +1,24 @@
-"""Reading every supported format into CPU tensors with clean keys, checked before anything is loaded."""
+"""Reading every supported format into CPU tensors with clean keys, checked before anything is loaded.
+
+A run that is still training rotates its checkpoints (``--keep``): the one a
+reader picked may be removed while it is read. A reader therefore picks the
+newest checkpoint and either reads it whole or, when it disappeared or was
+replaced meanwhile, starts again with what is newest then (``_read_newest``).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
 import pickle
+import warnings
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from safetensors import safe_open
@@ -14,8 +26,9 @@ from safetensors.torch import load_file
 
 from core.checkpoint.folders import file_record
 from core.checkpoint.keys import clean_state_dict
-from core.config import ModelConfig, RunConfig
+from core.config import MAX_SEED, ModelConfig, RunConfig
 from core.errors import CheckpointError, ConfigError, first_line
+from core.paths import user_path
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE, is_run_dir
 from core.tokenizer import BPETokenizer
 
@@ -25,6 +38,12 @@ WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "trainer_state.pt"
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+CONFIG_CHECKSUM = "config_sha256"
+"""config.json's own checksum: SHA-256 of its canonical JSON without this field (older checkpoints lack it)."""
+_READ_ATTEMPTS = 5
+"""How often a reader starts again when the checkpoint it reads is removed or replaced meanwhile."""
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,6 +57,8 @@ class LoadedCheckpoint:
     """The architecture, when the checkpoint carries one (folders); None for a bare state dict."""
     tokenizer: BPETokenizer | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    trainer_state: dict[str, Any] | None = None
+    """Optimizer, schedule, counters and RNG states, when read with ``read_checkpoint(…, trainer_state=True)``."""
 
     @property
     def trainer_state_path(self) -> Path | None:
@@ -46,20 +67,43 @@ class LoadedCheckpoint:
 
     def read_trainer_state(self) -> dict[str, Any]:
         """Optimizer, schedule, counters and RNG states, checked against config.json."""
+        if self.trainer_state is not None:
+            return self.trainer_state
         path = self.trainer_state_path
         if path is None:
             raise CheckpointError(f"{self.source} holds no trainer state ({STATE_FILE})")
-        return load_trainer_state(path, self.meta.get("files", {}).get(STATE_FILE))
+        return load_trainer_state(path, _records(self.meta, self.source).get(STATE_FILE))
 
 
-def _torch_load(path: Path, what: str = "weights file") -> Any:
+# ----------------------------------------------------------------------------- files
+_CODE_REFUSALS = ("unsupported global", "unrecognized function", "can only create new object", "can only build")
+"""What torch's weights-only unpickler says when it refuses a Python global (that is, code)."""
+
+
+def _pickle_kind(path: Path) -> str | None:
+    """"a plain pickle" when the file is one that ``torch.save`` never writes (protocol 3 or later)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as f:
+            head = f.read(3)
+    except OSError:
+        return None
+    plain = head[:2] == b"\x80\x03" or head in (b"\x80\x04\x95", b"\x80\x05\x95")  # protocol 3, or 4/5 framed
+    return "a plain pickle, not a file written by torch.save" if plain else None
+
+
+def _torch_load(path: Path, what: str = "weights file", mmap: bool = False) -> Any:
+    try:
+        with warnings.catch_warnings():
+            # torch warns about the pickle protocol before it refuses a file: the message below says it all.
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
-        if "weights only load failed" in str(exc).lower() or "unsupported global" in str(exc).lower():
+        text = str(exc)
+        if any(marker in text.lower() for marker in _CODE_REFUSALS):
             raise CheckpointError(f"refused to load {path.name}: the {what} contains Python objects other than "
                                   f"tensors, and unpickling them could run code") from None
-        raise CheckpointError(f"{path.name} is not a PyTorch {what} or is corrupted ({first_line(exc, 160)})") from None
+        detail = _pickle_kind(path) or first_line(ValueError(text.split("WeightsUnpickler error:")[-1]), 160)
+        raise CheckpointError(f"{path.name} is not a PyTorch {what}, or is truncated or corrupted ({detail})") from None
     except Exception as exc:  # the unpickler raises many types on garbage (KeyError, EOFError, RuntimeError…)
         detail = first_line(exc, 160)
         if not isinstance(exc, RuntimeError) and detail != type(exc).__name__:
@@ -70,25 +114,32 @@ def _torch_load(path: Path, what: str = "weights file") -> Any:
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path), device="cpu")
+    except FileNotFoundError:
+        raise
     except Exception as exc:  # SafetensorError and friends: report, never crash
         raise CheckpointError(f"{path.name} is truncated or corrupted ({first_line(exc, 160)})") from None
+
+
+def _is_state_dict(obj: Any) -> bool:
+    return isinstance(obj, dict) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
 
 
 def _extract_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     """A state dict, or one nested under a common key (nanoGPT's ``model``, Lightning's ``state_dict``)."""
     if isinstance(obj, dict):
-        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        if _is_state_dict(obj):
             return obj
         for key in ("model", "state_dict", "model_state_dict", "module"):
-            inner = obj.get(key)
-            if isinstance(inner, dict) and inner and all(isinstance(v, torch.Tensor) for v in inner.values()):
-                return inner
+            if _is_state_dict(obj.get(key)):
+                return obj[key]
     raise CheckpointError(f"{path.name} does not hold a model state dict")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path} is not readable JSON ({first_line(exc, 160)})") from None
     if not isinstance(data, dict):
@@ -108,6 +159,16 @@ def _verify_file(path: Path, record: dict[str, Any] | None, hash_it: bool = True
         raise CheckpointError(f"{path.name} in {path.parent} is corrupted: its checksum differs from the saved one")
 
 
+def _shard_path(folder: Path, index: Path, shard: Any) -> Path:
+    """A shard named by an index: a plain relative path inside ``folder``, never outside it."""
+    if not isinstance(shard, str) or not shard:
+        raise CheckpointError(f"{index} names a shard that is not a file name ({shard!r})")
+    relative = Path(shard)
+    if relative.is_absolute() or relative.drive or ".." in relative.parts:
+        raise CheckpointError(f"{index} points outside its folder ({shard!r}): refused")
+    return folder / relative
+
+
 def _hf_weight_files(folder: Path) -> list[Path]:
     """The files that hold a Hugging Face folder's weights: one file, or every shard its index lists."""
     if (folder / WEIGHTS_FILE).is_file():
@@ -115,13 +176,16 @@ def _hf_weight_files(folder: Path) -> list[Path]:
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = folder / index_name
         if index.is_file():
-            shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+            weight_map = _read_json(index).get("weight_map", {})
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{index} has no weight_map object")
+            shards = sorted({_shard_path(folder, index, s) for s in weight_map.values()})
             if not shards:
                 raise CheckpointError(f"{index} lists no weight files")
             for shard in shards:
-                if not (folder / shard).is_file():
-                    raise CheckpointError(f"{folder} is missing shard {shard}")
-            return [folder / shard for shard in shards]
+                if not shard.is_file():
+                    raise CheckpointError(f"{folder} is missing shard {shard.relative_to(folder)}")
+            return shards
     if (folder / "pytorch_model.bin").is_file():
         return [folder / "pytorch_model.bin"]
     raise CheckpointError(f"{folder} has no weights (model.safetensors or pytorch_model.bin)")
@@ -140,18 +204,20 @@ def _read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+# ----------------------------------------------------------------------------- finding the checkpoint
 def list_checkpoints(folder: str | Path) -> list[Path]:
     """Finished checkpoints in a folder (a run's ``checkpoints/``), oldest first by name."""
-    folder = Path(folder)
-    if not folder.is_dir():
+    folder = user_path(folder)
+    try:
+        entries = list(folder.iterdir()) if folder.is_dir() else []
+    except OSError:
         return []
-    return sorted(p for p in folder.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and (p / CONFIG_FILE).is_file())
+    return sorted(p for p in entries if p.is_dir() and not p.name.startswith(".") and (p / CONFIG_FILE).is_file())
 
 
 def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:
     """Resolve what a user points at: a checkpoint folder or file itself, or a run folder's newest checkpoint."""
-    path = Path(run_or_checkpoint).expanduser()
+    path = user_path(run_or_checkpoint)
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
     if path.is_file():
@@ -164,6 +230,97 @@ def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:
     if is_run_dir(path):
         raise CheckpointError(f"run folder {path} holds no checkpoint yet")
     raise CheckpointError(f"{path} is not a checkpoint folder (no {CONFIG_FILE}) and holds no checkpoints")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _read_newest(raw: Path, read: Callable[[Path], T]) -> T:
+    """``read`` the checkpoint ``raw`` resolves to; start again when it vanished or was replaced meanwhile.
+
+    A live run's keep-rotation removes old checkpoints (renamed aside, then
+    deleted) and a save to the same path replaces one: a failure while the
+    folder is still the one that was picked is the checkpoint's own problem and
+    is reported; otherwise the newest checkpoint is picked and read again.
+    """
+    if raw.is_dir() and raw.name.startswith(".") and ".tmp-" in raw.name:
+        raise CheckpointError(f"{raw} is an unfinished save, not a checkpoint")
+    for _ in range(_READ_ATTEMPTS):
+        resolved = latest_checkpoint(raw)
+        before = _identity(resolved)
+        try:
+            return read(resolved)
+        except (CheckpointError, OSError) as exc:
+            if before is not None and _identity(resolved) == before:
+                if isinstance(exc, OSError):
+                    raise CheckpointError(f"cannot read {exc.filename or resolved}: "
+                                          f"{exc.strerror or first_line(exc)}") from None
+                raise
+    raise CheckpointError(f"the checkpoints of {raw} kept changing while being read ({_READ_ATTEMPTS} tries); "
+                          f"try again")
+
+
+# ----------------------------------------------------------------------------- config.json
+def config_checksum(meta: dict[str, Any]) -> str:
+    """SHA-256 of config.json's canonical JSON (sorted keys, no spaces) without its own checksum field."""
+    body = {k: v for k, v in meta.items() if k != CONFIG_CHECKSUM}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _records(meta: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """config.json's size and sha256 of each file; any other shape is a one-line error."""
+    records = meta.get("files", {})
+    ok = isinstance(records, dict) and all(
+        isinstance(r, dict)
+        and isinstance(r.get("bytes", 0), int) and not isinstance(r.get("bytes", 0), bool)
+        and isinstance(r.get("sha256", ""), str)
+        for r in records.values())
+    if not ok:
+        raise CheckpointError(f"{path / CONFIG_FILE} has an invalid record of its files (\"files\" must map each "
+                              f"file name to its bytes and sha256)")
+    return records
+
+
+def _check_speedboard_meta(path: Path, meta: dict[str, Any], model_cfg: ModelConfig) -> None:
+    """config.json is what was saved: its checksum matches, its records are well formed, its copies agree."""
+    where = path / CONFIG_FILE
+    if CONFIG_CHECKSUM in meta and meta[CONFIG_CHECKSUM] != config_checksum(meta):
+        raise CheckpointError(f"{where} was changed after it was saved (its checksum differs): its settings "
+                              f"cannot be trusted")
+    _records(meta, path)
+    run = meta.get("run")
+    if isinstance(run, dict) and "model" in run:
+        try:
+            same = ModelConfig.from_dict(run["model"]) == model_cfg
+        except (TypeError, ConfigError):
+            same = False
+        if not same:
+            raise CheckpointError(f"{where} holds two different model settings (\"model\" and \"run\".\"model\"): "
+                                  f"it was edited or damaged")
+
+
+def _model_config_of(path: Path, meta: dict[str, Any]) -> tuple[str, ModelConfig]:
+    if meta.get("format") == FORMAT:
+        if not isinstance(meta.get("format_version"), int) or meta["format_version"] > FORMAT_VERSION:
+            raise CheckpointError(f"{path} was written by a newer Speedboard (format {meta.get('format_version')})")
+        try:
+            model_cfg = ModelConfig.from_dict(meta["model"])
+        except (KeyError, TypeError, AttributeError, ConfigError) as exc:
+            raise CheckpointError(f"{path / CONFIG_FILE} has an invalid model config ({exc})") from None
+        _check_speedboard_meta(path, meta, model_cfg)
+        return "speedboard", model_cfg
+    if meta.get("model_type") == "llama" or "LlamaForCausalLM" in (meta.get("architectures") or []):
+        try:
+            return "huggingface", ModelConfig.from_hf_dict(meta)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise CheckpointError(f"{path / CONFIG_FILE}: unsupported Hugging Face config ({exc})") from None
+    raise CheckpointError(f"{path} is neither a Speedboard checkpoint nor a Hugging Face Llama folder")
 
 
 @dataclass
@@ -190,31 +347,24 @@ class CheckpointInfo:
         except (TypeError, AttributeError, ConfigError) as exc:
             raise CheckpointError(f"{self.path / CONFIG_FILE} has an invalid run config ({exc})") from None
 
-
-def _model_config_of(path: Path, meta: dict[str, Any]) -> tuple[str, ModelConfig]:
-    if meta.get("format") == FORMAT:
-        if not isinstance(meta.get("format_version"), int) or meta["format_version"] > FORMAT_VERSION:
-            raise CheckpointError(f"{path} was written by a newer Speedboard (format {meta.get('format_version')})")
-        try:
-            return "speedboard", ModelConfig.from_dict(meta["model"])
-        except (KeyError, TypeError, AttributeError, ConfigError) as exc:
-            raise CheckpointError(f"{path / CONFIG_FILE} has an invalid model config ({exc})") from None
-    if meta.get("model_type") == "llama" or "LlamaForCausalLM" in (meta.get("architectures") or []):
-        try:
-            return "huggingface", ModelConfig.from_hf_dict(meta)
-        except (KeyError, TypeError, AttributeError, ConfigError) as exc:
-            raise CheckpointError(f"{path / CONFIG_FILE}: unsupported Hugging Face config ({exc})") from None
-    raise CheckpointError(f"{path} is neither a Speedboard checkpoint nor a Hugging Face Llama folder")
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Tensor shapes by clean name (a bare state dict's are read from its file without its weights)."""
+        if self.kind == "state_dict":
+            return tensor_shapes(self.path)
+        return {}
 
 
 def peek_checkpoint(path: str | Path) -> CheckpointInfo:
     """Resolve ``path`` and read its config only (cheap: for building a run's config before loading)."""
-    resolved = latest_checkpoint(path)
-    if resolved.is_file():
-        return CheckpointInfo(resolved, "state_dict", None, {})
-    meta = _read_json(resolved / CONFIG_FILE)
-    kind, model_cfg = _model_config_of(resolved, meta)
-    return CheckpointInfo(resolved, kind, model_cfg, meta)
+
+    def peek(resolved: Path) -> CheckpointInfo:
+        if resolved.is_file():
+            return CheckpointInfo(resolved, "state_dict", None, {})
+        meta = _read_json(resolved / CONFIG_FILE)
+        kind, model_cfg = _model_config_of(resolved, meta)
+        return CheckpointInfo(resolved, kind, model_cfg, meta)
+
+    return _read_newest(user_path(path), peek)
 
 
 def check_tokenizer_fits(tokenizer: BPETokenizer, model_config: ModelConfig) -> None:
@@ -223,41 +373,59 @@ def check_tokenizer_fits(tokenizer: BPETokenizer, model_config: ModelConfig) -> 
                               f"has only {model_config.vocab_size} rows")
 
 
-def read_checkpoint(path: str | Path) -> LoadedCheckpoint:
-    """Read any supported format into CPU tensors with clean keys; changes no model.
+_ARTICLE_SPECIAL_TOKENS = {"bos": "[BOT]", "eos": "[EOT]", "pad": "[PAD]"}
+"""The special tokens of the article series' tokenizer (bpe_50K.json), for tokenizers without a config."""
 
-    ``path`` may be a checkpoint folder, a run folder (its newest checkpoint), a
-    Hugging Face folder or a state-dict file. Every problem is a CheckpointError.
+
+def load_tokenizer_file(path: str | Path) -> BPETokenizer:
+    """A ``tokenizer.json`` (or a folder holding one) to go with a bare state dict.
+
+    Special tokens come from a ``tokenizer_config.json`` beside it, or else from
+    the usual names, the article series' ``[BOT]``/``[EOT]``/``[PAD]`` included.
     """
-    raw = Path(path).expanduser()
-    if raw.is_dir() and raw.name.startswith(".") and ".tmp-" in raw.name:
-        raise CheckpointError(f"{raw} is an unfinished save, not a checkpoint")
-    path = latest_checkpoint(raw)
-    if path.is_dir():
-        meta = _read_json(path / CONFIG_FILE)
-        kind, model_cfg = _model_config_of(path, meta)
-        records = meta.get("files", {}) if kind == "speedboard" else {}
-        required = (WEIGHTS_FILE, TOKENIZER_FILE) if kind == "speedboard" else ()
-        for part in required:
-            if not (path / part).is_file():
-                raise CheckpointError(f"checkpoint {path} is incomplete: {part} is missing")
-        if kind == "speedboard" and records.get(STATE_FILE) and not (path / STATE_FILE).is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {STATE_FILE} is missing")
-        tokenizer = None
-        if (path / TOKENIZER_FILE).is_file():
-            _verify_file(path / TOKENIZER_FILE, records.get(TOKENIZER_FILE))
-            tokenizer = BPETokenizer.load(path)
-            check_tokenizer_fits(tokenizer, model_cfg)
-        if kind == "speedboard":
-            _verify_file(path / WEIGHTS_FILE, records.get(WEIGHTS_FILE))
-            if (path / STATE_FILE).is_file():
-                _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=False)  # hashed when read
-            state = clean_state_dict(_load_safetensors(path / WEIGHTS_FILE))
-        else:
-            state = clean_state_dict(_read_hf_weights(path))
-        if not state:
-            raise CheckpointError(f"{path} holds no weights")
-        return LoadedCheckpoint(path, kind, state, model_cfg, tokenizer, meta)
+    path = user_path(path)
+    if not path.exists():
+        raise CheckpointError(f"tokenizer {path} does not exist")
+    tok = BPETokenizer.load(path)
+    vocab = tok.tok.get_vocab(with_added_tokens=True)
+    names = {role: name for role, name in _ARTICLE_SPECIAL_TOKENS.items()
+             if getattr(tok, f"{role}_id") is None and name in vocab}
+    return BPETokenizer(tok.tok, **{"bos": tok.bos_token, "eos": tok.eos_token, "pad": tok.pad_token, **names}) \
+        if names else tok
+
+
+# ----------------------------------------------------------------------------- reading
+def _read_folder(path: Path, with_trainer_state: bool) -> LoadedCheckpoint:
+    meta = _read_json(path / CONFIG_FILE)
+    kind, model_cfg = _model_config_of(path, meta)
+    records = _records(meta, path) if kind == "speedboard" else {}
+    required = (WEIGHTS_FILE, TOKENIZER_FILE) if kind == "speedboard" else ()
+    for part in required:
+        if not (path / part).is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {part} is missing")
+    if kind == "speedboard" and records.get(STATE_FILE) and not (path / STATE_FILE).is_file():
+        raise CheckpointError(f"checkpoint {path} is incomplete: {STATE_FILE} is missing")
+    tokenizer = None
+    if (path / TOKENIZER_FILE).is_file():
+        _verify_file(path / TOKENIZER_FILE, records.get(TOKENIZER_FILE))
+        tokenizer = BPETokenizer.load(path)
+        check_tokenizer_fits(tokenizer, model_cfg)
+    if kind == "speedboard":
+        _verify_file(path / WEIGHTS_FILE, records.get(WEIGHTS_FILE))
+        if (path / STATE_FILE).is_file():
+            _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=False)  # hashed when read
+        state = clean_state_dict(_load_safetensors(path / WEIGHTS_FILE))
+    else:
+        state = clean_state_dict(_read_hf_weights(path))
+    if not state:
+        raise CheckpointError(f"{path} holds no weights")
+    trainer_state = None
+    if with_trainer_state and kind == "speedboard" and (path / STATE_FILE).is_file():
+        trainer_state = load_trainer_state(path / STATE_FILE, records.get(STATE_FILE))
+    return LoadedCheckpoint(path, kind, state, model_cfg, tokenizer, meta, trainer_state)
+
+
+def _read_file(path: Path) -> LoadedCheckpoint:
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
         state = _load_safetensors(path)
@@ -272,11 +440,15 @@ def read_checkpoint(path: str | Path) -> LoadedCheckpoint:
 
 
 def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    if path.suffix.lower() != ".safetensors":  # a pickle has no header: it is read whole
-        return {k: tuple(v.shape) for k, v in _read_weights_file(path).items()}
     try:
-        with safe_open(str(path), framework="pt") as f:  # the header only: no tensor data is read
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        if path.suffix.lower() == ".safetensors":
+            with safe_open(str(path), framework="pt") as f:  # the header only: no tensor data is read
+                return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        # A pickle has no header; a zip-format one is memory-mapped, so its weights are not read into RAM.
+        state = _extract_state_dict(_torch_load(path, mmap=zipfile.is_zipfile(path)), path)
+        return {k: tuple(v.shape) for k, v in state.items()}
+    except CheckpointError:
+        raise
     except Exception as exc:  # SafetensorError and friends: report, never crash
         raise CheckpointError(f"{path.name} is truncated or corrupted ({first_line(exc, 160)})") from None
 
@@ -288,7 +460,7 @@ def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     alone; a pickled state dict has to be unpickled whole. Checksums are not
     verified here (``read_checkpoint`` does that before anything is loaded).
     """
-    raw = Path(path).expanduser()
+    raw = user_path(path)
     if raw.is_dir() and raw.name.startswith(".") and ".tmp-" in raw.name:
         raise CheckpointError(f"{raw} is an unfinished save, not a checkpoint")
     path = latest_checkpoint(raw)
@@ -300,17 +472,126 @@ def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     elif path.suffix.lower() == ".safetensors" or path.suffix.lower() in PICKLE_SUFFIXES:
         files = [path]
     else:
-        raise CheckpointError(f"unsupported checkpoint file {path.name}")
+        raise CheckpointError(f"unsupported checkpoint file {path.name}: use a checkpoint folder, "
+                              f"a Hugging Face folder, or a .pt/.pth/.bin/.safetensors state dict")
     shapes: dict[str, tuple[int, ...]] = {}
     for file in files:
         shapes.update(_file_shapes(file))
     return clean_state_dict(shapes)  # keys only: it renames and drops entries, whatever their values
 
 
+def read_checkpoint(path: str | Path, *, trainer_state: bool = False) -> LoadedCheckpoint:
+    """Read any supported format into CPU tensors with clean keys; changes no model.
+
+    ``path`` may be a checkpoint folder, a run folder (its newest checkpoint,
+    also while the run writes and rotates them), a Hugging Face folder or a
+    state-dict file. ``trainer_state=True`` also reads and checks the trainer
+    state, in the same pass. Every problem is a CheckpointError.
+    """
+    return _read_newest(user_path(path),
+                        lambda p: _read_file(p) if p.is_file() else _read_folder(p, trainer_state))
+
+
+# ----------------------------------------------------------------------------- trainer state
+_STATE_KEYS = {"step", "tokens", "samples", "optimizer", "schedule"}
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_trainer_state(state: Any, path: Path) -> dict[str, Any]:
+    """Refuse, in one line, a trainer state whose structure or types are not what a resume uses.
+
+    A checksum only proves the file is the one that was saved; a file crafted or
+    written by another program can still hold anything.
+    """
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path} is not a valid Speedboard trainer state: {what}")
+
+    if not isinstance(state, dict) or not _STATE_KEYS <= state.keys():
+        missing = sorted(_STATE_KEYS - state.keys()) if isinstance(state, dict) else []
+        raise bad(f"{', '.join(missing)} missing" if missing else "not a dictionary")
+    for name in ("step", "tokens", "samples"):
+        if not _is_int(state[name]) or state[name] < 0:
+            raise bad(f"{name} must be an integer ≥ 0, got {_short(state[name])}")
+    if "seed" in state and not (_is_int(state["seed"]) and 0 <= state["seed"] <= MAX_SEED):
+        raise bad(f"seed must be an integer between 0 and 2**63 - 1, got {_short(state['seed'])}")
+    if "world_size" in state and not (_is_int(state["world_size"]) and state["world_size"] >= 1):
+        raise bad(f"world_size must be an integer ≥ 1, got {_short(state['world_size'])}")
+    wall = state.get("wall_time", 0.0)
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall) or wall < 0:
+        raise bad(f"wall_time must be a finite number ≥ 0, got {_short(wall)}")
+    for name in ("run_id", "parent"):
+        if state.get(name) is not None and not isinstance(state[name], str):
+            raise bad(f"{name} must be text, got {_short(state[name])}")
+    if state.get("train_config") is not None and not isinstance(state["train_config"], dict):
+        raise bad(f"train_config must be a dictionary, got {_short(state['train_config'])}")
+    _check_schedule(state["schedule"], bad)
+    _check_optimizer(state["optimizer"], bad)
+    if not isinstance(state.get("scaler", {}), dict):
+        raise bad(f"scaler must be a dictionary, got {_short(state['scaler'])}")
+    _check_rng(state.get("rng") or {}, bad)
+    return state
+
+
+def _check_schedule(schedule: Any, bad: Callable[[str], CheckpointError]) -> None:
+    names = ("max_lr", "min_lr", "warmup_tokens", "end_tokens", "start_tokens")
+    if not isinstance(schedule, dict) or not set(names) <= schedule.keys():
+        raise bad(f"schedule must hold {', '.join(names)}, got {_short(schedule)}")
+    for name in ("max_lr", "min_lr"):
+        value = schedule[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise bad(f"schedule {name} must be a finite number ≥ 0, got {_short(value)}")
+    for name in ("warmup_tokens", "end_tokens", "start_tokens"):
+        if not _is_int(schedule[name]) or schedule[name] < 0:
+            raise bad(f"schedule {name} must be an integer ≥ 0, got {_short(schedule[name])}")
+    if schedule["end_tokens"] <= schedule["start_tokens"]:
+        raise bad(f"schedule ends (end_tokens {schedule['end_tokens']}) before it starts "
+                  f"(start_tokens {schedule['start_tokens']})")
+
+
+def _check_optimizer(optimizer: Any, bad: Callable[[str], CheckpointError]) -> None:
+    if not isinstance(optimizer, dict) or not isinstance(optimizer.get("state"), dict) \
+            or not isinstance(optimizer.get("param_groups"), list):
+        raise bad("optimizer must be an optimizer state_dict (state and param_groups)")
+    for group in optimizer["param_groups"]:
+        if not isinstance(group, dict) or not isinstance(group.get("params"), list) \
+                or not all(_is_int(p) for p in group["params"]):
+            raise bad(f"each optimizer param group must list its parameters by index, got {_short(group)}")
+    for index, entry in optimizer["state"].items():
+        if not isinstance(entry, dict) or not all(isinstance(v, (torch.Tensor, int, float)) for v in entry.values()):
+            raise bad(f"the optimizer state of parameter {index!r} must map names to tensors or numbers")
+
+
+def _check_rng(rng: Any, bad: Callable[[str], CheckpointError]) -> None:
+    if not isinstance(rng, dict):
+        raise bad(f"rng must be a dictionary, got {_short(rng)}")
+    if "torch" in rng:
+        value = rng["torch"]
+        ok = isinstance(value, torch.Tensor) and value.dtype == torch.uint8
+        if ok:
+            try:
+                torch.Generator().set_state(value)  # a scratch generator: the exact check torch itself makes
+            except RuntimeError:
+                ok = False
+        if not ok:
+            raise bad(f"rng torch must be a CPU random-generator state, got {_short(value)}")
+    cuda = rng.get("cuda", [])
+    if not isinstance(cuda, (list, tuple)) or not all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8
+                                                       for t in cuda):
+        raise bad("rng cuda must be a list of CUDA random-generator states")
+
+
 def load_trainer_state(path: Path, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read ``trainer_state.pt`` (checked against its ``config.json`` record when given) and check its structure."""
     if record is not None:
         _verify_file(path, record)
-    state = _torch_load(path, "trainer state")
-    if not isinstance(state, dict) or not {"step", "tokens", "samples", "optimizer", "schedule"} <= state.keys():
-        raise CheckpointError(f"{path} is not a Speedboard trainer state")
-    return state
+    return _check_trainer_state(_torch_load(path, "trainer state"), path)

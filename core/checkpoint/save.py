@@ -9,12 +9,21 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from core.checkpoint.folders import AtomicFolder, file_record
+from core.checkpoint.folders import AtomicFolder, check_writable, file_record
 from core.checkpoint.keys import clean_state_dict, model_state_dict, plain_module
-from core.checkpoint.read import FORMAT, FORMAT_VERSION, STATE_FILE, WEIGHTS_FILE, read_checkpoint
+from core.checkpoint.read import (
+    CONFIG_CHECKSUM,
+    FORMAT,
+    FORMAT_VERSION,
+    STATE_FILE,
+    WEIGHTS_FILE,
+    config_checksum,
+    read_checkpoint,
+)
 from core.compile import CompiledModel
 from core.config import ModelConfig
 from core.errors import CheckpointError
+from core.paths import user_path
 from core.runs import CONFIG_FILE, library_versions
 from core.tokenizer import BPETokenizer
 
@@ -35,11 +44,6 @@ def _check_replaceable(target: Path, what: str) -> None:
     if any(target.iterdir()) and not _is_speedboard_checkpoint(target):
         raise CheckpointError(f"refusing to write the {what} to {target}: the folder exists, is not empty "
                               f"and is not a Speedboard checkpoint")
-
-
-def _os_error(exc: OSError, target: Path, what: str) -> CheckpointError:
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    return CheckpointError(f"cannot write the {what} to {target}: {reason}")
 
 
 # --------------------------------------------------------------------------- save
@@ -72,19 +76,20 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module | CompiledModel, *,
         **({"run": run_config} if run_config else {}),
         **(extra or {}),
     }
-    target = Path(path).expanduser()
+    target = user_path(path)
+    check_writable(target, "checkpoint")
     _check_replaceable(target, "checkpoint")
-    try:
-        with AtomicFolder(target) as tmp:
-            save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-            tokenizer.save(tmp)
-            if trainer_state is not None:
-                torch.save(trainer_state, tmp / STATE_FILE)
-            meta["files"] = {f.name: file_record(f) for f in sorted(tmp.iterdir())}
-            # config.json last: a folder without it is never taken for a checkpoint.
-            (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, default=str), encoding="utf-8")
-    except OSError as exc:
-        raise _os_error(exc, target, "checkpoint") from None
+    # Every failure to write in here is one CheckpointError (AtomicFolder), the temporary folder removed.
+    with AtomicFolder(target, "checkpoint") as tmp:
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        tokenizer.save(tmp)
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / STATE_FILE)
+        meta["files"] = {f.name: file_record(f) for f in sorted(tmp.iterdir())}
+        meta = json.loads(json.dumps(meta, default=str))  # the values as a reader will see them
+        meta[CONFIG_CHECKSUM] = config_checksum(meta)
+        # config.json last: a folder without it is never taken for a checkpoint.
+        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return target
 
 
@@ -106,18 +111,16 @@ def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
     # transformers ≥ 5 reads rope_theta from rope_parameters, older releases from the top level.
     hf["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     hf.update(special_ids)
-    target = Path(out).expanduser()
+    target = user_path(out)
+    check_writable(target, "export")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise CheckpointError(f"export folder {target} exists and is not empty")
-    try:
-        with AtomicFolder(target) as tmp:
-            save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS_FILE),
-                      metadata={"format": "pt"})
-            (tmp / CONFIG_FILE).write_text(json.dumps(hf, indent=2), encoding="utf-8")
-            (tmp / "generation_config.json").write_text(json.dumps(special_ids, indent=2), encoding="utf-8")
-            tok.save(tmp)
-            special = {k: v for k, v in tok.hf_config().items() if k.endswith("_token")}
-            (tmp / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
-    except OSError as exc:
-        raise _os_error(exc, target, "export") from None
+    with AtomicFolder(target, "export") as tmp:
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS_FILE),
+                  metadata={"format": "pt"})
+        (tmp / CONFIG_FILE).write_text(json.dumps(hf, indent=2), encoding="utf-8")
+        (tmp / "generation_config.json").write_text(json.dumps(special_ids, indent=2), encoding="utf-8")
+        tok.save(tmp)
+        special = {k: v for k, v in tok.hf_config().items() if k.endswith("_token")}
+        (tmp / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
     return target

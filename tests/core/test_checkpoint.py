@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -141,9 +142,9 @@ def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, tok, monkeypat
         return real_rename(src, dst)
 
     monkeypatch.setattr(os, "rename", rename_fails_for_new_folders)
-    with pytest.raises(CheckpointError, match="No space left on device"):  # a new step next to the old one
+    with pytest.raises(CheckpointError, match="no space left on the device"):  # a new step next to the old one
         ck.save_checkpoint(folder / "step_0000002", new_model, tokenizer=tok, step=2)
-    with pytest.raises(CheckpointError, match="No space left on device"):  # replacing the old one itself
+    with pytest.raises(CheckpointError, match="no space left on the device"):  # replacing the old one itself
         ck.save_checkpoint(previous, new_model, tokenizer=tok, step=2)
     assert sorted(p.name for p in folder.iterdir()) == ["step_0000001"]  # no half folder, hidden or not
 
@@ -190,9 +191,13 @@ def _good_folder(tmp_path: Path, tok, **model_changes) -> Path:
                               tokenizer=tok)
 
 
-def _edit_config(folder: Path, **changes) -> None:
+def _edit_config(folder: Path, checksum: bool = False, **changes) -> None:
+    """Edit a checkpoint's config.json as an older Speedboard wrote it (without its own checksum), or, with
+    ``checksum``, keep the saved checksum (now wrong)."""
     meta = json.loads((folder / "config.json").read_text())
     meta.update(changes)
+    if not checksum:
+        meta.pop(ck.CONFIG_CHECKSUM)
     (folder / "config.json").write_text(json.dumps(meta))
 
 
@@ -295,6 +300,41 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         path = tmp_path / "untied.pt"
         torch.save(make_model(7).state_dict(), path)
         return path
+    if kind == "config_edited":  # one setting changed by hand, the saved checksum kept: other maths
+        folder = _good_folder(tmp_path, tok)
+        text = (folder / "config.json").read_text()
+        assert '"rope_theta": 10000.0' in text
+        (folder / "config.json").write_text(text.replace('"rope_theta": 10000.0', '"rope_theta": 10001.0'))
+        return folder
+    if kind == "config_copies_disagree":  # an older folder (no checksum) whose two model copies differ
+        folder = ck.save_checkpoint(tmp_path / "two_copies", make_model(7), tokenizer=tok,
+                                    run_config={"model": make_model(7).config.to_dict()})
+        meta = json.loads((folder / "config.json").read_text())
+        _edit_config(folder, model={**meta["model"], "rms_norm_eps": 1e-6})
+        return folder
+    if kind == "files_not_a_mapping":
+        folder = _good_folder(tmp_path, tok)
+        _edit_config(folder, files=[1])
+        return folder
+    if kind == "random_bytes_pt":
+        path = tmp_path / "weights.pt"
+        path.write_bytes(bytes(torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(0),
+                                             dtype=torch.uint8).tolist()))
+        return path
+    if kind == "raw_pickle":  # pickle.dump of a state dict: not what torch.save writes
+        path = tmp_path / "weights.pt"
+        path.write_bytes(pickle.dumps(make_model(7).state_dict(), protocol=4))
+        return path
+    if kind in ("hf_index_outside", "hf_index_absolute"):
+        folder = tmp_path / "hf_sharded"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(make_model(0).config.to_hf_dict()))
+        outside = tmp_path / "elsewhere.safetensors"
+        save_file(make_model(7).state_dict(), str(outside))
+        shard = "../elsewhere.safetensors" if kind == "hf_index_outside" else str(outside)
+        weight_map = {k: shard for k in make_model(7).state_dict()}
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        return folder
     raise AssertionError(kind)
 
 
@@ -325,6 +365,13 @@ BAD_CASES = {
     "tokenizer_too_large": r"the tokenizer has \d+ tokens but the model's embedding has only \d+ rows",
     "shapeless_config_mismatch": "architecture mismatch .*rope_theta: expected 10000.0, found 500000.0",
     "own_head_into_tied_model": "has its own output head",
+    "config_edited": r"config\.json was changed after it was saved \(its checksum differs\)",
+    "config_copies_disagree": r"config\.json holds two different model settings",
+    "files_not_a_mapping": r"config\.json has an invalid record of its files",
+    "random_bytes_pt": r"weights\.pt is not a PyTorch weights file, or is truncated or corrupted",
+    "raw_pickle": r"weights\.pt is not a PyTorch weights file.*\(a plain pickle, not a file written by torch\.save\)",
+    "hf_index_outside": r"points outside its folder \('\.\./elsewhere\.safetensors'\): refused",
+    "hf_index_absolute": r"points outside its folder \('/.*elsewhere\.safetensors'\): refused",
 }
 
 
@@ -336,8 +383,10 @@ def test_bad_checkpoint_gives_one_clear_error_and_changes_nothing(kind, target, 
     # torch.compile is lazy: the wrapper is what users hold, and no compile happens here.
     into = torch.compile(model) if target == "compiled" else model
     path = _bad(kind, tmp_path, tok)
-    with pytest.raises(CheckpointError, match=BAD_CASES[kind]) as err:
-        ck.load_checkpoint(into, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing printed before the one line (torch warns about raw pickles)
+        with pytest.raises(CheckpointError, match=BAD_CASES[kind]) as err:
+            ck.load_checkpoint(into, path)
     assert isinstance(err.value, ValueError) and isinstance(err.value, SpeedboardError)
     message = str(err.value)
     assert "\n" not in message and len(message) < 400
@@ -387,9 +436,8 @@ ALL_COMMANDS = ("export", "init-from", "resume", "generate")
     ("folder_missing_weights", ALL_COMMANDS, None),
     ("tokenizer_too_large", ALL_COMMANDS, None),
     ("missing", ALL_COMMANDS, None),
-    # A bare state dict meets the preset's model (hidden 128) in a new run.
-    ("architecture_mismatch_state_dict", ("init-from",),
-     r"architecture mismatch .*model\.embed_tokens\.weight: expected \(\d+, 128\), found \(512, 32\)"),
+    ("config_edited", ALL_COMMANDS, None),
+    ("random_bytes_pt", ("init-from", "resume", "generate"), None),
 ])
 def test_cli_reports_a_bad_checkpoint_in_one_line(kind, commands, message, tmp_path, tok, capsys):
     path = str(_bad(kind, tmp_path, tok))
@@ -449,3 +497,27 @@ def test_next_save_clears_what_a_crashed_save_left(tmp_path, tok):
     ck.save_checkpoint(target, make_model(1), tokenizer=tok, step=2)
     assert ck.read_checkpoint(target).meta["step"] == 2
     assert sorted(p.name for p in folder.iterdir()) == sorted(["final", live_tmp.name, other.name])
+
+
+def test_a_bare_state_dict_meets_the_named_presets_model(tmp_path, tok, capsys):
+    """``--init-from weights.pt --preset tiny``: the preset's architecture, the vocabulary of the weights'
+    embedding; without --preset a state dict whose shapes do not tell the heads asks for one."""
+    path = str(_bad("architecture_mismatch_state_dict", tmp_path, tok))
+    small = ["--data", str(corpus_file(tmp_path)), "--vocab-size", "300", "--seq-len", "32", "--steps", "1",
+             "--out", str(tmp_path / "out"), "--no-progress"]
+    assert main(["train", "--init-from", path, "--preset", "tiny", *small]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"architecture mismatch .*model\.embed_tokens\.weight: expected \(512, 128\), "
+                     r"found \(512, 32\)", err), err
+    assert main(["train", "--init-from", path, *small]) == 2
+    assert "cannot be read from its tensors; give --preset or --config" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_older_checkpoint_without_a_config_checksum_still_loads(tmp_path, tok):
+    folder = _good_folder(tmp_path, tok)
+    assert ck.CONFIG_CHECKSUM in json.loads((folder / "config.json").read_text())
+    _edit_config(folder)  # as written before config.json carried its checksum
+    model = make_model(0)
+    ck.load_checkpoint(model, folder)
+    torch.testing.assert_close(logits(model, input_ids()), logits(make_model(7), input_ids()), rtol=0, atol=0)

@@ -1,6 +1,8 @@
 """Every checkpoint format loads into an eager and into an already compiled model, with identical logits:
 
-(a) Speedboard folders; (b) a plain state dict saved as the article shows; (c) a state dict saved from a
+(a) Speedboard folders; (b) bare state dicts: a plain one in Hugging Face's names, the article series'
+``LlamaForPretraining`` (``base_model.…`` with its rotary tables, as saved or from a compiled model), and
+Lightning checkpoints of either (``model.`` in front, under ``state_dict``); (c) a state dict saved from a
 compiled model without unwrapping (``_orig_mod.`` in front, or mid-key from per-block compilation);
 (d) DDP keys (``module.``) and mixes with (c); (e) Hugging Face Llama folders (safetensors or .bin).
 """
@@ -18,6 +20,7 @@ from torch._dynamo.utils import counters
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from core import checkpoint as ck
+from tests.core.article_model import article_model
 from tests.core.checkpoint_helpers import (
     hf_llama,
     hf_logits,
@@ -29,8 +32,9 @@ from tests.core.checkpoint_helpers import (
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-FORMATS = ["a_speedboard_folder", "b_article_pth", "c_compiled_pt", "c_compiled_safetensors", "c_per_block",
-           "d_ddp", "d_ddp_of_compiled", "d_compiled_ddp", "d_ddp_per_block_nanogpt_style",
+FORMATS = ["a_speedboard_folder", "b_plain_pth", "b_article_pth", "b_article_compiled_pth",
+           "b_lightning_article_ckpt", "b_lightning_hf_names_ckpt", "c_compiled_pt", "c_compiled_safetensors",
+           "c_per_block", "d_ddp", "d_ddp_of_compiled", "d_compiled_ddp", "d_ddp_per_block_nanogpt_style",
            "e_hf_safetensors", "e_hf_pytorch_bin"]
 EXPECTED_KIND = {"a": "speedboard", "b": "state_dict", "c": "state_dict", "d": "state_dict", "e": "huggingface"}
 
@@ -70,11 +74,25 @@ def build(fmt: str, folder: Path, tok) -> tuple[Path, torch.Tensor]:
     expected = logits(ref, ids)
     if fmt == "a_speedboard_folder":
         return ck.save_checkpoint(folder / fmt, torch.compile(ref), tokenizer=tok), expected
-    if fmt == "b_article_pth":
+    if fmt == "b_plain_pth":
         model = torch.compile(ref)
         path = folder / "model.pth"
         torch.save(getattr(model, "_orig_mod", model).state_dict(), path)
         return path, expected
+    if fmt.startswith(("b_article", "b_lightning_article")):
+        article = article_model(seed)
+        state = (torch.compile(article) if "compiled" in fmt else article).state_dict()
+        assert "base_model.rotary_emb.cos" in state or "_orig_mod.base_model.rotary_emb.cos" in state
+        if fmt.startswith("b_lightning"):  # a LightningModule holding it as self.model, saved by the Trainer
+            state = {"state_dict": {f"model.{k}": v for k, v in state.items()}, "epoch": 3, "global_step": 120}
+        path = folder / (f"{fmt}.ckpt" if "lightning" in fmt else f"{fmt}.pth")
+        torch.save(state, path)
+        with torch.no_grad():
+            return path, article(input_ids()).float()
+    if fmt == "b_lightning_hf_names_ckpt":
+        state = {"state_dict": {f"model.{k}": v for k, v in ref.state_dict().items()}, "epoch": 1}
+        torch.save(state, folder / "lightning.ckpt")
+        return folder / "lightning.ckpt", expected
     if fmt == "c_compiled_pt":
         state = torch.compile(ref).state_dict()
         assert next(iter(state)).startswith("_orig_mod.")
@@ -186,3 +204,4 @@ def test_saving_through_ddp_and_compile_wrappers_writes_plain_keys(tmp_path, tok
         assert set(loaded.state_dict) == plain_keys, name
         model, _ = ck.model_from_checkpoint(folder)
         torch.testing.assert_close(logits(model, input_ids()), logits(ref, input_ids()), rtol=0, atol=0)
+

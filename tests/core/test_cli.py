@@ -71,6 +71,13 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--device", "cuda"], "no CUDA device"),
     (["--lr", "-1"], "learning rate must be positive"),
     (["--compile", "reduce-overhead", "--accum", "2"], "max-autotune-no-cudagraphs"),
+    # Every number is range-checked before anything is created: seeds, non-finite floats, CLI-only settings.
+    (["--seed", "-1"], "seed must be between 0 and 2**63 - 1"),
+    (["--seed", "18446744073709551616"], "seed must be between 0 and 2**63 - 1"),
+    (["--lr", "inf"], "lr must be a finite number"),
+    (["--warmup", "nan"], "warmup ratio must be a finite number"),
+    (["--log-every", "0"], "--log-every: must be an integer ≥ 1, got 0"),
+    (["--log-every", "-3"], "--log-every: must be an integer ≥ 1, got -3"),
 ])
 def test_bad_input_is_one_line_exit_2_and_touches_nothing(existing_run, capsys, args, message):
     out_dir, run_dir, snapshot = existing_run
@@ -101,3 +108,56 @@ def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
     out = run_cli("train", "--data", str(tmp_path / "nope.txt"), "--out", str(tmp_path))
     assert out.returncode == 2
     assert out.stderr.strip() == f"speedboard: error: data source {tmp_path / 'nope.txt'} does not exist"
+
+
+CONFIG_FILES = {
+    "model_is_a_list": ({"model": []}, "the model section must be a JSON object, got list"),
+    "data_is_null": ({"data": None}, "the data section must be a JSON object, got NoneType"),
+    "unknown_preset": ({"preset": "nope"}, "unknown preset 'nope'; choose one of tiny, small, base"),
+    "preset_not_text": ({"preset": 3}, "preset must be text, got 3"),
+    "train_value_of_a_wrong_type": ({"train": {"micro_batch": "8"}}, "micro batch must be an integer, got '8'"),
+    "not_an_object": ([1, 2], "config.json does not hold a run configuration (a JSON object)"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CONFIG_FILES))
+def test_any_config_file_shape_is_a_valid_config_or_one_line(kind, existing_run, tmp_path, capsys):
+    out_dir, run_dir, snapshot = existing_run
+    data, message = CONFIG_FILES[kind]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["train", "--config", str(path), "--steps", "1", "--out", str(out_dir), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("speedboard: error: ") and err.endswith(message) and "\n" not in err, err
+    assert list(out_dir.iterdir()) == [run_dir]
+
+
+def test_a_config_file_without_a_model_section_takes_its_presets_model():
+    from core.config import PRESETS, RunConfig
+
+    cfg = RunConfig.from_dict({"preset": "small", "train": {"lr": 1e-4}})
+    small = PRESETS["small"]
+    assert cfg.model == small.model and cfg.preset == "small"
+    assert (cfg.data.seq_len, cfg.data.vocab_size, cfg.train.micro_batch) == (small.seq_len, small.vocab_size,
+                                                                              small.micro_batch)
+    assert cfg.train.lr == 1e-4 and cfg.train.min_lr == pytest.approx(1e-5)  # the file's own keys override
+    # With a model section the preset is only a label: the file's model is the model.
+    labelled = RunConfig.from_dict({"preset": "anything", "model": {"hidden_size": 64, "num_heads": 4,
+                                                                    "num_kv_heads": 2}})
+    assert labelled.model.hidden_size == 64 and labelled.preset == "anything"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--temperature", "nan"], "temperature must be a finite number, got nan"),
+    (["--temperature", "-1"], "temperature must be ≥ 0 (0 is greedy), got -1.0"),
+    (["--top-k", "-1"], "top-k must be ≥ 1, got -1"),
+    (["--top-k", "0"], "top-k must be ≥ 1, got 0"),
+    (["--seed", str(2**70)], "seed must be between 0 and 2**63 - 1"),
+    (["--max-new-tokens", "-1"], "max new tokens must be ≥ 1, got -1"),
+])
+def test_generate_checks_its_settings_before_reading_anything(args, message, tmp_path, capsys):
+    # The checkpoint does not even exist: the settings are refused first.
+    assert main(["generate", str(tmp_path / "no-such-run"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speedboard: error: ") and err.count("\n") == 1 and message in err, err

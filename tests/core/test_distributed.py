@@ -472,3 +472,60 @@ def test_process_capacity_names_the_kind_of_process():
         assert (kind, count) == ("cuda", torch.cuda.device_count())
     else:
         assert kind == "cpu" and count == (os.cpu_count() or 1)
+
+
+# --------------------------------------------------------------------------- the launcher's exit code
+FAKE_RANK0 = """
+import json, sys
+from pathlib import Path
+run_dir, behaviour = Path(sys.argv[1]), sys.argv[2]
+if behaviour == "refuse":  # rank 0 refuses (e.g. the run folder exists): torchrun reports a ChildFailedError
+    sys.exit(1)
+run_dir.mkdir(parents=True, exist_ok=True)
+with open(run_dir / "metrics.jsonl", "a") as f:
+    for step in (1, 2):
+        f.write(json.dumps({"event": "step", "run_id": run_dir.name, "time": float(step), "step": step,
+                            "tokens": 64 * step, "loss": 5.0, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 1.0,
+                            "step_time": 1.0, "peak_mem_gib": 0.1, "mem_gib": 0.1, "mfu": 0.1}) + "\\n")
+    if behaviour == "finish":
+        f.write(json.dumps({"event": "finished", "run_id": run_dir.name, "time": 3.0, "step": 2, "tokens": 128,
+                            "stopped": False, "final_loss": 5.0, "val_loss": None, "median_tokens_per_s": None,
+                            "compile_seconds": None, "peak_mem_gib": 0.1, "checkpoint": None}) + "\\n")
+(run_dir / "heartbeat.json").write_text("{}")
+sys.exit(0 if behaviour == "finish" else 137)  # "killed": rank 0 died without recording an ending
+"""
+
+
+@pytest.mark.parametrize("behaviour, code", [("refuse", 1), ("killed", 137), ("finish", 0)])
+def test_the_launchers_exit_code_follows_this_job_alone(behaviour, code, tmp_path, monkeypatch):
+    """An old run's "finished" in the same folder never counts; a rank 0 that died gets its ending recorded."""
+    from core.launch import run_outcome, run_torchrun
+    from core.runs import HEARTBEAT_FILE, JsonlSink
+
+    run_dir = tmp_path / "same-id"
+    run_dir.mkdir()
+    old = JsonlSink(run_dir / "metrics.jsonl")  # an earlier, finished run with the same id
+    old(RunFinished("same-id", 9.0, 5, 50, False, 1.0, None, None, None, 0.1, None))
+    old.close()
+    fake = tmp_path / "fake_torchrun.py"
+    fake.write_text(FAKE_RANK0)
+    monkeypatch.setattr("core.launch.torchrun_argv",
+                        lambda nproc, args: [sys.executable, str(fake), str(run_dir), behaviour])
+    assert run_torchrun(2, [], run_dir) == code
+    events = read_events(run_dir)
+    if behaviour == "killed":
+        assert isinstance(events[-1], RunFailed) and "rank 0 ended without recording an ending" in events[-1].message
+        assert events[-1].step == 2 and not (run_dir / HEARTBEAT_FILE).exists()
+        assert run_outcome(run_dir) == "failed"
+    elif behaviour == "refuse":
+        assert len(events) == 1  # the old run's folder is as it was
+
+
+def test_nproc_with_the_id_of_an_existing_run_is_refused_before_launching(tmp_path, capsys):
+    from core.cli import main
+
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    assert main(["train", "--nproc", "2", "--device", "cpu", "--run-id", "taken", "--out",
+                 str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run folder" in err and "already exists" in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -340,3 +341,62 @@ def test_resume_compiled_per_block_with_other_accumulation(stopped_parent, tmp_p
     model, _ = ck.model_from_checkpoint(written)
     ids = input_ids(vocab=model.config.vocab_size)
     torch.testing.assert_close(logits(model, ids), logits(compiled.model, ids), rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- crafted trainer states
+def _craft(state: dict, kind: str) -> None:
+    if kind == "rng_too_short":
+        state["rng"]["torch"] = torch.zeros(7, dtype=torch.uint8)
+    elif kind == "rng_not_bytes":
+        state["rng"]["torch"] = torch.zeros(5056, dtype=torch.float32)
+    elif kind == "empty_schedule":
+        state["schedule"] = {}
+    elif kind == "schedule_ends_before_it_starts":
+        state["schedule"]["end_tokens"] = 0
+    elif kind == "step_is_text":
+        state["step"] = "abc"
+    elif kind == "step_negative":
+        state["step"] = -5
+    elif kind == "optimizer_state_of_another_shape":
+        entry = next(iter(state["optimizer"]["state"].values()))
+        entry["exp_avg"] = torch.zeros(3, 3)
+    elif kind == "optimizer_without_groups":
+        state["optimizer"] = {"state": {}}
+    elif kind == "not_a_dict":
+        state.clear()
+        state["x"] = 1
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("rng_too_short", "rng torch must be a CPU random-generator state"),
+    ("rng_not_bytes", "rng torch must be a CPU random-generator state"),
+    ("empty_schedule", "schedule must hold max_lr, min_lr"),
+    ("schedule_ends_before_it_starts", "schedule ends"),
+    ("step_is_text", "step must be an integer ≥ 0, got 'abc'"),
+    ("step_negative", "step must be an integer ≥ 0, got -5"),
+    ("optimizer_state_of_another_shape", "exp_avg of parameter 0 has shape (3, 3)"),
+    ("optimizer_without_groups", "optimizer must be an optimizer state_dict"),
+    ("not_a_dict", "not a valid Speedboard trainer state: optimizer, samples, schedule, step, tokens missing"),
+])
+def test_a_crafted_trainer_state_with_a_valid_checksum_is_one_line_before_any_folder(kind, message, stopped_parent,
+                                                                                     tmp_path, capsys):
+    """The checksum proves a file is the one saved; its structure is checked too, so a file crafted or written
+    by another program is one line and exit code 2, before a run folder exists."""
+    _, checkpoint = stopped_parent
+    crafted = tmp_path / "crafted"
+    shutil.copytree(checkpoint, crafted)
+    state = torch.load(crafted / ck.STATE_FILE, weights_only=True)
+    _craft(state, kind)
+    torch.save(state, crafted / ck.STATE_FILE)
+    meta = json.loads((crafted / "config.json").read_text())
+    meta["files"][ck.STATE_FILE] = ck.file_record(crafted / ck.STATE_FILE)
+    meta[ck.CONFIG_CHECKSUM] = ck.config_checksum(meta)  # every checksum valid
+    (crafted / "config.json").write_text(json.dumps(meta))
+    out = tmp_path / "out"
+    assert main(["train", "--resume", str(crafted), "--data", str(corpus_file(checkpoint.parents[3])),
+                 "--steps", "6", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speedboard: error: ") and err.count("\n") == 1 and message in err, err
+    assert not out.exists()

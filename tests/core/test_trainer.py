@@ -212,3 +212,21 @@ def test_same_seed_same_run_and_schedule_follows_tokens(micro):
     assert len(runs[0]) == 8 and len(runs[2]) == 2
     for t, (_, lr) in runs[2].items():
         assert lr == pytest.approx(runs[0][t][1])
+
+
+def test_a_sink_that_raises_never_ends_the_run(micro):
+    """A consumer's failure (a closed pipe, a bug) is recorded once in the run folder; training goes on."""
+    calls = []
+
+    def broken(event):
+        calls.append(event)
+        if isinstance(event, StepMetrics):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    result = train(micro(train={"budget": 3}), sink=broken)
+    assert result.step == 3 and result.checkpoint.is_dir()
+    assert len([e for e in calls if isinstance(e, StepMetrics)]) == 3  # still called
+    events = read_events(result.run_dir)
+    warnings = [e.message for e in events if isinstance(e, WarningRaised)]
+    assert len(warnings) == 1 and "the event consumer failed (BrokenPipeError" in warnings[0], warnings
+    assert isinstance(events[-1], RunFinished)

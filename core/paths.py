@@ -1,0 +1,111 @@
+"""Paths a user gives, resolved once and the same way, and checked before anything is written.
+
+Every path that enters from outside (a flag, an environment variable, a
+dialog, an API argument) goes through ``user_path``: ``~`` is expanded and a
+relative path is made absolute against the current folder, so the run
+folder, its metrics and its checkpoints always land in the same place.
+``why_not_writable`` says, without creating anything, why a folder cannot be
+created or written at a path; ``why_write_failed`` turns a failed write into
+a reason a person can act on (a full disk, a file-size limit).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+
+def user_path(value: str | os.PathLike[str]) -> Path:
+    """``value`` as the user meant it: ``~`` expanded, made absolute (symbolic links are kept)."""
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(value))))
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows): os.access alone decides
+        return False
+
+
+def why_not_writable(path: str | os.PathLike[str]) -> str | None:
+    """Why a folder cannot be created (or written into) at ``path``; None when nothing stands in the way.
+
+    Looks at the nearest part of the path that exists: a file there, a
+    read-only file system or a folder without write permission is the reason.
+    Nothing is created.
+    """
+    target = user_path(path)
+    probe = target
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        probe = probe.parent
+    if probe.is_symlink() and not probe.exists():
+        return f"{probe} is a broken symbolic link"
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if _read_only(probe):
+        return f"{probe} is on a read-only file system"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable (permission denied)"
+    return None
+
+
+_DISK_FULL_BYTES = 1 << 20
+"""Below this much free space, a failed write is put down to a full disk."""
+
+
+def _file_size_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    # safetensors (Rust) reports "I/O error: File too large (os error 27)"
+    text = str(exc)
+    marker = "(os error "
+    at = text.rfind(marker)
+    if at >= 0:
+        digits = text[at + len(marker):].split(")")[0]
+        if digits.isdigit():
+            return int(digits)
+    return None
+
+
+def why_write_failed(exc: BaseException, where: str | os.PathLike[str]) -> str:
+    """A reason a person can act on for a write under ``where`` that raised ``exc``.
+
+    Libraries report a full disk in their own words (``torch.save``: "unexpected
+    pos …"; safetensors: "File too large (os error 27)"), so the disk itself is
+    asked as well: its free space and the process's file-size limit.
+    """
+    code = _errno_of(exc)
+    limit = _file_size_limit()
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return "no space left on the device" if code == errno.ENOSPC else "the disk quota is used up"
+    if code == errno.EFBIG:
+        return (f"a file reached the file-size limit of {limit:,} bytes (ulimit -f)" if limit is not None
+                else "a file grew beyond what the file system allows")
+    if code is not None and isinstance(exc, OSError):
+        return exc.strerror or os.strerror(code)
+    # No error number: ask the disk.
+    probe = user_path(where)
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        free = None
+    if free is not None and free < _DISK_FULL_BYTES:
+        return f"the disk is full ({free:,} bytes free)"
+    if limit is not None:
+        return f"a file may have reached the file-size limit of {limit:,} bytes (ulimit -f)"
+    from core.errors import first_line
+
+    return f"{type(exc).__name__}: {first_line(exc, 160)}"

@@ -1,0 +1,141 @@
+"""How a command-line run answers signals: stop at a safe point, abort promptly, and record how it ended.
+
+- SIGINT (Ctrl-C): the first stops the run after the current optimizer step,
+  which saves a final checkpoint; during torch.compile's first step it says
+  that the stop comes once compilation has finished. A second Ctrl-C aborts.
+  During set-up, where there is nothing to save yet, the first one aborts.
+- SIGHUP (the terminal was closed): stops after the current step and saves, as
+  a first Ctrl-C does; nobody reads the console any more, so nothing is said.
+- SIGTERM: aborts (torchrun ends a job this way when another process failed).
+
+An abort raises an exception in the main thread, which the trainer records in
+``metrics.jsonl`` on its way out. Python runs signal handlers wherever the
+main thread happens to be, and an exception raised inside a weakref callback
+or ``__del__`` (frequent while torch.compile runs) is printed and discarded.
+So every abort also arms a watchdog thread: if the process is still running
+``ABORT_GRACE_S`` seconds later, the watchdog records the ending itself and
+ends the process. From the first abort on, a further Ctrl-C ends the process
+at once (the system's default action).
+
+A SIGHUP that ``nohup`` set to be ignored stays ignored. SIGINT is always
+handled: a shell ignores it in background jobs to shield them from the
+terminal's Ctrl-C, but ``kill -INT`` is how scripts and the dashboard ask a
+run to stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Protocol
+
+from core.distributed import JobTerminated
+
+ABORT_GRACE_S = 5.0
+"""How long an abort may take to reach the training loop before the watchdog ends the process."""
+
+
+class HungUp(JobTerminated):
+    """SIGHUP during set-up, or a second one: the terminal is gone and the run cannot stop gently."""
+
+    exit_code = 128 + getattr(signal, "SIGHUP", 1)
+
+
+class Run(Protocol):
+    """What the signal handlers need to know about the trainer."""
+
+    @property
+    def stoppable(self) -> bool: ...
+
+    compiling: bool
+
+    def record_abort(self, message: str) -> None: ...
+
+
+class StopSignals:
+    """Installs the handlers for one run (main thread only); ``restore`` puts the previous ones back."""
+
+    def __init__(self, control, run: Run, *, speak: bool = True, grace_s: float = ABORT_GRACE_S) -> None:
+        self.control = control
+        self.run = run
+        self.speak = speak
+        self.grace_s = grace_s
+        self._previous: dict[int, object] = {}
+        self._finished = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ installing
+    def install(self) -> StopSignals:
+        handlers = {signal.SIGINT: self._on_interrupt, signal.SIGTERM: self._on_terminate}
+        if hasattr(signal, "SIGHUP"):
+            handlers[signal.SIGHUP] = self._on_hangup
+        for signum, handler in handlers.items():
+            if signum == getattr(signal, "SIGHUP", None) and signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # nohup: closing the terminal must not stop the run
+            self._previous[signum] = signal.signal(signum, handler)
+        return self
+
+    def restore(self) -> None:
+        """The run is over (its ending recorded): disarm the watchdog, put the previous handlers back."""
+        self._finished.set()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> StopSignals:
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    # ------------------------------------------------------------------ handlers
+    def _say(self, text: str) -> None:
+        if not self.speak:
+            return
+        try:
+            print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # the terminal is gone: saying it is best-effort
+            pass
+
+    def _stop_message(self) -> str | None:
+        """What a gentle stop means now; None when there is no step to stop after (set-up: abort instead)."""
+        if not self.run.stoppable:
+            return None
+        if self.run.compiling:
+            return ("\nstopping after this step: torch.compile is compiling it, so the run stops once "
+                    "compilation has finished (Ctrl-C again to abort) …")
+        return "\nstopping after this step (Ctrl-C again to abort) …"
+
+    def _on_interrupt(self, signum, frame) -> None:
+        message = self._stop_message()
+        if self.control.stop_requested or message is None:
+            self._abort(KeyboardInterrupt("interrupted (Ctrl-C)"), 128 + signal.SIGINT)
+        self.control.stop()
+        self._say(message)
+
+    def _on_hangup(self, signum, frame) -> None:
+        if self.control.stop_requested or self._stop_message() is None:
+            self._abort(HungUp("the terminal was closed (SIGHUP)"), HungUp.exit_code)
+        self.control.stop()
+
+    def _on_terminate(self, signum, frame) -> None:
+        self._abort(JobTerminated("terminated (SIGTERM): the job was ended, by its launcher when another "
+                                  "process failed, or by the user"), 128 + signal.SIGTERM)
+
+    def _abort(self, exc: BaseException, exit_code: int) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # from now on Ctrl-C ends the process at once
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, args=(str(exc), exit_code),
+                                              name="speedboard-abort-watchdog", daemon=True)
+            self._watchdog.start()
+        raise exc
+
+    def _watch(self, message: str, exit_code: int) -> None:
+        if self._finished.wait(self.grace_s):
+            return  # the exception reached the loop and the run recorded its ending
+        # The exception was swallowed where the signal landed: end the process from here.
+        self.run.record_abort(f"{message}; ended at once: the interrupt did not reach the training loop")
+        self._say("speedboard: aborted")
+        os._exit(exit_code)

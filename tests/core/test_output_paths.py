@@ -1,0 +1,107 @@
+"""Where a run writes: every user path resolved once, the same way; an output that cannot be written is one
+line and exit code 2 before anything is created, with one process or several."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from core import checkpoint as ck
+from core.cli import main
+from core.paths import user_path, why_not_writable
+from tests.core.checkpoint_helpers import corpus_file, make_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def small(tmp_path: Path) -> list[str]:
+    return ["--data", str(corpus_file(tmp_path)), "--vocab-size", "300", "--seq-len", "32", "--micro-batch", "2",
+            "--steps", "1", "--eval-every", "0", "--no-progress"]
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("speedboard: error: ") and err.count("\n") == 1, err
+    return err.strip()
+
+
+@pytest.fixture
+def a_file(tmp_path) -> Path:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a folder")
+    return path
+
+
+@pytest.mark.parametrize("where", ["out_is_a_file", "out_below_a_file", "home_is_a_file", "nproc_out_is_a_file"])
+def test_an_output_in_the_way_of_a_file_is_one_line_before_anything_is_created(where, tmp_path, a_file, capsys,
+                                                                             monkeypatch):
+    before = sorted(tmp_path.rglob("*"))
+    args = ["train", *small(tmp_path)]
+    if where == "home_is_a_file":
+        monkeypatch.setenv("SPEEDBOARD_HOME", str(a_file))
+    else:
+        args += ["--out", str(a_file if where != "out_below_a_file" else a_file / "runs")]
+    if where == "nproc_out_is_a_file":
+        args += ["--nproc", "2", "--device", "cpu"]  # refused before torchrun starts: one line, not one per process
+    assert main(args) == 2
+    err = one_error_line(capsys)
+    assert f"cannot create run folders in {a_file}" in err and f"{a_file} is a file, not a folder" in err, err
+    assert ("SPEEDBOARD_HOME" in err) == (where == "home_is_a_file")
+    assert a_file.read_text() == "not a folder"
+    after = sorted(p for p in tmp_path.rglob("*") if p.name != "corpus.txt")
+    assert after == [p for p in before if p.name != "corpus.txt"]  # nothing created
+
+
+def test_a_read_only_output_is_one_line(tmp_path, capsys, monkeypatch):
+    """A read-only file system (simulated: the test runs as a user that may write anywhere)."""
+    out = tmp_path / "mnt" / "runs"
+    (tmp_path / "mnt").mkdir()
+    monkeypatch.setattr("core.paths._read_only", lambda path: Path(path) == tmp_path / "mnt")
+    assert why_not_writable(out) == f"{tmp_path / 'mnt'} is on a read-only file system"
+    assert main(["train", *small(tmp_path), "--out", str(out)]) == 2
+    assert "is on a read-only file system" in one_error_line(capsys)
+    assert list((tmp_path / "mnt").iterdir()) == []
+
+
+def test_a_folder_that_cannot_be_created_after_the_check_is_still_one_line(tmp_path, capsys, monkeypatch):
+    """The check and the creation are apart in time (another process, a mount): the creation's own failure
+    is one line too, and nothing is left."""
+    real_mkdir = Path.mkdir
+
+    def read_only_mkdir(self, *args, **kwargs):
+        if self.parent == tmp_path / "runs":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only_mkdir)
+    assert main(["train", *small(tmp_path), "--out", str(tmp_path / "runs")]) == 2
+    assert "cannot create the run folder" in one_error_line(capsys)
+
+
+def test_a_tilde_in_out_is_the_home_folder_for_every_file_of_the_run(tmp_path, monkeypatch, capsys):
+    """``--out '~/x'`` (quoted, so no shell expanded it): config, metrics and checkpoints all under $HOME/x."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    assert main(["train", *small(tmp_path), "--out", "~/x"]) == 0
+    (run_dir,) = (home / "x").iterdir()
+    assert {"config.json", "metrics.jsonl", "tokenizer.json", "checkpoints"} <= {p.name for p in run_dir.iterdir()}
+    assert ck.list_checkpoints(run_dir / "checkpoints")
+    assert list(cwd.iterdir()) == []  # no ./~ folder
+    assert user_path("~/x") == home / "x" and user_path("rel") == cwd / "rel"
+    # The same resolver for every path a user gives: a relative checkpoint path, a save request.
+    monkeypatch.chdir(home)
+    assert ck.read_checkpoint(Path("x") / run_dir.name).source.parent.parent == run_dir
+
+
+def test_export_to_a_path_below_a_file_says_so(tmp_path, a_file, tok, capsys):
+    checkpoint = ck.save_checkpoint(tmp_path / "ckpt", make_model(0), tokenizer=tok)
+    assert main(["export", str(checkpoint), str(a_file / "exported")]) == 2
+    err = one_error_line(capsys)
+    assert err.endswith(f"cannot write the export to {a_file / 'exported'}: {a_file} is a file, not a folder"), err
+    assert a_file.read_text() == "not a folder"

@@ -1,0 +1,225 @@
+"""Every way a run can end is recorded: Ctrl-C (once: stop and save; twice: abort, always), a closed
+terminal, SIGTERM, a closed stdout pipe; and a run killed with kill -9 reads as not running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from core import checkpoint as ck
+from core.control import Control
+from core.distributed import JobTerminated
+from core.runs import HEARTBEAT_FILE, METRICS_FILE, Heartbeat, RunState, run_state, writer_alive
+from core.stopping import HungUp, StopSignals
+from tests.core.checkpoint_helpers import corpus_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeRun:
+    """What the handlers see of a trainer."""
+
+    def __init__(self, stoppable: bool = True, compiling: bool = False) -> None:
+        self.stoppable, self.compiling, self.aborts = stoppable, compiling, []
+
+    def record_abort(self, message: str) -> None:
+        self.aborts.append(message)
+
+
+# --------------------------------------------------------------------------- the handlers themselves
+def test_first_ctrl_c_stops_gently_and_says_when_a_compile_delays_it(capsys):
+    control, run = Control(), FakeRun(compiling=True)
+    with StopSignals(control, run) as signals:
+        signals._on_interrupt(signal.SIGINT, None)
+        assert control.stop_requested
+        assert "once compilation has finished" in capsys.readouterr().err
+        with pytest.raises(KeyboardInterrupt):  # the second one aborts
+            signals._on_interrupt(signal.SIGINT, None)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL  # a third would end the process at once
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    signals._watchdog.join(60)
+    assert not signals._watchdog.is_alive()
+    assert run.aborts == []  # the abort reached the caller: the watchdog stood down
+
+
+def test_ctrl_c_during_set_up_aborts_at_once_and_sighup_stops_like_ctrl_c():
+    with StopSignals(Control(), FakeRun(stoppable=False)) as signals, pytest.raises(KeyboardInterrupt):
+        signals._on_interrupt(signal.SIGINT, None)  # nothing to save yet
+    control = Control()
+    with StopSignals(control, FakeRun()) as signals:
+        signals._on_hangup(signal.SIGHUP, None)
+        assert control.stop_requested  # stop after this step, and save
+        with pytest.raises(HungUp):
+            signals._on_hangup(signal.SIGHUP, None)
+        with pytest.raises(JobTerminated):
+            signals._on_terminate(signal.SIGTERM, None)
+
+
+def test_nohup_keeps_sighup_ignored_but_kill_int_always_stops():
+    """``nohup speedboard train``: closing the terminal must not stop the run. A background job's ignored
+    SIGINT is still handled: ``kill -INT`` is how scripts and the dashboard stop a run."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGINT)}
+    try:
+        with StopSignals(Control(), FakeRun()) as signals:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGINT) == signals._on_interrupt
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored as it was
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+SWALLOWED = textwrap.dedent("""
+    import os, signal, time, weakref
+    from core.control import Control
+    from core.stopping import StopSignals
+
+    class Run:
+        stoppable, compiling = True, True
+        def record_abort(self, message):
+            print("recorded:", message, flush=True)
+
+    StopSignals(Control(), Run(), grace_s=1.0).install()
+    os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: stop after this step
+
+    class Thing:
+        pass
+
+    def callback(ref):  # the second lands in a weakref callback, as it can while torch.compile runs
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs here; Python discards what it raises
+            pass
+
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    del thing
+    print("the interrupt was swallowed", flush=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # "training" goes on: only the watchdog can end this
+        time.sleep(0.01)
+    print("still running", flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_that_python_swallows_still_aborts_and_records_it():
+    proc = subprocess.run([sys.executable, "-c", SWALLOWED], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "the interrupt was swallowed" in proc.stdout  # the case being guarded against really happened
+    assert "still running" not in proc.stdout
+    assert proc.returncode == 128 + signal.SIGINT, (proc.returncode, proc.stdout, proc.stderr)
+    assert "recorded: interrupted (Ctrl-C); ended at once" in proc.stdout
+    assert "once compilation has finished" in proc.stderr and "speedboard: aborted" in proc.stderr
+
+
+# --------------------------------------------------------------------------- real runs
+def start_run(tmp_path: Path, *extra: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, Path]:
+    out = tmp_path / "runs"
+    args = [sys.executable, "-m", "core.cli", "train", "--data", str(corpus_file(tmp_path)), "--vocab-size", "300",
+            "--seq-len", "32", "--micro-batch", "2", "--eval-every", "0", "--no-progress", "--out", str(out), *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(args, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env), out
+
+
+def wait_for_steps(out: Path, proc: subprocess.Popen, count: int = 2, timeout: float = 240) -> Path:
+    """The run folder once it has recorded ``count`` steps (polls the file the run appends to)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        for metrics in out.glob(f"*/{METRICS_FILE}"):
+            if metrics.read_text().count('"event": "step"') >= count:
+                return metrics.parent
+        time.sleep(0.05)
+    raise AssertionError("the run recorded no steps")
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_closing_the_terminal_stops_after_the_step_and_saves(tmp_path):
+    proc, out = start_run(tmp_path, "--steps", "100000")
+    run_dir = wait_for_steps(out, proc)
+    assert run_state(run_dir).state == "running" and writer_alive(run_dir)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(240) == 0, proc.stderr.read()
+    last = events(run_dir)[-1]
+    assert last["event"] == "finished" and last["stopped"], last
+    assert ck.read_checkpoint(run_dir).meta["step"] == last["step"]
+    assert not (run_dir / HEARTBEAT_FILE).exists() and run_state(run_dir) == RunState("stopped")
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_kill_9_reads_as_not_running(tmp_path):
+    proc, out = start_run(tmp_path, "--steps", "100000")
+    run_dir = wait_for_steps(out, proc)
+    assert run_state(run_dir).state == "running"
+    proc.kill()
+    proc.wait(60)
+    assert events(run_dir)[-1]["event"] == "step"  # no ending could be recorded
+    state = run_state(run_dir)
+    assert state.state == "not running" and state.ended and "process is gone" in state.message
+    assert not writer_alive(run_dir)
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_pipe_silences_the_console_not_the_run(tmp_path):
+    """``speedboard train … | head -3``: the run trains to its end and saves its checkpoint."""
+    proc, out = start_run(tmp_path, "--steps", "30", "--log-every", "1", stdout=subprocess.PIPE)
+    lines = [proc.stdout.readline() for _ in range(3)]
+    proc.stdout.close()  # head exits
+    assert proc.wait(240) == 0
+    err = proc.stderr.read()
+    assert "BrokenPipe" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+    assert lines[0].startswith("started") and lines[1].startswith("step")
+    (run_dir,) = out.iterdir()
+    assert events(run_dir)[-1]["event"] == "finished"
+    assert ck.read_checkpoint(run_dir).meta["step"] == 30
+
+
+# --------------------------------------------------------------------------- liveness, without processes
+def test_liveness_from_the_heartbeat_and_for_older_run_folders(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert run_state(run_dir).state == "not running"  # nothing at all
+    beat = Heartbeat(run_dir, every_s=0.05).start()
+    try:
+        assert writer_alive(run_dir) and run_state(run_dir).state == "running"
+        later = time.time() + 3600  # an hour without a beat: a writer on another machine that is gone
+        info = json.loads((run_dir / HEARTBEAT_FILE).read_text())
+        assert info["pid"] == os.getpid()
+        assert writer_alive(run_dir, now=later) is False
+    finally:
+        beat.stop()
+    assert not (run_dir / HEARTBEAT_FILE).exists()
+    # A heartbeat of a process that is gone on this machine: not running at once.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (run_dir / HEARTBEAT_FILE).write_text(json.dumps({"pid": int(dead.stdout), "host": os.uname().nodename}))
+    assert not writer_alive(run_dir)
+    # A folder written before heartbeats: its metrics file's age decides.
+    (run_dir / HEARTBEAT_FILE).unlink()
+    (run_dir / METRICS_FILE).write_text('{"event": "warning", "run_id": "r", "time": 1.0, "message": "x"}\n')
+    assert run_state(run_dir).state == "running"
+    assert run_state(run_dir, now=time.time() + 3600).state == "not running"
+
+
+def test_a_heartbeat_keeps_beating_while_the_main_thread_is_busy(tmp_path):
+    """As during a long compile: the main thread never waits, the heartbeat still gets its turn."""
+    path = tmp_path / HEARTBEAT_FILE
+    beat = Heartbeat(tmp_path, every_s=0.01).start()
+    first = path.stat().st_mtime_ns
+    deadline = time.monotonic() + 60
+    try:
+        while path.stat().st_mtime_ns == first and time.monotonic() < deadline:
+            sum(range(10_000))  # busy, never sleeping
+        assert path.stat().st_mtime_ns != first
+    finally:
+        beat.stop()
