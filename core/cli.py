@@ -450,12 +450,13 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
 
     cfg = dataclasses.replace(base, **overrides)
     control = Control()
-    signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
+    previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
     sink = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
     try:
         prepared = prepare_corpus(cfg, sink=sink, should_stop=lambda: control.stop_requested)
     finally:
         sink.close()
+        signal.signal(signal.SIGINT, previous)
     store = prepared.store
     if not prepared.from_store:
         chars = store.manifest.get("text_chars", 0)

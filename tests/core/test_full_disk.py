@@ -63,6 +63,7 @@ def test_a_full_metrics_file_is_said_once_and_the_run_goes_on_to_its_final_check
 
 def test_a_run_on_a_full_disk_trains_to_its_end_and_says_why_nothing_is_saved(tmp_path):
     corpus = str(corpus_file(tmp_path))
+    prepare_data(DataConfig(source=corpus, vocab_size=300, seq_len=32))  # the token store is written here
     limit = 12_000  # room for the run folder's config and tokenizer, not for checkpoints or all metrics
     proc = limited("cli", limit, "train", "--data", corpus, "--vocab-size", "300", "--seq-len", "32",
                    "--micro-batch", "2", "--steps", "60", "--save-every", "20", "--eval-every", "0",
