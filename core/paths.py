@@ -22,6 +22,20 @@ def user_path(value: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(value))))
 
 
+def fsync(path: str | os.PathLike[str]) -> None:
+    """Flush a file or folder to disk; a no-op where the platform cannot (folders on Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _read_only(path: Path) -> bool:
     try:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)

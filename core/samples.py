@@ -14,6 +14,8 @@ then widened to int64, one micro-batch at a time.
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 import torch
 
@@ -25,7 +27,7 @@ _CHUNK = 1 << 20
 """Indices per chunk when counting targets over a whole global batch: memory stays bounded."""
 
 
-class StoreSamples:
+class StoreSamples(abc.ABC):
     """The samples of one layout over a store; subclasses say how sample i is cut."""
 
     def __init__(self, store: TokenStore, seq_len: int, pad_id: int | None) -> None:
@@ -37,15 +39,17 @@ class StoreSamples:
     def seq_len(self) -> int:
         return self.width - 1
 
+    @abc.abstractmethod
     def __len__(self) -> int:
-        raise NotImplementedError
+        """Samples of this layout."""
 
+    @abc.abstractmethod
     def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows of ``width`` tokens in the store's dtype, real tokens per row)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def row_lengths(self, indices: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """Real tokens of each sample (before truncation to ``width``)."""
 
     def batch(self, indices) -> Batch:
         idx = np.asarray(indices, dtype=np.int64)

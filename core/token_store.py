@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import Cancelled, DataError
+from core.paths import fsync
 from core.sources import Source, sampled_sha256
 from core.tokenizer import BPETokenizer, cache_dir
 
@@ -241,16 +242,6 @@ def _pack(encodings: list, dtype: np.dtype, bos: int, eos: int) -> tuple[np.ndar
     return out, starts
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, tokenizer_origin: str,
                 progress: Callable[[int, int, int], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, batch_chars: int = 1 << 22) -> TokenStore:
@@ -318,16 +309,16 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             "digest": _digest(tmp, documents, tokens), "seconds": round(time.perf_counter() - t0, 3),
         }
         for name in (TOKENS, OFFSETS, TOKENIZER):
-            _fsync(tmp / name)
+            fsync(tmp / name)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        _fsync(tmp / MANIFEST)
+        fsync(tmp / MANIFEST)
         if _complete(final):  # another process finished first (no lock on this platform)
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             if final.exists():  # a damaged store of the same key: moved aside, then replaced
                 remove_store(final)
             os.rename(tmp, final)
-            _fsync(folder)
+            fsync(folder)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         # About 0.3 tokens per byte of text for a BPE vocabulary of a few thousand tokens or more.

@@ -14,21 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CheckpointError, SpeedboardError
-from core.paths import user_path, why_not_writable, why_write_failed
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file or folder to disk; a no-op where the platform cannot (folders on Windows)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+from core.paths import fsync, user_path, why_not_writable, why_write_failed
 
 
 def _host_tag() -> str:
@@ -88,8 +74,8 @@ class AtomicFolder:
             return  # a user error raised inside, or KeyboardInterrupt: as it is
         try:
             for f in self.tmp.iterdir():
-                _fsync(f)
-            _fsync(self.tmp)
+                fsync(f)
+            fsync(self.tmp)
             self.commit()
         except Exception as exc:
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -113,7 +99,7 @@ class AtomicFolder:
             if old is not None:
                 os.rename(old, self.target)
             raise
-        _fsync(self.target.parent)
+        fsync(self.target.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
