@@ -555,11 +555,12 @@ def _bare_architecture(loaded, args: argparse.Namespace):
 def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
-    from core.checkpoint import check_tokenizer_fits, load_tokenizer_file, load_weights, read_checkpoint
+    from core.checkpoint import check_tokenizer_fits, load_weights, read_checkpoint
     from core.config import GenerationConfig
     from core.device import resolve_device
     from core.errors import CheckpointError, ConfigError
     from core.model import LlamaForCausalLM
+    from core.tokenizer import load_tokenizer_file
 
     settings = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                 top_k=args.top_k, seed=args.seed)  # checked before anything is read

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from core.errors import CheckpointError, DataError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event
 from core.sources import Source, resolve_source
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
-from core.tokenizer import _ALIASES, BPETokenizer, cache_dir, get_tokenizer
+from core.tokenizer import BPETokenizer, cache_dir, check_special_tokens, get_tokenizer, load_tokenizer_file
 
 _TOKENIZER_KEY_FORMAT = "speedboard-source-tokenizer-1"
 
@@ -48,30 +47,6 @@ class PreparedCorpus:
 def trained_origin(cfg: DataConfig) -> str:
     return (f"trained on the corpus' first {cfg.tokenizer_train_docs:,} documents at most "
             f"({cfg.vocab_size} tokens asked)")
-
-
-def load_tokenizer_file(path: str) -> BPETokenizer:
-    """``--tokenizer FILE``: a ``tokenizer.json`` (or a folder holding one); DataError naming the setting."""
-    p = Path(path).expanduser()
-    try:
-        st = p.stat()
-    except OSError:
-        raise DataError(f"tokenizer file {path} does not exist", "tokenizer") from None
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-        raise DataError(f"tokenizer {path} is not a regular file", "tokenizer")
-    try:
-        tok = BPETokenizer.load(p)
-    except CheckpointError as exc:
-        raise DataError(f"{exc} (is it a Hugging Face tokenizer.json?)", "tokenizer") from None
-    check_special_tokens(tok, str(path))
-    return tok
-
-
-def check_special_tokens(tok: BPETokenizer, origin: str) -> None:
-    """Every sample ends documents with an end-of-text token: a tokenizer without one cannot be used."""
-    if tok.eos_id is None:
-        names = ", ".join(_ALIASES["eos"])
-        raise DataError(f"tokenizer {origin} has no end-of-text token (looked for {names})", "tokenizer")
 
 
 def _source_tokenizer_path(fingerprint: str, cfg: DataConfig) -> Path:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from core.errors import CheckpointError
+from core.errors import CheckpointError, DataError
+from core.paths import user_path
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2 in every trained tokenizer
@@ -154,3 +156,32 @@ def get_tokenizer(documents: Sequence[str], vocab_size: int, fingerprint: str | 
     tmp.write_text(tokenizer.to_str(), encoding="utf-8")
     os.replace(tmp, path)  # atomic: concurrent runs never read half a file
     return tokenizer
+
+
+def load_tokenizer_file(path: str | Path) -> BPETokenizer:
+    """A user's ``tokenizer.json`` (or a folder holding one), for ``--tokenizer`` in train, prepare and generate.
+
+    Its special tokens come from a ``tokenizer_config.json`` beside it, or else
+    from their usual names (the article series' ``[BOT]``/``[EOT]``/``[PAD]``
+    included); one without an end-of-text token cannot end documents and is refused.
+    """
+    p = user_path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        raise DataError(f"tokenizer file {path} does not exist", "tokenizer") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise DataError(f"tokenizer {path} is not a regular file", "tokenizer")
+    try:
+        tok = BPETokenizer.load(p)
+    except CheckpointError as exc:
+        raise DataError(f"{exc} (is it a Hugging Face tokenizer.json?)", "tokenizer") from None
+    check_special_tokens(tok, str(path))
+    return tok
+
+
+def check_special_tokens(tok: BPETokenizer, origin: str) -> None:
+    """Every sample ends documents with an end-of-text token: a tokenizer without one cannot be used."""
+    if tok.eos_id is None:
+        names = ", ".join(_ALIASES["eos"])
+        raise DataError(f"tokenizer {origin} has no end-of-text token (looked for {names})", "tokenizer")

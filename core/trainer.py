@@ -94,6 +94,7 @@ from core.runs import (
 )
 from core.schedule import LRSchedule
 from core.step_times import StepTimes
+from core.tokenizer import load_tokenizer_file
 
 DEFAULT_PROMPT = "The"
 
@@ -384,8 +385,6 @@ class Trainer:
         path = self.cfg.data.tokenizer
         if not path or not Path(path).expanduser().exists():
             return  # none given, or a resumed run's old setting whose file is gone: the checkpoint's own serves
-        from core.prepare import load_tokenizer_file
-
         if load_tokenizer_file(path).to_str() != tokenizer.to_str():
             raise ConfigError(f"tokenizer {path} is not the one of {source}, whose weights learned its token ids; "
                               f"leave --tokenizer out to use the checkpoint's", "tokenizer")

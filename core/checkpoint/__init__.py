@@ -56,7 +56,6 @@ from core.checkpoint.read import (
     config_checksum,
     latest_checkpoint,
     list_checkpoints,
-    load_tokenizer_file,
     load_trainer_state,
     peek_checkpoint,
     read_checkpoint,
@@ -70,8 +69,8 @@ __all__ = [
     "ROPE_TABLES", "STATE_FILE", "TOKENIZER_FILE", "WEIGHTS_FILE", "AtomicFolder", "CheckpointInfo",
     "LoadedCheckpoint", "check_compatible", "check_config_matches", "check_tokenizer_fits", "check_writable",
     "clean_key", "clean_state_dict", "config_checksum", "embedding_rows", "export_hf", "file_record",
-    "infer_model_config", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_tokenizer_file",
-    "load_trainer_state", "load_weights", "model_from_checkpoint", "model_state_dict", "peek_checkpoint",
+    "infer_model_config", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_trainer_state",
+    "load_weights", "model_from_checkpoint", "model_state_dict", "peek_checkpoint",
     "plain_module", "read_checkpoint", "remove_folder", "save_checkpoint", "tensor_shapes", "sweep_folder",
     "sweep_leftovers", "sweep_runs",
 ]

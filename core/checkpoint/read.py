@@ -373,27 +373,6 @@ def check_tokenizer_fits(tokenizer: BPETokenizer, model_config: ModelConfig) -> 
                               f"has only {model_config.vocab_size} rows")
 
 
-_ARTICLE_SPECIAL_TOKENS = {"bos": "[BOT]", "eos": "[EOT]", "pad": "[PAD]"}
-"""The special tokens of the article series' tokenizer (bpe_50K.json), for tokenizers without a config."""
-
-
-def load_tokenizer_file(path: str | Path) -> BPETokenizer:
-    """A ``tokenizer.json`` (or a folder holding one) to go with a bare state dict.
-
-    Special tokens come from a ``tokenizer_config.json`` beside it, or else from
-    the usual names, the article series' ``[BOT]``/``[EOT]``/``[PAD]`` included.
-    """
-    path = user_path(path)
-    if not path.exists():
-        raise CheckpointError(f"tokenizer {path} does not exist")
-    tok = BPETokenizer.load(path)
-    vocab = tok.tok.get_vocab(with_added_tokens=True)
-    names = {role: name for role, name in _ARTICLE_SPECIAL_TOKENS.items()
-             if getattr(tok, f"{role}_id") is None and name in vocab}
-    return BPETokenizer(tok.tok, **{"bos": tok.bos_token, "eos": tok.eos_token, "pad": tok.pad_token, **names}) \
-        if names else tok
-
-
 # ----------------------------------------------------------------------------- reading
 def _read_folder(path: Path, with_trainer_state: bool) -> LoadedCheckpoint:
     meta = _read_json(path / CONFIG_FILE)

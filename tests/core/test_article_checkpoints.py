@@ -14,6 +14,7 @@ import torch
 from core import checkpoint as ck
 from core.cli import main
 from core.errors import CheckpointError
+from core.tokenizer import load_tokenizer_file
 from tests.core.article_model import article_model
 from tests.core.checkpoint_helpers import corpus_file, input_ids, logits, make_model
 
@@ -73,7 +74,7 @@ def _article_tokenizer(path: Path) -> Path:
 
 def test_generate_from_an_article_checkpoint_with_its_tokenizer(tmp_path, capsys):
     checkpoint, tok_file = _article_file(tmp_path), _article_tokenizer(tmp_path / "bpe.json")
-    tok = ck.load_tokenizer_file(tok_file)
+    tok = load_tokenizer_file(tok_file)
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("[BOT]", "[EOT]", "[PAD]")
     assert main(["generate", str(checkpoint), "--tokenizer", str(tok_file), "--prompt", "The quick",
                  "--max-new-tokens", "4"]) == 0
