@@ -382,7 +382,11 @@ def _read_folder(path: Path, with_trainer_state: bool) -> LoadedCheckpoint:
     for part in required:
         if not (path / part).is_file():
             raise CheckpointError(f"checkpoint {path} is incomplete: {part} is missing")
-    if kind == "speedboard" and records.get(STATE_FILE) and not (path / STATE_FILE).is_file():
+    # Looked at once: a rotation may remove the folder while it is read, and a
+    # trainer state that vanished after this point must fail the read (and so
+    # start it again on the newest checkpoint), never read as "no state".
+    has_state = kind == "speedboard" and (path / STATE_FILE).is_file()
+    if kind == "speedboard" and records.get(STATE_FILE) and not has_state:
         raise CheckpointError(f"checkpoint {path} is incomplete: {STATE_FILE} is missing")
     tokenizer = None
     if (path / TOKENIZER_FILE).is_file():
@@ -391,7 +395,7 @@ def _read_folder(path: Path, with_trainer_state: bool) -> LoadedCheckpoint:
         check_tokenizer_fits(tokenizer, model_cfg)
     if kind == "speedboard":
         _verify_file(path / WEIGHTS_FILE, records.get(WEIGHTS_FILE))
-        if (path / STATE_FILE).is_file():
+        if has_state:
             _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=False)  # hashed when read
         state = clean_state_dict(_load_safetensors(path / WEIGHTS_FILE))
     else:
@@ -399,7 +403,7 @@ def _read_folder(path: Path, with_trainer_state: bool) -> LoadedCheckpoint:
     if not state:
         raise CheckpointError(f"{path} holds no weights")
     trainer_state = None
-    if with_trainer_state and kind == "speedboard" and (path / STATE_FILE).is_file():
+    if with_trainer_state and has_state:
         trainer_state = load_trainer_state(path / STATE_FILE, records.get(STATE_FILE))
     return LoadedCheckpoint(path, kind, state, model_cfg, tokenizer, meta, trainer_state)
 
