@@ -1,4 +1,4 @@
-"""The reference loop: the article's training loop, written plainly.
+"""The reference loop: the article series' training loop (README), written plainly.
 
 Same model class and initial weights as Speedboard's Trainer, the same batches
 in the same order, AdamW, gradient clipping and ``loss / accumulate_steps``; no

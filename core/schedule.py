@@ -2,7 +2,7 @@
 
 Defining the schedule on tokens, not optimizer steps, keeps it right when the
 effective batch changes between runs of one lineage: nanoGPT's and the
-article's step-based schedule is the special case of a fixed batch.
+article series' (README) step-based schedule is the special case of a fixed batch.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def infer_model_config(state: Mapping[str, object], source: str) -> ModelConfig:
     what is missing and asking for ``--preset``/``--config``.
 
     Settings no shape shows keep their defaults (``rms_norm_eps`` 1e-5, ``rope_theta`` 10,000, the
-    article's); loading checks the rotary tables against the model's own, so another RoPE base is
+    article series', see README); loading checks the rotary tables against the model's own, so another RoPE base is
     refused there rather than computed wrong.
     """
     shapes = {k: _shape(v) for k, v in state.items()}

@@ -23,7 +23,7 @@ from core.errors import CheckpointError
 _WRAPPER_PARTS = ("_orig_mod",)
 _DROPPED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers older HF checkpoints saved; derived here
 _BODIES = ("model", "base_model")
-"""What the decoder (embedding, layers, final norm) is called beside ``lm_head``: HF's name, the article's."""
+"""What the decoder (embedding, layers, final norm) is called beside ``lm_head``: HF's name, the article series'."""
 ROPE_TABLES = ("model.rotary_emb.cos", "model.rotary_emb.sin")
 """Rotary tables some layouts save ([positions, head size]); checked against the model's, then dropped."""
 
@@ -41,7 +41,7 @@ def _layout(keys: list[str]) -> tuple[str, str] | None:
     """``(root, body)`` of a Llama layout, from the one token-embedding key: ``("", "model")`` is HF's own.
 
     ``root`` is what holds the whole model (``"model."`` in a Lightning module);
-    ``body`` names the decoder (``model`` or the article's ``base_model``).
+    ``body`` names the decoder (``model`` or the article series' ``base_model``).
     """
     embeds = [k for k in keys if k.endswith("embed_tokens.weight")]
     if len(embeds) != 1:
