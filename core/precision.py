@@ -141,8 +141,9 @@ def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int,
     return (rows, d, f), (rows, f, d), (rows, d, v)
 
 
-def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float) -> float:
-    """FLOP/s of the fastest pass over ``shapes`` (``F.linear`` as the model calls it), after one warm-up pass."""
+def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float, min_runs: int = 1) -> float:
+    """FLOP/s of the fastest pass over ``shapes`` (``F.linear`` as the model calls it), after one warm-up pass;
+    passes are repeated for ``seconds``, at least ``min_runs`` of them."""
     from core.device import synchronize
 
     pairs = [(torch.randn(r, i, device=device, dtype=dtype), torch.randn(o, i, device=device, dtype=dtype))
@@ -157,10 +158,10 @@ def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float
         return time.perf_counter() - t0
 
     one_pass()  # warm-up: kernel selection, oneDNN's JIT, first-touch of the buffers
-    best, spent = float("inf"), 0.0
-    while spent < seconds or best == float("inf"):
+    best, spent, runs = float("inf"), 0.0, 0
+    while spent < seconds or runs < min_runs:
         elapsed = one_pass()
-        best, spent = min(best, elapsed), spent + elapsed
+        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
     return flops / best
 
 
@@ -293,8 +294,7 @@ def measure_gemm_peak(device: torch.device, precision: str, sizes: tuple[int, ..
     with torch.no_grad():
         for n in sizes:
             # Two timed GEMMs at least: the first after warm-up can still pay a page fault or a clock ramp.
-            best = max(best, _time_gemms([(n, n, n)], dtype, device, seconds),
-                       _time_gemms([(n, n, n)], dtype, device, 0.0))
+            best = max(best, _time_gemms([(n, n, n)], dtype, device, seconds, min_runs=2))
     return best
 
 

@@ -119,16 +119,17 @@ def test_the_peak_is_measured_in_the_runs_precision(monkeypatch):
     dtypes = []
     real = prec._time_gemms
 
-    def spy(shapes, dtype, device, seconds):
-        dtypes.append(dtype)
-        return real(shapes, dtype, device, 0.0)
+    def spy(shapes, dtype, device, seconds, min_runs=1):
+        dtypes.append((dtype, shapes[0], min_runs))
+        return real(shapes, dtype, device, 0.0, min_runs)
 
     monkeypatch.setattr(prec, "_time_gemms", spy)
     assert prec.measure_gemm_peak(CPU, "bf16", sizes=(16, 32), seconds=0.0) > 0
-    assert set(dtypes) == {torch.bfloat16} and len(dtypes) == 4  # two sizes, each measured twice
+    # Each size at least twice after its warm-up, in bf16.
+    assert dtypes == [(torch.bfloat16, (16, 16, 16), 2), (torch.bfloat16, (32, 32, 32), 2)]
     dtypes.clear()
     prec.measure_gemm_peak(CPU, "fp32", sizes=(16,), seconds=0.0)
-    assert set(dtypes) == {torch.float32}
+    assert [d for d, _, _ in dtypes] == [torch.float32]
 
 
 def test_the_peak_is_cached_per_precision_and_keeps_the_highest(monkeypatch):
