@@ -223,7 +223,8 @@ def markdown(raw: dict) -> str:
         f"{cfg['tokens_per_step']:,} tokens per optimizer step; {cfg['steps']} timed steps after warm-up × "
         f"{cfg['repeats']} interleaved repeats (tokens/s: median and min–max over all timed steps); "
         f"matmul peak {raw['matmul_peak']['flops'] / 1e9:,.1f} GFLOP/s "
-        f"(largest of {len(raw['matmul_peak']['measurements'])} {raw['matmul_peak']['size']}² GEMMs); "
+        f"(this machine's highest, as the CLI and the dashboard use it; "
+        f"{len(raw['matmul_peak']['measurements'])} measurements during this run); "
         f"{raw['flops_per_token'] / 1e6:,.1f} MFLOP per token; torch {raw['versions'].get('torch')}.",
         "",
         "| cell | micro × accum | tokens/s median (min–max) | vs eager a1 | MFU | compile cold / warm (s) "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import time
 
 import torch
 
@@ -60,13 +58,13 @@ def bf16_supported(device: torch.device) -> bool:
     return True  # CPU autocast implements bf16 on every x86/Arm build of PyTorch
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto`` is bf16 on CUDA (when supported), fp32 elsewhere; refuse what the device lacks."""
-    if precision == "auto":
-        return "bf16" if device.type == "cuda" and bf16_supported(device) else "fp32"
-    if precision == "bf16" and not bf16_supported(device):
-        raise ConfigError(f"bf16 is not supported on {device}; use fp16 or fp32")
-    return precision
+def resolve_precision(precision: str, device: torch.device, model: ModelConfig | None = None) -> str:
+    """The run's precision (``core.precision.decide_precision``): ``auto`` is bf16 on CUDA where supported,
+    and on a CPU bf16 only where a one-time probe at ``model``'s shapes measured it fast; refuse what the
+    device lacks."""
+    from core.precision import decide_precision
+
+    return decide_precision(precision, device, model=model).precision
 
 
 def autocast(device: torch.device, precision: str):
@@ -125,24 +123,14 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     return 6.0 * n + attention
 
 
-@functools.lru_cache(maxsize=8)
-def measure_matmul_peak(device_str: str, precision: str = "fp32", size: int = 0) -> float:
-    """Achieved FLOP/s of a large square GEMM on this device: the MFU denominator.
+def measure_matmul_peak(device_str: str, precision: str = "fp32") -> float:
+    """Achieved FLOP/s of square GEMMs in the run's precision on this device: the MFU denominator.
 
-    Measured, not a datasheet number, so it reflects this machine's threads and clocks.
+    Measured, not a datasheet number, so it reflects this machine's threads and
+    clocks; the best of several sizes and repeats, cached per machine, precision
+    and thread count (``core.precision.matmul_peak``), so the CLI, the dashboard
+    and the benchmark divide by the same figure.
     """
-    device = torch.device(device_str)
-    dtype = DTYPES["fp32" if precision == "fp32" or device.type == "cpu" else precision]
-    size = size or (1024 if device.type == "cpu" else 8192)
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    synchronize(device)
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        a @ b
-        synchronize(device)  # timer read after the kernel really ran
-        best = min(best, time.perf_counter() - t0)
-    return 2 * size**3 / best
+    from core.precision import matmul_peak
+
+    return matmul_peak(torch.device(device_str), precision)

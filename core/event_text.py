@@ -59,6 +59,13 @@ def tokenizer_line(event: ev.DataPrepared) -> str:
             f"PAD {event.pad if event.pad is not None else '(none: packed layout only)'}")
 
 
+def _peak(event: ev.RunStarted) -> str:
+    """The MFU denominator, so the step lines' MFU can be checked."""
+    if not event.matmul_peak_flops:
+        return ""
+    return f", MFU of {event.matmul_peak_flops / 1e9:,.0f} GFLOP/s {event.precision} GEMMs"
+
+
 def event_line(event: ev.Event) -> EventLine | None:
     """What a person wants to read about ``event``; None for events shown otherwise (steps, samples)."""
     if isinstance(event, ev.DataPreparationStarted):
@@ -74,9 +81,14 @@ def event_line(event: ev.Event) -> EventLine | None:
                          f"{tokenizer_line(event)}")
     if isinstance(event, ev.RunStarted):
         where = f" from step {event.start_step}" if event.start_step else ""
-        return EventLine(f"started{where} on {event.device} ({event.precision}, "
+        precision = event.precision
+        if event.precision_reason and event.config.get("train", {}).get("precision") == "auto":
+            precision += f" — auto: {event.precision_reason.partition(': ')[2]};"
+        else:
+            precision += ","
+        return EventLine(f"started{where} on {event.device} ({precision} "
                          f"{event.num_parameters / 1e6:.2f}M parameters, {event.tokens_per_step:,} tokens/step, "
-                         f"→ step {event.total_steps}) in {event.run_dir}")
+                         f"→ step {event.total_steps}{_peak(event)}) in {event.run_dir}")
     if isinstance(event, ev.CompileStarted):
         return EventLine(f"compiling ({event.mode}, {event.scope}) during the first steps …")
     if isinstance(event, ev.CompileFinished):

@@ -46,6 +46,12 @@ class RunStarted(Event):
     parent: str | None = None
     world_size: int = 1
     versions: dict[str, str] = field(default_factory=dict)
+    precision_reason: str = ""
+    """Why this precision: as set, or what ``auto`` measured ("bf16: matmul 5.6× faster than fp32 on this CPU")."""
+    matmul_peak_flops: float = 0.0
+    """The MFU denominator per process: the best GEMM FLOP/s in the run's precision on this machine."""
+    flops_per_token: float = 0.0
+    """Training FLOPs per token, the MFU numerator per token."""
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
 
     tc = config.train
     device = resolve_device(tc.device)
-    precision = resolve_precision(tc.precision, device)
+    precision = resolve_precision(tc.precision, device, config.model)  # measures auto on a CPU once
     source = config.resume or config.init_from
     info = peek_checkpoint(source) if source else None
     tokenizer, origin = None, "given"

@@ -41,7 +41,6 @@ from core.device import (
     peak_memory_gib,
     reset_peak_memory,
     resolve_device,
-    resolve_precision,
     training_flops_per_token,
 )
 from core.distributed import (
@@ -79,6 +78,7 @@ from core.events import (
 from core.memory_budget import check_fits
 from core.model import LlamaForCausalLM
 from core.paths import user_path, why_write_failed
+from core.precision import PrecisionChoice, decide_precision
 from core.runs import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -164,6 +164,7 @@ class Trainer:
         self.dist = DistContext()
         self.device = torch.device("cpu")
         self.precision = "fp32"
+        self.precision_choice = PrecisionChoice("fp32", "fp32", "fp32: as set")
         self.fsdp = False
         """FSDP2 across the processes of a torchrun job (DDP otherwise)."""
         # What: set by _prepare_data and _build_model.
@@ -333,8 +334,18 @@ class Trainer:
             device = torch.device("cuda", self.dist.local_rank)
             torch.cuda.set_device(device)
         self.device = device
-        self.precision = resolve_precision(tc.precision, device)
+        self.precision_choice = self._decide_precision(tc.precision, device)
+        self.precision = self.precision_choice.precision
         self.fsdp = tc.fsdp and self.dist.enabled
+
+    def _decide_precision(self, requested: str, device: torch.device) -> PrecisionChoice:
+        """``auto`` may measure (a CPU's bf16 probe, cached per machine): under torchrun rank 0 decides
+        for all, so processes never train in different precisions or time GEMMs against each other."""
+        if not (self.dist.enabled and requested == "auto" and device.type == "cpu"):
+            return decide_precision(requested, device, model=self.cfg.model)
+        choice = [decide_precision(requested, device, model=self.cfg.model) if self.dist.is_main else None]
+        torch.distributed.broadcast_object_list(choice, src=0)
+        return choice[0]
 
     def _check_output(self) -> None:
         """Before anything is read or created: run folders can be created where this run is to write."""
@@ -474,7 +485,9 @@ class Trainer:
         tc = self.cfg.train
         self.emit(RunStarted(
             self.run_id, self.now(), run_dir=str(self.run_dir), config=self._config_dict(),
-            device=device_name(self.device), precision=self.precision, num_parameters=self.model.num_parameters(),
+            device=device_name(self.device), precision=self.precision,
+            precision_reason=self.precision_choice.reason, matmul_peak_flops=self.peak_flops,
+            flops_per_token=self.flops_per_token, num_parameters=self.model.num_parameters(),
             tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens,
             total_steps=self.total_steps, start_step=self.step, start_tokens=self.tokens,
             start_time=self.start_time, parent=self.parent, world_size=self.dist.world_size,
@@ -498,6 +511,7 @@ class Trainer:
             "config": self._config_dict(),
             "device": str(self.device),
             "precision": self.precision,
+            "precision_choice": self.precision_choice.to_dict(),
             "world_size": self.dist.world_size,
             "tokens_per_step": self.tokens_per_step,
             "corpus": {**corpus.to_dict(), "train_samples": len(self.data.train), "val_samples": len(self.data.val)},

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow, QScrollArea, QSplitter, 
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
-from core.events import SampleGenerated
+from core.events import RunStarted, SampleGenerated
 from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
 from gui.checkpoint_paths import LOAD_FILTER, checkpoint_target, describe_checkpoint, save_target_problem
@@ -207,6 +207,8 @@ class MainWindow(QMainWindow):
     def _on_event_applied(self, record: RunRecord, event: object) -> None:
         if isinstance(event, SampleGenerated):
             self.sample.show_sample(record.label, event.step, event.text)
+        elif isinstance(event, RunStarted):
+            self.config_panel.refresh_precision()  # auto's probe is now cached: say what it chose
         line = describe(event)
         if line is None:
             return

@@ -87,6 +87,11 @@ class RunRecord:
     message: str = ""
     device: str = ""
     precision: str = ""
+    precision_reason: str = ""
+    matmul_peak_flops: float = 0.0
+    """The MFU denominator of one process (``RunStarted``)."""
+    flops_per_token: float = 0.0
+    world_size: int = 1
     num_parameters: int = 0
     tokens_per_step: int = 0
     start_step: int = 0
@@ -114,6 +119,13 @@ class RunRecord:
     @property
     def train(self) -> dict[str, Any]:
         return self.config.get("train", {})
+
+    @property
+    def mfu(self) -> float | None:
+        """MFU of the median tokens/s, as the CLI computes it per step; None before the run ends or without a peak."""
+        if not (self.median_tokens_per_s and self.matmul_peak_flops and self.flops_per_token):
+            return None
+        return self.median_tokens_per_s * self.flops_per_token / (self.matmul_peak_flops * self.world_size)
 
     @property
     def compile_text(self) -> str:
@@ -169,6 +181,9 @@ class RunRecord:
             self.parent_id = event.parent
             self.folder = event.run_dir
             self.device, self.precision = event.device, event.precision
+            self.precision_reason = event.precision_reason
+            self.matmul_peak_flops, self.flops_per_token = event.matmul_peak_flops, event.flops_per_token
+            self.world_size = event.world_size
             self.num_parameters, self.tokens_per_step = event.num_parameters, event.tokens_per_step
             self.start_step = self.step = event.start_step
             self.tokens = event.start_tokens

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 from gui.run_record import RunRecord
 
 COLUMNS = ("Base", "Run", "State", "Compile", "Accum", "Micro", "Precision", "Device", "Compile s",
-           "Tokens/s", "Speedup", "Loss", "Val loss", "Peak GiB")
+           "Tokens/s", "Speedup", "MFU", "Loss", "Val loss", "Peak GiB")
 _STATE_COLORS = {"failed": "#b00020", "stopped": "#8a6d00", "finished": "#1b5e20"}
 
 
@@ -41,6 +41,8 @@ class RunTable(QTableWidget):
                 "Compile s": "Compile warm-up: extra seconds the first steps took",
                 "Tokens/s": "Median tokens per second over the steps after warm-up",
                 "Speedup": "Tokens/s relative to the ticked baseline run",
+                "MFU": "Model FLOPs utilisation of the median tokens/s, against this machine's measured GEMM peak "
+                       "in the run's precision (the figure of the CLI's step lines and of speedboard bench)",
                 "Loss": "Final training loss", "Peak GiB": "Peak memory: CUDA allocated, or process RSS on CPU"}
         for name, tip in tips.items():
             self.horizontalHeaderItem(COLUMNS.index(name)).setToolTip(tip)
@@ -93,6 +95,7 @@ class RunTable(QTableWidget):
             "Device": record.device or record.train.get("device", ""),
             "Compile s": compile_s,
             "Tokens/s": _fmt(tps, ",.0f"),
+            "MFU": _fmt(record.mfu, ".0%"),
             "Loss": _fmt(record.final_loss if record.final_loss is not None else record.last_loss, ".4f"),
             "Val loss": _fmt(record.val_loss, ".4f"),
             "Peak GiB": _fmt(record.peak_mem_gib, ".2f"),
@@ -106,6 +109,10 @@ class RunTable(QTableWidget):
             state.setToolTip(record.message)
             run_item = self.item(row, self.column("Run"))
             run_item.setToolTip("\n".join(t for t in (record.run_id, record.folder) if t))
+            self.item(row, self.column("Precision")).setToolTip(record.precision_reason)
+            if record.matmul_peak_flops:
+                self.item(row, self.column("MFU")).setToolTip(
+                    f"against {record.matmul_peak_flops / 1e9:,.0f} GFLOP/s of {record.precision} GEMMs per process")
         finally:
             self._filling = False
         if self._baseline is None and tps is not None and not self._user_baseline:

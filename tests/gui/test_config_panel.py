@@ -70,13 +70,13 @@ def test_a_plain_value_error_goes_to_the_general_label(panel, monkeypatch):
     assert shown(panel) == ["configErrorLabel"]
 
 
-@pytest.mark.parametrize(("query", "label"), [("resolve_device", "deviceError"),
-                                              ("resolve_precision", "precisionError")])
+@pytest.mark.parametrize(("query", "label"), [("device.resolve_device", "deviceError"),
+                                              ("precision.check_precision", "precisionError")])
 def test_device_queries_that_name_no_field_are_about_their_setting(panel, monkeypatch, query, label):
     def refuse(*args):
         raise ConfigError("not on this machine")
 
-    monkeypatch.setattr(f"core.device.{query}", refuse)
+    monkeypatch.setattr(f"core.{query}", refuse)
     panel.seed.setValue(panel.seed.value() + 1)
     assert panel.error == "not on this machine"
     assert shown(panel) == [label]
@@ -86,3 +86,28 @@ def test_a_missing_data_file_is_shown_under_the_data_row(panel, tmp_path):
     panel.set_source(str(tmp_path / "gone.txt"))
     assert panel.error_field == "source" and "does not exist" in panel.error
     assert shown(panel) == ["sourceError"]
+
+
+def test_the_auto_precision_item_says_what_auto_chose_without_measuring(panel, monkeypatch, tmp_path):
+    from PySide6.QtCore import Qt
+
+    from core import precision as prec
+
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+
+    def never(*args, **kwargs):
+        raise AssertionError("the GUI thread never measures")
+
+    monkeypatch.setattr(prec, "probe_bf16_speedup", never)
+    monkeypatch.setattr(prec, "measure_gemm_peak", never)
+    combo = panel.precision
+    auto = combo.findData("auto")
+    panel.seed.setValue(panel.seed.value() + 1)
+    assert combo.itemText(auto) == "auto (decided at start)"
+    # A run's start measured the probe on the torch thread and cached it: the panel reads it.
+    result = prec.ProbeResult(192e9, 1074e9, prec.probe_shapes(panel.config.model))
+    prec._write_cache(prec._probe_path(panel.config.model, prec.torch.device("cpu")), result.to_dict())
+    panel.refresh_precision()
+    assert combo.itemText(auto) == "auto (bf16: matmul 5.6× faster than fp32 on this CPU)"
+    assert "1.5×" in combo.itemData(auto, Qt.ItemDataRole.ToolTipRole)
+    assert panel.config.train.precision == "auto"  # the setting stays auto: decided again at each start

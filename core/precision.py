@@ -1,0 +1,366 @@
+"""What ``auto`` precision means on this machine, and the matmul peak that MFU divides by.
+
+Both are measured, never guessed from a CPU's name, and kept per machine in the
+cache folder (``<cache>/machine/<key>/``): the key is the CPU's model name and
+flags (or the GPU's name and capability) and the torch version, so a new
+machine, a new torch or a changed BIOS setting measures again.
+
+- ``decide_precision``: an explicit fp32/bf16/fp16 is used as given (bf16 where
+  the device lacks it is a ``ConfigError``); ``auto`` is bf16 on CUDA where
+  supported, and on a CPU bf16 only when the one-time probe (fp32 vs bf16 GEMMs
+  at the model's shapes, ``probe_bf16_speedup``) shows bf16 at least
+  ``BF16_MIN_SPEEDUP`` times faster; otherwise fp32. A CPU with native bf16
+  matrix units (Intel AMX) passes by far; one that emulates bf16 does not.
+- ``matmul_peak``: the best FLOP/s of square GEMMs of several sizes, in the
+  run's precision, repeated; the cache keeps the highest figure measured for
+  the machine, precision and thread count (by the first runs there and by
+  every benchmark), so a figure taken on a busy machine is raised by a later
+  quieter one and MFU does not exceed 100% by timing noise.
+
+``python -m core.precision`` measures both afresh and prints them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from core.config import ModelConfig
+from core.errors import ConfigError
+
+BF16_MIN_SPEEDUP = 1.5
+"""bf16 autocast casts activations and weights; below this GEMM speedup the casts eat the gain."""
+PROBE_ROWS = 512
+"""Tokens per probe GEMM: a micro-batch's worth, small enough to measure base's 50k vocabulary in a second."""
+_PROBE_SECONDS = 0.3
+"""Time spent repeating each precision's probe (after one warm-up pass); at least one timed pass."""
+_PEAK_SECONDS = 0.25
+"""Time spent repeating each GEMM size of the peak measurement; at least two timed GEMMs."""
+PEAK_MEASUREMENTS = 3
+"""Runs that measure the peak on a new machine before the cached (highest) figure is simply read."""
+_PEAK_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192), "mps": (2048, 4096)}
+
+
+# ---------------------------------------------------------------------- machine identity and cache
+def _cpu_identity() -> dict[str, str]:
+    """Model name and feature flags from /proc/cpuinfo (Linux); the platform's processor string elsewhere."""
+    model, flags = "", ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = " ".join(sorted(value.split()))
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return {"cpu": model or platform.processor() or platform.machine(), "flags": flags}
+
+
+def machine_identity(device: torch.device) -> dict[str, str]:
+    """What a measurement on ``device`` depends on, besides the thread count."""
+    ident = {"device": device.type, "torch": torch.__version__, **_cpu_identity()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        ident.update(gpu=props.name, capability=f"{props.major}.{props.minor}", cuda=str(torch.version.cuda))
+    return ident
+
+
+def machine_cpu_flags() -> set[str]:
+    return set(_cpu_identity()["flags"].split())
+
+
+def _machine_dir(device: torch.device) -> Path:
+    from core.tokenizer import cache_dir
+
+    ident = json.dumps(machine_identity(device), sort_keys=True)
+    return cache_dir() / "machine" / hashlib.sha256(ident.encode()).hexdigest()[:20]
+
+
+def _read_cache(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # absent or damaged: measured again, never trusted
+    return data if isinstance(data, dict) else None
+
+
+def _write_cache(path: Path, data: dict) -> None:
+    """Atomically, and best-effort: a cache folder that cannot be written costs a measurement next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, data)
+    except OSError:
+        pass
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------- the bf16 probe
+@dataclass(frozen=True)
+class ProbeResult:
+    """fp32 and bf16 GEMM throughput at a model's shapes on this machine."""
+
+    fp32_flops: float
+    bf16_flops: float
+    shapes: tuple[tuple[int, int, int], ...] = ()
+    """(rows, in, out) of each GEMM timed."""
+
+    @property
+    def speedup(self) -> float:
+        return self.bf16_flops / self.fp32_flops if self.fp32_flops > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "speedup": round(self.speedup, 3)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ProbeResult:
+        return cls(float(d["fp32_flops"]), float(d["bf16_flops"]), tuple(tuple(s) for s in d.get("shapes", ())))
+
+
+def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int, int, int], ...]:
+    """The GEMMs that dominate a step: MLP up and down, and the output head over the vocabulary."""
+    d, f, v = model.hidden_size, model.intermediate_size, model.vocab_size
+    return (rows, d, f), (rows, f, d), (rows, d, v)
+
+
+def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float, min_runs: int = 1) -> float:
+    """FLOP/s of the fastest pass over ``shapes`` (``F.linear`` as the model calls it), after one warm-up pass;
+    passes are repeated for ``seconds``, at least ``min_runs`` of them."""
+    from core.device import synchronize
+
+    pairs = [(torch.randn(r, i, device=device, dtype=dtype), torch.randn(o, i, device=device, dtype=dtype))
+             for r, i, o in shapes]
+    flops = sum(2 * r * i * o for r, i, o in shapes)
+
+    def one_pass() -> float:
+        t0 = time.perf_counter()
+        for x, w in pairs:
+            F.linear(x, w)
+        synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
+        return time.perf_counter() - t0
+
+    one_pass()  # warm-up: kernel selection, oneDNN's JIT, first-touch of the buffers
+    best, spent, runs = float("inf"), 0.0, 0
+    while spent < seconds or runs < min_runs:
+        elapsed = one_pass()
+        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
+    return flops / best
+
+
+def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *,
+                       rows: int = PROBE_ROWS, seconds: float = _PROBE_SECONDS) -> ProbeResult:
+    """Measure fp32 and bf16 GEMMs at ``model``'s shapes now (about a second on a 2-core CPU)."""
+    device = device or torch.device("cpu")
+    shapes = probe_shapes(model, rows)
+    with torch.no_grad():
+        fp32 = _time_gemms(shapes, torch.float32, device, seconds)
+        bf16 = _time_gemms(shapes, torch.bfloat16, device, seconds)
+    return ProbeResult(fp32, bf16, shapes)
+
+
+def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS) -> Path:
+    shape = "-".join(f"{r}x{i}x{o}" for r, i, o in probe_shapes(model, rows))
+    return _machine_dir(device) / f"bf16-probe-{shape}-{torch.get_num_threads()}t.json"
+
+
+def cached_probe(model: ModelConfig, device: torch.device | None = None) -> ProbeResult | None:
+    """The probe's result for these shapes on this machine, if it was measured before (a file read, no tensors)."""
+    data = _read_cache(_probe_path(model, device or torch.device("cpu")))
+    try:
+        return ProbeResult.from_dict(data) if data else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def measured_probe(model: ModelConfig, device: torch.device | None = None) -> ProbeResult:
+    """The cached probe result, or a fresh measurement that is then cached."""
+    device = device or torch.device("cpu")
+    found = cached_probe(model, device)
+    if found is not None:
+        return found
+    result = probe_bf16_speedup(model, device)
+    _write_cache(_probe_path(model, device), {**result.to_dict(), "identity": machine_identity(device),
+                                             "threads": torch.get_num_threads(), "measured": time.time()})
+    return result
+
+
+# ---------------------------------------------------------------------- the decision
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The precision a run uses, and why."""
+
+    requested: str
+    precision: str
+    reason: str
+    bf16_speedup: float | None = None
+    """The probe's bf16 ÷ fp32 GEMM throughput, where ``auto`` measured it."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuse what the device lacks (a query, no tensors: safe on any thread)."""
+    from core.device import bf16_supported
+
+    if precision == "bf16" and not bf16_supported(device):
+        raise ConfigError(f"bf16 is not supported on {device}; use fp16 or fp32", "precision")
+
+
+def _processor(device: torch.device) -> str:
+    return "this CPU" if device.type == "cpu" else "this GPU" if device.type == "cuda" else str(device)
+
+
+def choice_from_probe(result: ProbeResult, device: torch.device | None = None) -> PrecisionChoice:
+    """``auto`` on a CPU, given the probe's result."""
+    where = _processor(device or torch.device("cpu"))
+    s = result.speedup
+    if s >= BF16_MIN_SPEEDUP:
+        return PrecisionChoice("auto", "bf16", f"bf16: matmul {s:.1f}× faster than fp32 on {where}", s)
+    return PrecisionChoice("auto", "fp32", f"fp32: bf16 matmul only {s:.2f}× fp32's speed on {where} "
+                                           f"(auto takes bf16 from {BF16_MIN_SPEEDUP}×)", s)
+
+
+Probe = Callable[[], ProbeResult]
+
+
+def decide_precision(requested: str, device: torch.device, probe: Probe | ProbeResult | None = None, *,
+                     model: ModelConfig | None = None) -> PrecisionChoice:
+    """The run's precision. ``probe`` (a result, or a function that measures one) is asked only for ``auto``
+    on a CPU; by default it is the cached or freshly measured probe at ``model``'s shapes (small's if none)."""
+    from core.device import bf16_supported
+
+    if requested != "auto":
+        check_precision(requested, device)
+        return PrecisionChoice(requested, requested, f"{requested}: as set")
+    if device.type == "cuda":
+        if bf16_supported(device):
+            return PrecisionChoice("auto", "bf16", "bf16: this GPU supports it")
+        return PrecisionChoice("auto", "fp32", "fp32: this GPU lacks bf16")
+    if device.type != "cpu":
+        return PrecisionChoice("auto", "fp32", f"fp32: auto measures bf16 on CPUs and takes it on CUDA, not on "
+                                               f"{device.type}")
+    if probe is None:
+        from core.config import preset
+
+        shapes = model or preset("small").model
+        result = measured_probe(shapes, device)
+    else:
+        result = probe if isinstance(probe, ProbeResult) else probe()
+    return choice_from_probe(result, device)
+
+
+def cached_choice(requested: str, device: torch.device, model: ModelConfig) -> PrecisionChoice | None:
+    """What ``decide_precision`` would say without measuring anything; None where ``auto`` on a CPU has no
+    cached probe yet (it is decided when the run starts). For the dashboard's GUI thread."""
+    if requested == "auto" and device.type == "cpu":
+        found = cached_probe(model, device)
+        return None if found is None else choice_from_probe(found, device)
+    return decide_precision(requested, device, model=model)
+
+
+# ---------------------------------------------------------------------- the matmul peak
+def _peak_path(device: torch.device, precision: str) -> Path:
+    threads = f"-{torch.get_num_threads()}t" if device.type == "cpu" else ""
+    return _machine_dir(device) / f"matmul-peak-{precision}{threads}.json"
+
+
+def measure_gemm_peak(device: torch.device, precision: str, sizes: tuple[int, ...] | None = None,
+                      seconds: float = _PEAK_SECONDS) -> float:
+    """Best FLOP/s of square GEMMs of ``sizes`` in ``precision`` (fp16/bf16 tensors, as autocast runs them)."""
+    from core.device import DTYPES
+
+    dtype = DTYPES[precision]
+    sizes = sizes or _PEAK_SIZES.get(device.type, (1024, 2048))
+    best = 0.0
+    with torch.no_grad():
+        for n in sizes:
+            # Two timed GEMMs at least: the first after warm-up can still pay a page fault or a clock ramp.
+            best = max(best, _time_gemms([(n, n, n)], dtype, device, seconds, min_runs=2))
+    return best
+
+
+def _peak_entry(device: torch.device, precision: str) -> tuple[float, int] | None:
+    data = _read_cache(_peak_path(device, precision))
+    try:
+        return (float(data["flops"]), int(data.get("measurements", 1))) if data else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def cached_peak(device: torch.device, precision: str) -> float | None:
+    """The cached peak (a file read, no tensors), or None."""
+    entry = _peak_entry(device, precision)
+    return entry[0] if entry else None
+
+
+def matmul_peak(device: torch.device, precision: str, *, refresh: bool = False,
+                measure: Callable[[], float] | None = None) -> float:
+    """The MFU denominator for this machine, precision and thread count.
+
+    The first ``PEAK_MEASUREMENTS`` calls on a machine measure (a second or
+    so) and keep the highest figure, so one measurement on a busy machine does
+    not stay the denominator; later calls read it. ``refresh`` measures again
+    (the benchmark does, between repeats). ``measure`` replaces the GEMM timing.
+    """
+    precision = "fp32" if precision not in ("bf16", "fp16") else precision
+    entry = _peak_entry(device, precision)
+    if entry is not None and entry[1] >= PEAK_MEASUREMENTS and not refresh:
+        return entry[0]
+    flops = measure() if measure is not None else measure_gemm_peak(device, precision)
+    best, count = (max(entry[0], flops), entry[1] + 1) if entry else (flops, 1)
+    _write_cache(_peak_path(device, precision), {"flops": best, "measurements": count, "precision": precision,
+                                                 "threads": torch.get_num_threads(),
+                                                 "identity": machine_identity(device), "measured": time.time()})
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure the bf16 probe at each preset's shapes and the matmul peaks afresh, and print them."""
+    import argparse
+
+    from core.config import PRESETS
+    from core.device import resolve_device
+
+    p = argparse.ArgumentParser(prog="python -m core.precision", description=main.__doc__)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    ident = machine_identity(device)
+    print(f"{ident.get('gpu', ident['cpu'])}, torch {ident['torch']}, {torch.get_num_threads()} threads; "
+          f"amx_bf16={'amx_bf16' in ident['flags']}, avx512_bf16={'avx512_bf16' in ident['flags']}")
+    for name, pre in PRESETS.items():
+        r = probe_bf16_speedup(pre.model, device)
+        print(f"probe {name:5s} {r.shapes}: fp32 {r.fp32_flops / 1e9:8,.1f} GFLOP/s, "
+              f"bf16 {r.bf16_flops / 1e9:8,.1f} GFLOP/s, bf16 ÷ fp32 {r.speedup:.2f}× -> "
+              f"{choice_from_probe(r, device).precision}")
+    for precision in ("fp32", "bf16"):
+        fresh = measure_gemm_peak(device, precision)
+        kept = matmul_peak(device, precision, refresh=True, measure=lambda f=fresh: f)
+        print(f"matmul peak {precision}: {fresh / 1e9:,.1f} GFLOP/s now, {kept / 1e9:,.1f} GFLOP/s kept")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

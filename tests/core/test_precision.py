@@ -1,0 +1,199 @@
+"""``auto`` precision decided by a measured probe, and the cached, precision-aware matmul peak."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from core import precision as prec
+from core.config import ModelConfig, preset
+from core.device import measure_matmul_peak, resolve_precision
+from core.errors import ConfigError
+from core.event_text import event_line
+from core.events import RunStarted
+from core.precision import ProbeResult, cached_choice, decide_precision, matmul_peak
+
+CPU = torch.device("cpu")
+AMX_LIKE = ProbeResult(fp32_flops=192e9, bf16_flops=1074e9)  # 5.6×, as measured on an AMX Xeon
+NO_FAST_BF16 = ProbeResult(fp32_flops=150e9, bf16_flops=150e9)  # 1.0×
+TINY = ModelConfig(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                   max_position_embeddings=16)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def never() -> ProbeResult:
+    raise AssertionError("the probe must not run here")
+
+
+# ---------------------------------------------------------------------- the decision
+def test_a_cpu_with_fast_bf16_matmuls_gets_bf16_and_says_why():
+    choice = decide_precision("auto", CPU, AMX_LIKE)
+    assert choice.precision == "bf16" and choice.requested == "auto"
+    assert choice.reason == "bf16: matmul 5.6× faster than fp32 on this CPU"
+    assert choice.bf16_speedup == pytest.approx(1074 / 192)
+
+
+def test_a_cpu_without_fast_bf16_stays_fp32():
+    choice = decide_precision("auto", CPU, lambda: NO_FAST_BF16)
+    assert choice.precision == "fp32" and "1.00×" in choice.reason
+    # The threshold: 1.5× is enough, just under it is not.
+    assert decide_precision("auto", CPU, ProbeResult(100.0, 150.0)).precision == "bf16"
+    assert decide_precision("auto", CPU, ProbeResult(100.0, 149.0)).precision == "fp32"
+
+
+@pytest.mark.parametrize("explicit", ["fp32", "bf16"])
+def test_an_explicit_precision_is_used_without_probing(explicit):
+    choice = decide_precision(explicit, CPU, never)
+    assert choice.precision == explicit and choice.reason == f"{explicit}: as set"
+
+
+def test_cuda_auto_is_bf16_where_supported_without_probing(monkeypatch):
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr("core.device.bf16_supported", lambda device: True)
+    assert decide_precision("auto", cuda, never).precision == "bf16"
+    monkeypatch.setattr("core.device.bf16_supported", lambda device: False)
+    assert decide_precision("auto", cuda, never).precision == "fp32"
+
+
+def test_bf16_where_unsupported_is_a_config_error(monkeypatch):
+    monkeypatch.setattr("core.device.bf16_supported", lambda device: False)
+    with pytest.raises(ConfigError, match="bf16 is not supported") as info:
+        decide_precision("bf16", CPU, never)
+    assert info.value.field == "precision"
+    with pytest.raises(ConfigError):
+        resolve_precision("bf16", CPU)
+
+
+def test_resolve_precision_keeps_its_signature_and_probes_the_models_shapes(monkeypatch):
+    seen = []
+
+    def fake_probe(model, device=None, **kw):
+        seen.append(prec.probe_shapes(model))
+        return AMX_LIKE
+
+    monkeypatch.setattr(prec, "probe_bf16_speedup", fake_probe)
+    assert resolve_precision("auto", CPU, TINY) == "bf16"
+    assert resolve_precision("auto", CPU, TINY) == "bf16"  # cached: measured once
+    assert seen == [((512, 16, 32), (512, 32, 16), (512, 16, 64))]
+    assert resolve_precision("auto", CPU) == "bf16" and len(seen) == 2  # small's shapes by default
+    assert seen[1] == prec.probe_shapes(preset("small").model)
+
+
+def test_the_probe_is_cached_per_machine(monkeypatch):
+    calls = []
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: calls.append(1) or AMX_LIKE)
+    assert cached_choice("auto", CPU, TINY) is None  # nothing measured yet: the GUI says "decided at start"
+    decide_precision("auto", CPU, model=TINY)
+    assert cached_choice("auto", CPU, TINY).reason == "bf16: matmul 5.6× faster than fp32 on this CPU"
+    decide_precision("auto", CPU, model=TINY)
+    assert len(calls) == 1
+    # Another CPU (other flags) or another torch measures again.
+    monkeypatch.setattr(prec, "_cpu_identity", lambda: {"cpu": "AMD EPYC", "flags": "avx2 fma"})
+    assert cached_choice("auto", CPU, TINY) is None
+    decide_precision("auto", CPU, model=TINY)
+    assert len(calls) == 2
+
+
+def test_a_damaged_cache_entry_is_measured_again(monkeypatch):
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: NO_FAST_BF16)
+    decide_precision("auto", CPU, model=TINY)
+    prec._probe_path(TINY, CPU).write_text("{not json")
+    assert prec.cached_probe(TINY, CPU) is None
+    assert decide_precision("auto", CPU, model=TINY).precision == "fp32"
+
+
+def test_the_real_probe_times_both_precisions_at_the_models_shapes():
+    result = prec.probe_bf16_speedup(TINY, CPU, rows=8, seconds=0.0)
+    assert result.shapes == ((8, 16, 32), (8, 32, 16), (8, 16, 64))
+    assert result.fp32_flops > 0 and result.bf16_flops > 0 and result.speedup > 0
+
+
+# ---------------------------------------------------------------------- the matmul peak
+def test_the_peak_is_measured_in_the_runs_precision(monkeypatch):
+    dtypes = []
+    real = prec._time_gemms
+
+    def spy(shapes, dtype, device, seconds, min_runs=1):
+        dtypes.append((dtype, shapes[0], min_runs))
+        return real(shapes, dtype, device, 0.0, min_runs)
+
+    monkeypatch.setattr(prec, "_time_gemms", spy)
+    assert prec.measure_gemm_peak(CPU, "bf16", sizes=(16, 32), seconds=0.0) > 0
+    # Each size at least twice after its warm-up, in bf16.
+    assert dtypes == [(torch.bfloat16, (16, 16, 16), 2), (torch.bfloat16, (32, 32, 32), 2)]
+    dtypes.clear()
+    prec.measure_gemm_peak(CPU, "fp32", sizes=(16,), seconds=0.0)
+    assert [d for d, _, _ in dtypes] == [torch.float32]
+
+
+def test_the_peak_is_cached_per_precision_and_keeps_the_highest(monkeypatch):
+    figures = iter([100.0, 300.0, 200.0, 50.0])
+    calls = []
+
+    def fake(device, precision, sizes=None, seconds=0.0):
+        calls.append(precision)
+        return next(figures)
+
+    monkeypatch.setattr(prec, "measure_gemm_peak", fake)
+    # The first runs on a machine each measure (a busy moment is outgrown by a quieter one) …
+    assert [measure_matmul_peak("cpu", "fp32") for _ in range(prec.PEAK_MEASUREMENTS)] == [100.0, 300.0, 300.0]
+    # … then the kept figure is read.
+    assert measure_matmul_peak("cpu", "fp32") == 300.0
+    assert calls == ["fp32"] * 3
+    # bf16 has its own figure; a refresh that measures less keeps the higher one.
+    assert measure_matmul_peak("cpu", "bf16") == 50.0
+    assert matmul_peak(CPU, "bf16", refresh=True, measure=lambda: 40.0) == 50.0
+    assert matmul_peak(CPU, "bf16", refresh=True, measure=lambda: 80.0) == 80.0
+    assert prec.cached_peak(CPU, "fp32") == 300.0 and prec.cached_peak(CPU, "bf16") == 80.0
+    saved = json.loads(prec._peak_path(CPU, "bf16").read_text())
+    assert saved["precision"] == "bf16" and saved["threads"] == torch.get_num_threads()
+
+
+def test_the_peak_depends_on_the_thread_count(monkeypatch):
+    monkeypatch.setattr(prec, "measure_gemm_peak", lambda device, precision, sizes=None, seconds=0.0: 10.0)
+    matmul_peak(CPU, "fp32")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if before > 1 else 2)
+        assert prec.cached_peak(CPU, "fp32") is None
+    finally:
+        torch.set_num_threads(before)
+    assert prec.cached_peak(CPU, "fp32") == 10.0
+
+
+# ---------------------------------------------------------------------- what a run says
+def _started(precision: str, requested: str, reason: str) -> RunStarted:
+    return RunStarted("r", 0.0, run_dir="/runs/r", config={"train": {"precision": requested}}, device="cpu",
+                      precision=precision, num_parameters=1_000_000, tokens_per_step=1024, budget_tokens=10_240,
+                      total_steps=10, precision_reason=reason, matmul_peak_flops=1.074e12, flops_per_token=1e6)
+
+
+def test_the_start_line_says_what_auto_chose_and_the_peak():
+    line = event_line(_started("bf16", "auto", decide_precision("auto", CPU, AMX_LIKE).reason)).text
+    assert "(bf16 — auto: matmul 5.6× faster than fp32 on this CPU; 1.00M parameters" in line
+    assert "MFU of 1,074 GFLOP/s bf16 GEMMs" in line
+    assert "auto" not in event_line(_started("fp32", "fp32", "fp32: as set")).text
+
+
+def test_a_run_records_what_auto_chose(micro, monkeypatch):
+    from core.events import ListSink
+    from core.trainer import Trainer
+
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: AMX_LIKE)
+    monkeypatch.setattr(prec, "measure_gemm_peak", lambda device, precision, sizes=None, seconds=0.0: 1e12)
+    sink = ListSink()
+    result = Trainer(micro(train={"precision": "auto", "budget": 1}), sink=sink).run()
+    saved = json.loads((result.run_dir / "config.json").read_text())
+    assert saved["precision"] == "bf16" and saved["config"]["train"]["precision"] == "auto"
+    assert saved["precision_choice"] == {"requested": "auto", "precision": "bf16",
+                                         "bf16_speedup": pytest.approx(1074 / 192),
+                                         "reason": "bf16: matmul 5.6× faster than fp32 on this CPU"}
+    started = next(e for e in sink.events if isinstance(e, RunStarted))
+    assert started.precision == "bf16" and started.precision_reason.startswith("bf16: matmul 5.6×")
+    assert started.matmul_peak_flops == 1e12 and started.flops_per_token > 0
