@@ -34,10 +34,12 @@ class CompiledModel:
     def compiled(self) -> bool:
         return self.mode != "off"
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits, or with ``targets`` the summed loss (in the compiled graph under whole-model scope)."""
         if self.blocks is None:
-            return self.module(input_ids, attention_mask)
-        return self.module(input_ids, attention_mask, blocks=self.blocks)
+            return self.module(input_ids, attention_mask, targets=targets)
+        return self.module(input_ids, attention_mask, blocks=self.blocks, targets=targets)
 
 
 def compile_unavailable_reason(device: torch.device) -> str | None:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.config import ModelConfig
+from core.loss import token_loss_sum
 
 
 class RMSNorm(nn.Module):
@@ -156,12 +157,14 @@ class LlamaForCausalLM(nn.Module):
                 nn.init.ones_(module.weight)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                blocks: Sequence[Block] | None = None) -> torch.Tensor:
-        """Logits (B, T, V) for token ids (B, T).
+                blocks: Sequence[Block] | None = None, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) for token ids (B, T); with ``targets`` (B, T), the summed loss instead.
 
         ``attention_mask`` (B, T), 1 for real tokens and 0 for padding, adds a
         padding mask to the causal one. ``blocks`` replaces the layers' call
         (per-block compiled wrappers of the same modules) without changing them.
+        ``targets`` returns ``core.loss.token_loss_sum`` of the logits: the loss
+        then belongs to the model's compiled graph (see core.loss).
         """
         B, T = input_ids.shape
         x = self.model.embed_tokens(input_ids)  # (B, T, H)
@@ -169,7 +172,8 @@ class LlamaForCausalLM(nn.Module):
         mask = None if attention_mask is None else attention_mask_4d(attention_mask)
         for layer in blocks if blocks is not None else self.model.layers:
             x = layer(x, cos, sin, mask)
-        return self.lm_head(self.model.norm(x))
+        logits = self.lm_head(self.model.norm(x))
+        return logits if targets is None else token_loss_sum(logits, targets)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

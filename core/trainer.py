@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from core import checkpoint as ckpt_io
 from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
 from core.config import ModelConfig, RunConfig
 from core.control import Control
-from core.data import IGNORE_INDEX, Data, SampleOrder, global_batch_targets, prepare_data
+from core.data import Data, SampleOrder, global_batch_targets, prepare_data
 from core.device import (
     autocast,
     device_name,
@@ -772,10 +771,8 @@ class Trainer:
             if self.fsdp:  # FSDP's equivalent: no reduce-scatter until the last micro-step
                 self.model.set_requires_gradient_sync(last)
             with sync_ctx:
-                with autocast(self.device, self.precision):
-                    logits = self.compiled(micro.inputs, micro.attention_mask)
-                loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), micro.targets.view(-1),
-                                       ignore_index=IGNORE_INDEX, reduction="sum")
+                with autocast(self.device, self.precision):  # the loss itself is fp32 (core.loss)
+                    loss = self.compiled(micro.inputs, micro.attention_mask, targets=micro.targets)
                 self.scaler.scale(loss * scale).backward()
             loss_sum += loss.detach()
         # Phase 4: clip, schedule, step.
@@ -830,9 +827,7 @@ class Trainer:
         for i in range(rank, math.ceil(len(batches) / world) * world, world):
             batch = val.batch(batches[min(i, len(batches) - 1)]).to(self.device)
             with autocast(self.device, self.precision):
-                logits = self.model(batch.inputs, batch.attention_mask)  # uncompiled handle
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch.targets.view(-1),
-                                   ignore_index=IGNORE_INDEX, reduction="sum")
+                loss = self.model(batch.inputs, batch.attention_mask, targets=batch.targets)  # uncompiled handle
             if i < len(batches):
                 total += loss
         all_reduce_sum(total, self.dist)

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from core.data import IGNORE_INDEX, prepare_data
 from core.events import ListSink, StepMetrics
@@ -76,3 +77,59 @@ def test_compiled_accumulation_matches_eager(micro, uneven_corpus, scope, layout
     params, loss = one_step(micro, layout, uneven_corpus, 2, 2, compile_mode="default", compile_scope=scope)
     assert_same_params(ref, params, atol=1e-5)
     assert loss == pytest.approx(ref_loss, rel=1e-4)
+
+
+# bf16 autocast: the same exactness, at bf16's tolerance. Adam's first step moves each
+# weight by about ±lr whatever the gradient's size, so parameters would hide or inflate a
+# bf16 rounding difference: these tests compare the accumulated gradients the optimizer
+# receives (grad_clip 0 leaves them as the window made them).
+BF16_GRAD_RTOL = 2e-2  # of each tensor's largest gradient: bf16 keeps 8 bits of mantissa (2^-8 ≈ 4e-3)
+
+
+def step_gradients(micro, layout: str, source: str, mb: int, accum: int, **train):
+    """The gradients of one optimizer step (as ``optimizer.step`` sees them) and its logged loss."""
+    grads = []
+
+    def capture(optimizer, args, kwargs):
+        grads.append([p.grad.detach().clone() for group in optimizer.param_groups for p in group["params"]])
+
+    handle = register_optimizer_step_pre_hook(capture)
+    try:
+        _, loss = one_step(micro, layout, source, mb, accum, grad_clip=0.0, **train)
+    finally:
+        handle.remove()
+    assert len(grads) == 1
+    return grads[0], loss
+
+
+def assert_close_grads(a, b, rtol=BF16_GRAD_RTOL):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        scale = x.abs().max().clamp_min(1e-12)
+        assert (x - y).abs().max() <= rtol * scale, (i, float((x - y).abs().max() / scale))
+
+
+@pytest.mark.parametrize("layout", ["packed", "document"])
+def test_bf16_micro_batch_split_gives_the_same_gradients(micro, uneven_corpus, layout):
+    ref, ref_loss = step_gradients(micro, layout, uneven_corpus, 8, 1, precision="bf16")
+    for mb, accum in ((2, 4), (1, 8)):
+        grads, loss = step_gradients(micro, layout, uneven_corpus, mb, accum, precision="bf16")
+        assert_close_grads(ref, grads)
+        assert loss == pytest.approx(ref_loss, rel=1e-2)
+
+
+def test_bf16_gradients_agree_with_fp32(micro, uneven_corpus):
+    """bf16 autocast changes the rounding, not the math: the same window's gradients within bf16's tolerance."""
+    ref, ref_loss = step_gradients(micro, "document", uneven_corpus, 4, 2)
+    grads, loss = step_gradients(micro, "document", uneven_corpus, 4, 2, precision="bf16")
+    assert_close_grads(ref, grads, rtol=5e-2)
+    assert loss == pytest.approx(ref_loss, rel=1e-2)
+
+
+@pytest.mark.slow
+def test_bf16_compiled_accumulation_matches_eager(micro, uneven_corpus):
+    """The loss compiled inside the model's graph (whole-model scope) gives eager's gradients in bf16."""
+    ref, ref_loss = step_gradients(micro, "document", uneven_corpus, 4, 1, precision="bf16")
+    grads, loss = step_gradients(micro, "document", uneven_corpus, 2, 2, precision="bf16",
+                                 compile_mode="default", compile_scope="model")
+    assert_close_grads(ref, grads)
+    assert loss == pytest.approx(ref_loss, rel=1e-2)
