@@ -1,0 +1,200 @@
+"""Self-fitting micro-batches: an out-of-memory micro-step is redone with a smaller split, and ``auto`` fits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.cli import main
+from core.errors import ConfigError
+from core.events import CheckpointSaved, ListSink, MicroBatchChanged, RunFailed, StepMetrics
+from core.memory_budget import GIB, MemoryEstimate
+from core.model import LlamaForCausalLM
+from core.runs import read_events
+from core.split import OutOfMemory, smaller_split
+from core.trainer import Trainer
+from tests.conftest import micro_config
+from tests.core.checkpoint_helpers import corpus_file
+from tests.core.test_accumulation import assert_same_params
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def config(folder: Path, **train):
+    folder.mkdir(parents=True, exist_ok=True)
+    return micro_config(folder, data={"source": str(corpus_file(folder))}, train={"budget": 4, **train})
+
+
+class InjectedOom:
+    """Make the model's training forward passes number ``at`` (1-based, counted over the whole run) raise
+    ``torch.OutOfMemoryError`` as CUDA's allocator does, or every one from ``from_call`` on."""
+
+    def __init__(self, monkeypatch, at: tuple[int, ...] = (), from_call: int | None = None) -> None:
+        self.at, self.from_call, self.calls, self.raised = set(at), from_call, 0, 0
+        original = LlamaForCausalLM.forward
+        injector = self
+
+        def forward(model, *args, **kwargs):
+            if torch.is_grad_enabled():  # training only: validation and sampling run without grad
+                injector.calls += 1
+                if injector.calls in injector.at or (injector.from_call and injector.calls >= injector.from_call):
+                    injector.raised += 1
+                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+            return original(model, *args, **kwargs)
+
+        monkeypatch.setattr(LlamaForCausalLM, "forward", forward)
+
+
+def run(cfg) -> tuple[Trainer, ListSink]:
+    sink = ListSink()
+    trainer = Trainer(cfg, sink=sink)
+    trainer.run()
+    return trainer, sink
+
+
+TOLERANCE = 1e-5
+"""fp32 after 4 steps at lr 1e-2: uninterrupted 4 × 1 and 2 × 2 runs of this config differ by up to 5.1e-6 (the
+accumulation tests allow 2e-6 after one step)."""
+
+
+def params(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+# --------------------------------------------------------------------------- the split
+@pytest.mark.parametrize("split, smaller", [((8, 1), (4, 2)), ((4, 2), (2, 4)), ((6, 2), (3, 4)), ((3, 1), (1, 3)),
+                                            ((5, 2), (2, 5)), ((1, 8), None)])
+def test_a_smaller_split_keeps_the_batch_exact(split, smaller):
+    assert smaller_split(*split) == smaller
+    if smaller:
+        assert smaller[0] * smaller[1] == split[0] * split[1]
+
+
+# --------------------------------------------------------------------------- during a run
+def test_an_out_of_memory_micro_step_is_redone_with_the_same_update(tmp_path, monkeypatch):
+    """Micro-step 2 of step 2 runs out of memory: step 2 is redone from its start as 2 × 4, the run finishes,
+    and its parameters are those of the uninterrupted 4 × 2 run with the same seed."""
+    reference, ref_sink = run(config(tmp_path / "ref", micro_batch=4, accum_steps=2))
+    oom = InjectedOom(monkeypatch, at=(4,))  # step 1: calls 1-2; step 2: calls 3-4
+    trainer, sink = run(config(tmp_path / "oom", micro_batch=4, accum_steps=2))
+    assert oom.raised == 1
+    assert_same_params(params(reference), params(trainer), atol=TOLERANCE)
+    assert [s.loss for s in sink.of(StepMetrics)] == pytest.approx([s.loss for s in ref_sink.of(StepMetrics)],
+                                                                   rel=1e-5)
+    (change,) = sink.of(MicroBatchChanged)
+    assert (change.step, change.old_micro, change.old_accum, change.new_micro, change.new_accum) == (2, 4, 2, 2, 4)
+    assert "out of memory in micro-step 2 of 2 of step 2 at micro-batch 4" in change.reason
+    # The run folder records it: metrics.jsonl, config.json (the split trained last, and every change).
+    run_dir = trainer.run_dir
+    recorded = [e for e in read_events(run_dir) if isinstance(e, MicroBatchChanged)]
+    assert recorded == [change]
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert (saved["config"]["train"]["micro_batch"], saved["config"]["train"]["accum_steps"]) == (2, 4)
+    assert [(c["step"], c["new_micro"], c["new_accum"]) for c in saved["split_changes"]] == [(2, 2, 4)]
+    # A resume from its checkpoint trains with the last split.
+    checkpoint = sink.of(CheckpointSaved)[-1].path
+    out = tmp_path / "resumed"
+    monkeypatch.undo()
+    assert main(["train", "--resume", checkpoint, "--steps", "6", "--out", str(out), "--no-progress"]) == 0
+    (resumed,) = out.iterdir()
+    train = json.loads((resumed / "config.json").read_text())["config"]["train"]
+    assert (train["micro_batch"], train["accum_steps"]) == (2, 4)
+
+
+def test_an_out_of_memory_error_with_one_accumulation_step(tmp_path, monkeypatch):
+    """The very first forward pass fails: the whole run trains as 2 × 2, bit for bit an uninterrupted 2 × 2 run."""
+    reference, _ = run(config(tmp_path / "ref", micro_batch=4, accum_steps=1))
+    halved, _ = run(config(tmp_path / "halved", micro_batch=2, accum_steps=2))
+    InjectedOom(monkeypatch, at=(1,))
+    trainer, sink = run(config(tmp_path / "oom", micro_batch=4, accum_steps=1))
+    for key, value in params(halved).items():
+        assert torch.equal(value, params(trainer)[key]), key
+    assert_same_params(params(reference), params(trainer), atol=TOLERANCE)
+    assert [(c.step, c.new_micro, c.new_accum) for c in sink.of(MicroBatchChanged)] == [(1, 2, 2)]
+
+
+def test_micro_batch_one_that_runs_out_of_memory_ends_the_run_clearly(tmp_path, monkeypatch):
+    """From step 2 on every forward pass fails: 2 × 1 becomes 1 × 2, then the run ends, saving step 1's state."""
+    InjectedOom(monkeypatch, from_call=2)
+    sink = ListSink()
+    trainer = Trainer(config(tmp_path, micro_batch=2, accum_steps=1), sink=sink)
+    with pytest.raises(OutOfMemory, match="micro-batch 1 does not fit") as err:
+        trainer.run()
+    assert "\n" not in str(err.value)
+    assert [(c.step, c.new_micro, c.new_accum) for c in sink.of(MicroBatchChanged)] == [(2, 1, 2)]
+    (failed,) = sink.of(RunFailed)
+    assert failed.step == 1 and "out of memory in micro-step 1 of 2 of step 2 at micro-batch 1" in failed.message
+    (saved,) = sink.of(CheckpointSaved)
+    assert saved.step == 1 and Path(saved.path).name == "step_0000001" and saved.path in failed.message
+
+
+# --------------------------------------------------------------------------- before a run: --micro-batch auto
+CLI = ["--preset", "tiny", "--seq-len", "32", "--vocab-size", "512", "--steps", "1", "--no-progress"]
+
+
+@pytest.fixture
+def budget(monkeypatch):
+    """A device of ``gib`` GiB where a micro-batch of n sequences needs n GiB (the model itself nothing)."""
+
+    def set_budget(gib: float) -> None:
+        monkeypatch.setattr("core.memory_budget.estimate_training_memory",
+                            lambda model, micro_batch, seq_len, precision="fp32", shards=1:
+                            MemoryEstimate(0, 0, 0, micro_batch * GIB))
+        monkeypatch.setattr("core.memory_budget.device_memory", lambda device: (int(gib * GIB), "test memory"))
+
+    return set_budget
+
+
+def test_micro_batch_auto_picks_the_largest_split_that_fits(budget, tmp_path, capsys):
+    budget(6.5)  # tiny's micro-batch 16 × accumulation 2 = 32 per step; 6 fits, but only 4 divides 32
+    assert main(["train", *CLI, "--micro-batch", "auto", "--accum", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("warning: micro-batch auto: micro-batch 16 × 32 tokens needs at least 16.0 GiB (16.0 GiB of "
+            "activations), more than the 6.5 GiB of test memory: from step 1 micro-batch 4 × accumulation 8 "
+            "(was 16 × 2)") in out
+    (run_dir,) = tmp_path.iterdir()
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert (saved["config"]["train"]["micro_batch"], saved["config"]["train"]["accum_steps"]) == (4, 8)
+    assert saved["tokens_per_step"] == 32 * 32
+    assert [(c["step"], c["old_micro"], c["new_micro"]) for c in saved["split_changes"]] == [(1, 16, 4)]
+    assert any(isinstance(e, MicroBatchChanged) for e in read_events(run_dir))
+
+
+def test_micro_batch_auto_keeps_a_split_that_fits(budget, tmp_path, capsys):
+    budget(64)
+    assert main(["train", *CLI, "--micro-batch", "auto", "--out", str(tmp_path)]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["config"]["train"]["micro_batch"] == 16 and saved["split_changes"] == []
+
+
+@pytest.mark.parametrize("args, gib, message", [
+    (["--micro-batch", "many"], 64, "argument --micro-batch: expected an integer, got 'many'"),
+    (["--micro-batch", "-2"], 64, "micro-batch must be an integer ≥ 1, got -2"),
+    (["--micro-batch", "auto"], 0.5, "micro-batch 1 × 32 tokens needs at least 1.0 GiB"),
+    # An explicit micro-batch is trained as given or refused, naming the split that fits.
+    (["--micro-batch", "16", "--accum", "2"], 6.5,
+     "micro-batch 4 × accumulation 8 fits with the same effective batch (--micro-batch 4 --accum 8, or "
+     "--micro-batch auto)"),
+])
+def test_bad_micro_batch_values_are_one_line_and_exit_2(budget, tmp_path, capsys, args, gib, message):
+    budget(gib)
+    try:
+        code = main(["train", *CLI, *args, "--out", str(tmp_path)])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_auto_in_a_config_file(tmp_path):
+    from core.config import RunConfig
+
+    cfg = RunConfig.from_dict({"preset": "small", "train": {"micro_batch": "auto", "accum_steps": 2}})
+    assert cfg.train.auto_micro_batch and cfg.train.micro_batch == 8 and cfg.train.accum_steps == 2
+    with pytest.raises(ConfigError, match="micro batch must be an integer"):
+        RunConfig.from_dict({"preset": "small", "train": {"micro_batch": "all"}})
