@@ -11,19 +11,20 @@ Under torchrun the ranks must train with the same split, and none may wait in
 a collective that a failed peer never joins. Each attempt of a step therefore
 has exactly one agreement point on every rank (``OomAgreement``): a rank that
 ran out of memory skips its remaining micro-steps and goes there at once, the
-others reach it before the backward pass that all-reduces gradients (DDP's
-last micro-step). The flag travels over a CPU (gloo) group: the error is
-raised on the host, so the agreement needs no GPU sync.
+others reach it before the micro-step that DDP synchronises (the last: DDP
+prepares its gradient all-reduce in that forward pass, and a prepared
+reduction must be completed). The flag travels over a CPU (gloo) group: the
+error is raised on the host, so the agreement needs no GPU sync.
 
-Until a split has trained one step, that last backward pass runs under
+Until a split has trained one step, the last micro-step runs under
 ``no_sync`` too and the agreement follows it, then the gradients are
 all-reduced by hand (``average_gradients``): the first step of a split is
-where an out-of-memory error is likely, and afterwards every step has the same
-shapes. An out-of-memory error inside DDP's gradient all-reduce of a later
-step cannot be redone on one rank alone: it ends the job as a failed rank does
-(the peers' collectives fail, at the latest after the collective timeout).
-FSDP gathers weights in every forward pass, so an out-of-memory error under
-FSDP is not redone either.
+where an out-of-memory error is likely, and every later step has the same
+shapes. An out-of-memory error in the last micro-step of a later step cannot
+be redone on one rank alone: it ends the job as a failed rank does (the peers'
+collectives fail, at the latest after the collective timeout). FSDP gathers
+weights in every forward pass, so an out-of-memory error under FSDP is not
+redone either.
 """
 
 from __future__ import annotations

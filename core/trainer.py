@@ -847,8 +847,9 @@ class Trainer:
             failure = (f"out of memory in micro-step {self._micro_index + 1} of {tc.accum_steps} of step "
                        f"{self.step + 1} at micro-batch {tc.micro_batch} ({first_line(exc, 120)})")
             if self.fsdp or self._agreed:  # peers are inside a collective this rank cannot join any more
-                raise OutOfMemory(f"{failure}; under {'FSDP' if self.fsdp else 'DDP, in the gradient all-reduce'}"
-                                  f" a step cannot be redone on one process: lower --micro-batch") from None
+                where = "FSDP" if self.fsdp else "DDP, in the micro-step that all-reduces gradients,"
+                raise OutOfMemory(f"{failure}; under {where} a step cannot be redone on one process alone: "
+                                  f"lower --micro-batch") from None
             loss_sum = None
         # The traceback, and the activations its frames held, are gone here.
         if ddp is not None and not self._agreed and self._oom.any_rank(failure is not None):
@@ -857,8 +858,12 @@ class Trainer:
             self._oom_reason = failure or f"out of memory on another process in step {self.step + 1}"
             return None
         if probe:
-            average_gradients(self.model, self.dist.world_size)
+            self._average_gradients()
         return loss_sum
+
+    def _average_gradients(self) -> None:
+        """A split's first step under DDP: the all-reduce its last backward pass skipped (core.split)."""
+        average_gradients(self.model, self.dist.world_size)
 
     def _accumulate(self, num_targets: int, ddp, probe: bool) -> torch.Tensor | None:
         tc, dist = self.cfg.train, self.dist
@@ -880,17 +885,18 @@ class Trainer:
             sync_ctx = ddp.no_sync() if ddp is not None and (probe or not last) else contextlib.nullcontext()
             if self.fsdp:  # FSDP's equivalent: no reduce-scatter until the last micro-step
                 self.model.set_requires_gradient_sync(last)
+            if last and ddp is not None and not probe:
+                # Before the micro-step DDP synchronises (it prepares its all-reduce in the forward
+                # pass): all ranks agree that none ran out of memory so far.
+                self._agreed = True
+                if self._oom.any_rank(False):
+                    return None
             with sync_ctx:
                 with autocast(self.device, self.precision):
                     logits = self.compiled(micro.inputs, micro.attention_mask)
                 loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), micro.targets.view(-1),
                                        ignore_index=IGNORE_INDEX, reduction="sum")
                 del logits
-                if last and ddp is not None and not probe:
-                    # Before DDP's synchronised backward: all ranks agree no one ran out of memory.
-                    self._agreed = True
-                    if self._oom.any_rank(False):
-                        return None
                 self.scaler.scale(loss * scale).backward()
             loss_sum += loss.detach()
         return loss_sum

@@ -198,3 +198,89 @@ def test_auto_in_a_config_file(tmp_path):
     assert cfg.train.auto_micro_batch and cfg.train.micro_batch == 8 and cfg.train.accum_steps == 2
     with pytest.raises(ConfigError, match="micro batch must be an integer"):
         RunConfig.from_dict({"preset": "small", "train": {"micro_batch": "all"}})
+
+
+# --------------------------------------------------------------------------- under torchrun (two gloo ranks)
+def _oom_rank_main(rank: int, world: int, port: int, config: dict, out: str, oom_calls: dict) -> None:
+    """A rank of ``spawn_ranks``, whose training forward passes numbered ``oom_calls[rank]`` run out of memory."""
+    import os
+
+    from core.config import RunConfig
+    from core.distributed import shutdown
+    from tests.core.dist_helpers import record
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    original, calls = LlamaForCausalLM.forward, [0]
+
+    def forward(model, *args, **kwargs):
+        if torch.is_grad_enabled():
+            calls[0] += 1
+            if calls[0] in oom_calls.get(str(rank), ()):
+                raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return original(model, *args, **kwargs)
+
+    LlamaForCausalLM.forward = forward
+    try:
+        data = record(RunConfig.from_dict(config))
+    finally:
+        shutdown()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(data), encoding="utf-8")
+
+
+def _spawn_with_oom(cfg, out: Path, oom_calls: dict) -> list[dict]:
+    import torch.multiprocessing as mp
+
+    from tests.core.dist_helpers import free_port
+
+    out.mkdir()
+    mp.spawn(_oom_rank_main, args=(2, free_port(), cfg.to_dict(), str(out), oom_calls), nprocs=2, join=True)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.slow
+def test_ranks_agree_on_a_smaller_split_when_one_runs_out_of_memory(tmp_path):
+    """Two ranks × 4 × 2. In step 2 rank 1 runs out of memory in its first micro-step (rank 0 learns it before
+    the micro-step DDP synchronises), then in the redo as 2 × 4 (a split's first step, synchronised by hand
+    after its micro-steps): both ranks shrink alike, nothing hangs, and the weights are those of one process
+    training micro-batch 16."""
+    from tests.core.dist_helpers import record, steps, uneven_corpus
+    from tests.core.test_distributed import assert_same_steps, assert_same_weights, dist_config, weights_at
+
+    corpus = uneven_corpus(tmp_path)
+    ref = record(dist_config(tmp_path / "one", corpus, micro_batch=16, accum_steps=1, budget=3))
+    # Rank 1's training forward passes: step 1 = 1-2; step 2 = 3 (fails), as 2 × 4: 4, 5 (fails), as 1 × 8: 6-13.
+    rank0, rank1 = _spawn_with_oom(dist_config(tmp_path / "two", corpus, micro_batch=4, accum_steps=2, budget=3),
+                                   tmp_path / "records", {"1": (3, 5)})
+    plain, _ = _spawn_with_oom(dist_config(tmp_path / "plain", corpus, micro_batch=4, accum_steps=2, budget=3),
+                               tmp_path / "plain-records", {})
+    changes = [e for e in rank0["events"] if e["event"] == "micro_batch_changed"]
+    assert [(e["step"], e["old_micro"], e["new_micro"], e["new_accum"]) for e in changes] == [(2, 4, 2, 4),
+                                                                                              (2, 2, 1, 8)]
+    assert all("out of memory on another process in step 2" in e["reason"] for e in changes)
+    for step in (1, 2, 3):
+        # The uninterrupted two-rank run, to float noise; the one-process run as closely as that one is (AdamW's
+        # first step divides by |gradient|: entries near 1e-8 turn fp32 reordering into a few 1e-5 here).
+        assert_same_weights(weights_at(rank0["run_dir"], step), weights_at(plain["run_dir"], step), atol=1e-6)
+        assert_same_weights(weights_at(rank0["run_dir"], step), weights_at(ref["run_dir"], step), atol=5e-5)
+    assert_same_steps(rank0, ref, (1, 2, 3))
+    for rec, tried in ((rank0, 1 + 4), (rank1, 1 + 2)):  # forward passes until each learnt of the failure
+        forwards = {s: sum(e[0] == "forward" for e in entries) for s, entries in steps(rec["timeline"]).items()}
+        assert forwards == {1: 2, 2: tried + 8, 3: 8}
+
+
+@pytest.mark.slow
+def test_out_of_memory_where_ddp_synchronises_ends_the_job_without_hanging(tmp_path):
+    """Once a split has trained a step, its last micro-step synchronises inside DDP: an out-of-memory error
+    there cannot be redone on one rank. That rank fails with one clear line, and the job ends (torchrun, here
+    the spawner, ends the others) instead of waiting."""
+    import torch.multiprocessing as mp
+
+    from tests.core.dist_helpers import uneven_corpus
+    from tests.core.test_distributed import dist_config
+
+    cfg = dist_config(tmp_path / "two", uneven_corpus(tmp_path), micro_batch=2, accum_steps=1, budget=3)
+    with pytest.raises(mp.ProcessRaisedException, match="under DDP, in the micro-step that all-reduces gradients, "
+                                                        "a step cannot be redone on one process alone"):
+        _spawn_with_oom(cfg, tmp_path / "records", {"1": (2,)})
