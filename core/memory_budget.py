@@ -151,6 +151,19 @@ class Fit:
         return bool(self.reason)
 
 
+def fit_run_config(config, nproc: int = 1) -> Fit:
+    """``fit_split`` for a run's settings (a ``RunConfig``) before it starts, with the device and precision
+    the trainer will resolve; the model's vocabulary as set (a tokenizer can only make it smaller)."""
+    from core.device import resolve_device, resolve_precision
+
+    tc = config.train
+    device = resolve_device(tc.device)
+    shards = nproc if tc.fsdp and nproc > 1 else 1
+    return fit_split(config.model, tc.micro_batch, tc.accum_steps, config.data.seq_len,
+                     resolve_precision(tc.precision, device), device, shards,
+                     nproc if device.type != "cuda" else 1)
+
+
 def fit_split(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: int, precision: str,
               device: torch.device, shards: int = 1, processes: int = 1) -> Fit:
     """``--micro-batch auto``: the set split when it fits, else the largest micro-batch that does, with
