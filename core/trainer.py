@@ -5,7 +5,9 @@ Each optimizer step:
 2. the global batch for this step, read by stream position (same samples for
    any split into micro-batches or ranks), and its count of real target tokens;
 3. micro-steps: forward, summed cross-entropy divided by that window-wide count,
-   backward (DDP/FSDP reduce gradients on the last micro-step only);
+   backward (DDP/FSDP reduce gradients on the last micro-step only); a micro-step
+   that runs out of memory redoes the step with half the micro-batch and twice
+   the accumulation, the same update (core.split);
 4. unscale, clip, learning rate from tokens consumed, optimizer step;
 5. one small all-reduce (global loss, stop requests of every rank), one host
    sync to read loss and grad norm, then the metrics event;

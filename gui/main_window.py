@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow, QScrollArea, QSplitter, 
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
-from core.events import SampleGenerated
+from core.events import MicroBatchChanged, SampleGenerated
 from core.memory_budget import fit_run_config
 from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
@@ -208,6 +208,11 @@ class MainWindow(QMainWindow):
     def _on_event_applied(self, record: RunRecord, event: object) -> None:
         if isinstance(event, SampleGenerated):
             self.sample.show_sample(record.label, event.step, event.text)
+        if isinstance(event, MicroBatchChanged) and record is self.session.active:
+            panel = self.config_panel  # still showing the split that did not fit: the next run takes the new one
+            if (panel.micro_batch.value(), panel.accum.value()) == (event.old_micro, event.old_accum):
+                panel.micro_batch.setValue(event.new_micro)
+                panel.accum.setValue(event.new_accum)
         line = describe(event)
         if line is None:
             return

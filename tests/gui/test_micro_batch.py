@@ -62,5 +62,7 @@ def test_the_run_table_shows_the_new_split_after_an_out_of_memory_step(qtbot, wi
     row = table.row_of(record.key)
     assert (table.item(row, table.column("Micro")).text(), table.item(row, table.column("Accum")).text()) == ("2", "2")
     assert "Changed 1×" in table.item(row, table.column("Micro")).toolTip()
+    # The settings follow, so the next Start or Continue trains with what fits.
+    assert (child(window, "microBatchSpin").value(), child(window, "accumStepsSpin").value()) == (2, 2)
     assert any("warning: " in line and "out of memory in micro-step 1 of 1 of step 2 at micro-batch 4" in line
                and "from step 2 micro-batch 2 × accumulation 2" in line for line in window.log.messages())
