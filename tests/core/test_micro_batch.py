@@ -284,3 +284,28 @@ def test_out_of_memory_where_ddp_synchronises_ends_the_job_without_hanging(tmp_p
     with pytest.raises(mp.ProcessRaisedException, match="under DDP, in the micro-step that all-reduces gradients, "
                                                         "a step cannot be redone on one process alone"):
         _spawn_with_oom(cfg, tmp_path / "records", {"1": (2,)})
+
+
+@pytest.mark.slow
+def test_a_compiled_run_redoes_its_first_step_without_falling_back_to_eager(tmp_path, monkeypatch):
+    """The first micro-step of step 1 (the step that compiles) runs out of memory: that is no compile failure.
+    The step is redone as 2 × 2, compiled, and matches the eager 4 × 1 run."""
+    from core.compile import CompiledModel
+    from core.events import CompileFinished
+
+    reference, _ = run(config(tmp_path / "ref", micro_batch=4, accum_steps=1, budget=2))
+    call, calls = CompiledModel.__call__, [0]
+
+    def failing_once(self, *args, **kwargs):  # before the compiled module: one graph to compile, not two
+        calls[0] += 1
+        if calls[0] == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(CompiledModel, "__call__", failing_once)
+    trainer, sink = run(config(tmp_path / "compiled", micro_batch=4, accum_steps=1, budget=2,
+                               compile_mode="default"))
+    assert [(c.step, c.new_micro, c.new_accum) for c in sink.of(MicroBatchChanged)] == [(1, 2, 2)]
+    assert not any(e.fallback for e in sink.of(CompileFinished))
+    assert trainer.compiled.compiled
+    assert_same_params(params(reference), params(trainer), atol=TOLERANCE)
