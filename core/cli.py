@@ -45,6 +45,11 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _micro_batch(text: str) -> int | str:
+    """``auto`` or an integer (its range is checked by the config)."""
+    return "auto" if text.strip().lower() == "auto" else _integer(text)
+
+
 def _path(text: str) -> str:
     """A path as the user meant it: ``~`` expanded, absolute (see ``core.paths.user_path``)."""
     from core.paths import user_path
@@ -93,7 +98,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     budget.add_argument("--steps", type=_integer, help="budget in optimizer steps")
     budget.add_argument("--tokens", type=_number, help="budget in tokens (e.g. 2e6)")
     budget.add_argument("--epochs", type=_number, help="budget in passes over the training samples")
-    t.add_argument("--micro-batch", type=_integer, help="sequences per forward/backward pass")
+    t.add_argument("--micro-batch", type=_micro_batch,
+                   help="sequences per forward/backward pass; 'auto': the preset's (or the resumed or --config "
+                        "run's), lowered to the largest that fits in memory with --accum raised to keep the "
+                        "effective batch")
     t.add_argument("--accum", type=_integer, help="micro-batches per optimizer step")
     t.add_argument("--seq-len", type=_integer)
     t.add_argument("--lr", type=_number)
@@ -178,6 +186,10 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     for kind in ("steps", "tokens", "epochs"):
         if getattr(args, kind) is not None:
             train["budget_kind"], train["budget"] = kind, getattr(args, kind)
+    if args.micro_batch == "auto":
+        train["micro_batch"], train["auto_micro_batch"] = None, True
+    elif args.micro_batch is not None:
+        train["auto_micro_batch"] = False  # an explicit micro-batch is trained as given, or refused
     train = {k: v for k, v in train.items() if v is not None}
     if args.lr is not None and args.min_lr is None:
         train["min_lr"] = args.lr / 10

@@ -237,6 +237,9 @@ class TrainConfig:
     """Sequences per forward/backward pass."""
     accum_steps: int = 1
     """Micro-batches per optimizer step (gradient accumulation)."""
+    auto_micro_batch: bool = False
+    """Before the run, lower ``micro_batch`` to the largest that fits in memory, raising ``accum_steps`` so
+    their product (the effective batch per process) is unchanged (``--micro-batch auto``; ``"auto"`` in JSON)."""
     budget_kind: str = "steps"
     budget: float = 300
     """Optimizer steps, tokens or epochs, per ``budget_kind``."""
@@ -416,6 +419,9 @@ class RunConfig:
                 raise ConfigError(f"the {name} section must be a JSON object, got {type(section).__name__}", name)
             sections[name] = section
         train = sections["train"]
+        if train.get("micro_batch") == "auto":  # the preset's micro-batch, lowered to what fits
+            train = sections["train"] = {**{k: v for k, v in train.items() if k != "micro_batch"},
+                                         "auto_micro_batch": True}
         if "lr" in train and "min_lr" not in train and isinstance(train["lr"], (int, float)):
             sections["train"] = {**train, "min_lr": train["lr"] / 10}  # as the --lr flag does
         name = data.get("preset", "tiny")

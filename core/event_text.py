@@ -105,6 +105,10 @@ def event_line(event: ev.Event) -> EventLine | None:
         return EventLine(f"checkpoint not saved: {event.message}", "warning")
     if isinstance(event, ev.WarningRaised):
         return EventLine(event.message, "warning")
+    if isinstance(event, ev.MicroBatchChanged):
+        return EventLine(f"{event.reason}: from step {event.step} micro-batch {event.new_micro} × accumulation "
+                         f"{event.new_accum} (was {event.old_micro} × {event.old_accum}), the same effective "
+                         f"batch and the same update", "warning")
     if isinstance(event, ev.RunFinished):
         tps = (f"median {event.median_tokens_per_s:,.0f} tokens/s after warm-up" if event.median_tokens_per_s
                else "no steady steps")

@@ -179,6 +179,24 @@ class WarningRaised(Event):
 
 
 @dataclass(frozen=True)
+class MicroBatchChanged(Event):
+    """The run trains with another split of the same effective batch from ``step`` on.
+
+    Before the run (``auto_micro_batch``: the set micro-batch does not fit), or
+    during it (a micro-step ran out of memory: step ``step`` was redone from its
+    start with the new split, the same samples and so the same update).
+    """
+
+    step: int
+    """The first optimizer step trained with the new split."""
+    old_micro: int
+    old_accum: int
+    new_micro: int
+    new_accum: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     step: int
     tokens: int
@@ -211,6 +229,7 @@ _KIND_OF: dict[type, str] = {
     CheckpointSaved: "checkpoint",
     CheckpointFailed: "checkpoint_failed",
     WarningRaised: "warning",
+    MicroBatchChanged: "micro_batch_changed",
     RunFinished: "finished",
     RunFailed: "failed",
 }

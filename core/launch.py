@@ -108,7 +108,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     from core.checkpoint import check_tokenizer_fits, peek_checkpoint
     from core.data import build_views, prepare_data
     from core.device import resolve_device, resolve_precision
-    from core.memory_budget import check_fits
+    from core.memory_budget import check_fits, fit_split
     from core.tokenizer import BPETokenizer
 
     tc = config.train
@@ -127,8 +127,12 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
         raise ConfigError(f"sequence length {config.data.seq_len} is beyond the model's "
                           f"{model_cfg.max_position_embeddings} positions", "seq_len")
     check_tokenizer_fits(data.tokenizer, model_cfg)
-    check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device,
-               shards=nproc if tc.fsdp else 1, processes=nproc if device.type != "cuda" else 1)
+    shards, processes = nproc if tc.fsdp else 1, nproc if device.type != "cuda" else 1
+    if tc.auto_micro_batch:  # each process picks the split (refused only when not even micro-batch 1 fits)
+        fit_split(model_cfg, tc.micro_batch, tc.accum_steps, config.data.seq_len, precision, device, shards, processes)
+    else:
+        check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device, shards=shards,
+                   processes=processes, accum_steps=tc.accum_steps)
 
 
 @dataclass(frozen=True)

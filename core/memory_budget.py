@@ -14,11 +14,15 @@ slack and the framework itself. So ``check_fits`` refuses only what cannot
 fit (an estimate above all of the device's memory) and never a configuration
 that might; it is meant to turn a 50 GB allocation failure deep in the first
 step into one line before the run starts, and to serve a search for the
-largest micro-batch that fits.
+largest micro-batch that fits (``fit_split``, for ``auto_micro_batch``): the
+same test, so ``auto`` never picks what ``check_fits`` would refuse. Being a
+lower bound, it can pass a micro-batch that still runs out of memory on a
+GPU; the trainer then halves it during the run (``core.split``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -79,23 +83,102 @@ def device_memory(device: torch.device) -> tuple[int | None, str]:
     return psutil.virtual_memory().available, "available RAM"
 
 
-def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: str, device: torch.device,
-               shards: int = 1, processes: int = 1) -> MemoryEstimate:
-    """Refuse, in one line, a run whose estimate exceeds the device's memory (``processes`` ranks sharing it)."""
-    estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
-    available, what = device_memory(device)
-    if available is None:
-        return estimate
-    need = estimate.total * processes
-    if need <= available:
-        return estimate
+def _need_text(estimate: MemoryEstimate, micro_batch: int, seq_len: int, processes: int, available: int,
+               what: str) -> str:
     per = f" per process × {processes}" if processes > 1 else ""
+    return (f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {estimate.total * processes / GIB:.1f} "
+            f"GiB{per} ({estimate.activations / GIB:.1f} GiB of activations), more than the {available / GIB:.1f} "
+            f"GiB of {what}")
+
+
+def _check_states_fit(estimate: MemoryEstimate, processes: int, available: int, what: str) -> None:
     if estimate.states * processes > available:
+        per = f" per process × {processes}" if processes > 1 else ""
         raise ConfigError(f"the model alone needs about {estimate.states * processes / GIB:.1f} GiB{per} "
                           f"(weights, gradients and AdamW state), more than the {available / GIB:.1f} GiB of "
                           f"{what}; choose a smaller model", "preset")
+
+
+def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: str, device: torch.device,
+               shards: int = 1, processes: int = 1, accum_steps: int | None = None) -> MemoryEstimate:
+    """Refuse, in one line, a run whose estimate exceeds the device's memory (``processes`` ranks sharing it).
+
+    With ``accum_steps`` the message names the split that fits and keeps the effective batch.
+    """
+    estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
+    available, what = device_memory(device)
+    if available is None or estimate.total * processes <= available:
+        return estimate
+    _check_states_fit(estimate, processes, available, what)
+    need = _need_text(estimate, micro_batch, seq_len, processes, available, what)
+    if accum_steps is not None:
+        micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, available,
+                                            shards, processes)
+        per_process = micro_batch * accum_steps
+        raise ConfigError(f"{need}; micro-batch {micro:,} × accumulation {per_process // micro:,} fits with the "
+                          f"same effective batch (--micro-batch {micro} --accum {per_process // micro}, or "
+                          f"--micro-batch auto)", "micro_batch")
     fitting = max(0, (available // processes - estimate.states) // max(1, estimate.activations // micro_batch))
-    raise ConfigError(f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {need / GIB:.1f} GiB{per} "
-                      f"({estimate.activations / GIB:.1f} GiB of activations), more than the {available / GIB:.1f} "
-                      f"GiB of {what}; use --micro-batch {max(1, fitting):,} or less (and --accum to keep the "
+    raise ConfigError(f"{need}; use --micro-batch {max(1, fitting):,} or less (and --accum to keep the "
                       f"effective batch)", "micro_batch")
+
+
+def largest_fitting_micro_batch(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: int,
+                                precision: str, available: int, shards: int = 1, processes: int = 1) -> int:
+    """The largest micro-batch ≤ ``micro_batch`` that divides ``micro_batch × accum_steps`` (so the effective
+    batch stays exact) and whose estimate fits in ``available`` bytes; 1 when none does."""
+    one = estimate_training_memory(model, 1, seq_len, precision, shards)  # activations grow linearly
+    limit = min(micro_batch, (available // processes - one.states) // max(1, one.activations))
+    return max((d for d in _divisors(micro_batch * accum_steps) if d <= limit), default=1)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in small]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The split a run trains with: the one set, or a smaller micro-batch with more accumulation."""
+
+    micro_batch: int
+    accum_steps: int
+    reason: str = ""
+    """Why the set split was changed (its memory estimate against the device's); empty when it fits."""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.reason)
+
+
+def fit_run_config(config, nproc: int = 1) -> Fit:
+    """``fit_split`` for a run's settings (a ``RunConfig``) before it starts, with the device and precision
+    the trainer will resolve; the model's vocabulary as set (a tokenizer can only make it smaller)."""
+    from core.device import resolve_device, resolve_precision
+
+    tc = config.train
+    device = resolve_device(tc.device)
+    shards = nproc if tc.fsdp and nproc > 1 else 1
+    return fit_split(config.model, tc.micro_batch, tc.accum_steps, config.data.seq_len,
+                     resolve_precision(tc.precision, device), device, shards,
+                     nproc if device.type != "cuda" else 1)
+
+
+def fit_split(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: int, precision: str,
+              device: torch.device, shards: int = 1, processes: int = 1) -> Fit:
+    """``--micro-batch auto``: the set split when it fits, else the largest micro-batch that does, with
+    accumulation raised so micro-batch × accumulation (the effective batch per process) is unchanged.
+
+    A model whose states alone cannot fit, or whose micro-batch 1 cannot, is a ``ConfigError``.
+    """
+    estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
+    available, what = device_memory(device)
+    if available is None or estimate.total * processes <= available:
+        return Fit(micro_batch, accum_steps)
+    _check_states_fit(estimate, processes, available, what)
+    micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, available, shards,
+                                        processes)
+    if estimate_training_memory(model, micro, seq_len, precision, shards).total * processes > available:
+        check_fits(model, 1, seq_len, precision, device, shards, processes)  # raises: not even 1 fits
+    return Fit(micro, micro_batch * accum_steps // micro,
+               _need_text(estimate, micro_batch, seq_len, processes, available, what))

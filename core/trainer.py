@@ -5,7 +5,9 @@ Each optimizer step:
 2. the global batch for this step, read by stream position (same samples for
    any split into micro-batches or ranks), and its count of real target tokens;
 3. micro-steps: forward, summed cross-entropy divided by that window-wide count,
-   backward (DDP/FSDP reduce gradients on the last micro-step only);
+   backward (DDP/FSDP reduce gradients on the last micro-step only); a micro-step
+   that runs out of memory redoes the step with half the micro-batch and twice
+   the accumulation, the same update (core.split);
 4. unscale, clip, learning rate from tokens consumed, optimizer step;
 5. one small all-reduce (global loss, stop requests of every rank), one host
    sync to read loss and grad norm, then the metrics event;
@@ -64,6 +66,7 @@ from core.events import (
     CompileFinished,
     CompileStarted,
     Event,
+    MicroBatchChanged,
     RunFailed,
     RunFinished,
     RunStarted,
@@ -74,7 +77,7 @@ from core.events import (
     WarningRaised,
     null_sink,
 )
-from core.memory_budget import check_fits
+from core.memory_budget import check_fits, fit_split
 from core.model import LlamaForCausalLM
 from core.paths import user_path, why_write_failed
 from core.precision import PrecisionChoice, decide_precision
@@ -92,6 +95,7 @@ from core.runs import (
     write_json,
 )
 from core.schedule import LRSchedule
+from core.split import OUT_OF_MEMORY, OomAgreement, OutOfMemory, average_gradients, smaller_split
 from core.step_times import StepTimes
 from core.tokenizer import load_tokenizer_file
 
@@ -211,6 +215,16 @@ class Trainer:
         """Under torchrun: some rank was asked to stop (read once per step)."""
         self.compiling = False
         """The first step of a compiled model is running: torch.compile is compiling (seconds to minutes)."""
+        # Self-fitting micro-batches (core.split).
+        self.split_changes: list[dict[str, Any]] = []
+        """Every change of micro-batch × accumulation, as recorded in config.json and metrics.jsonl."""
+        self._oom: OomAgreement | None = None
+        self._split_proven = False
+        """A step has trained with the current split (under DDP: its gradients may then sync in the backward)."""
+        self._agreed = False
+        """This attempt of a step has passed its agreement point (DDP's synchronised backward may be running)."""
+        self._micro_index = 0
+        self._oom_reason = ""
 
     @property
     def stoppable(self) -> bool:
@@ -336,6 +350,7 @@ class Trainer:
         self.precision_choice = self._decide_precision(tc.precision, device)
         self.precision = self.precision_choice.precision
         self.fsdp = tc.fsdp and self.dist.enabled
+        self._oom = OomAgreement(self.dist)  # under torchrun: a collective, on every rank at this point
 
     def _decide_precision(self, requested: str, device: torch.device) -> PrecisionChoice:
         """``auto`` may measure (a CPU's bf16 probe, cached per machine): under torchrun rank 0 decides
@@ -414,8 +429,12 @@ class Trainer:
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
         # Before anything is allocated: a micro-batch that cannot fit is one line, not an allocation failure.
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled and device.type != "cuda" else 1
-        check_fits(model_cfg, tc.micro_batch, cfg.data.seq_len, self.precision, device,
-                   shards=self.dist.world_size if self.fsdp else 1, processes=local)
+        shards = self.dist.world_size if self.fsdp else 1
+        if tc.auto_micro_batch:
+            self._fit_before_run(model_cfg, shards, local)
+        else:
+            check_fits(model_cfg, tc.micro_batch, cfg.data.seq_len, self.precision, device,
+                       shards=shards, processes=local, accum_steps=tc.accum_steps)
         self.model_cfg = model_cfg
         torch.manual_seed(tc.seed)
         model = LlamaForCausalLM(model_cfg)
@@ -427,6 +446,47 @@ class Trainer:
             shard_model(self.model, device)
         self.optimizer = make_optimizer(self.model, tc, device)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
+
+    def _fit_before_run(self, model_cfg: ModelConfig, shards: int, processes: int) -> None:
+        """``auto_micro_batch``: the largest micro-batch that fits, the same on every rank (the smallest of their
+        picks: each rank measures its own device), with accumulation raised to keep the effective batch."""
+        tc = self.cfg.train
+        fit = fit_split(model_cfg, tc.micro_batch, tc.accum_steps, self.cfg.data.seq_len, self.precision,
+                        self.device, shards, processes)
+        micro = self._oom.smallest(fit.micro_batch)
+        if micro != tc.micro_batch:
+            reason = fit.reason if fit.changed else "another process of this job has less memory"
+            self._set_split(micro, tc.micro_batch * tc.accum_steps // micro,
+                            f"micro-batch auto: {reason}", None)
+
+    def _set_split(self, micro: int, accum: int, reason: str, step: int | None) -> None:
+        """Train with ``micro × accum`` from optimizer step ``step`` on; recorded in config.json and metrics.jsonl.
+
+        Before the run folder exists the change is only recorded (``step`` None: the run's first step, known
+        once the start position is); ``_announce`` reports it.
+        """
+        tc = self.cfg.train
+        old_micro, old_accum = tc.micro_batch, tc.accum_steps
+        try:
+            self.cfg = self.cfg.replace(train={"micro_batch": micro, "accum_steps": accum})
+        except ConfigError as exc:  # e.g. a CUDA-graph compile mode, which refuses accumulation
+            raise OutOfMemory(f"{reason}; micro-batch {micro} × accumulation {accum} would fit, but {exc}") from None
+        self._split_proven = False
+        change = MicroBatchChanged(self.run_id, self.now(), step, old_micro, old_accum, micro, accum, reason)
+        self.split_changes.append({k: v for k, v in change.to_dict().items() if k not in ("event", "run_id")})
+        if self.run_id:
+            self.emit(change)
+            self._rewrite_config()
+
+    def _rewrite_config(self) -> None:
+        """config.json with the current split and every change so far; a failed write is a warning."""
+        if self.run_dir is None:
+            return
+        try:
+            write_json(self.run_dir / CONFIG_FILE, self._run_config_json())
+        except OSError as exc:
+            self.warn(f"cannot update {self.run_dir / CONFIG_FILE} ({why_write_failed(exc, self.run_dir)}); "
+                      f"metrics.jsonl records the new split")
 
     def _start_position(self, trainer_state: dict[str, Any] | None) -> None:
         """Counters, seed, sample order and schedule: zero, or where a resumed parent stopped."""
@@ -450,6 +510,9 @@ class Trainer:
         processes only) are cleared here.
         """
         self.run_id = self.requested_run_id or new_run_id(run_tag(self.cfg, self.dist.world_size))
+        for change in self.split_changes:  # made before the start position was known: from the first step on
+            if change["step"] is None:
+                change["step"] = self.step + 1
         if self.dist.is_main:
             try:
                 self.run_dir = create_run_dir(self.cfg.out_dir, self.run_id)
@@ -491,6 +554,8 @@ class Trainer:
             total_steps=self.total_steps, start_step=self.step, start_tokens=self.tokens,
             start_time=self.start_time, parent=self.parent, world_size=self.dist.world_size,
             versions=library_versions()))
+        for change in self.split_changes:  # chosen before the run folder existed
+            self.emit(MicroBatchChanged(self.run_id, self.now(), **{k: v for k, v in change.items() if k != "time"}))
         if tc.fsdp and not self.dist.enabled:
             self.warn("FSDP shards over several processes (--nproc N); this single process trains unsharded")
         if loaded and loaded.tokenizer is None:
@@ -503,8 +568,12 @@ class Trainer:
         return d
 
     def _write_run_files(self) -> None:
+        write_json(self.run_dir / CONFIG_FILE, self._run_config_json())
+        self.data.tokenizer.save(self.run_dir)
+
+    def _run_config_json(self) -> dict[str, Any]:
         corpus, tok = self.data.corpus, self.data.tokenizer
-        write_json(self.run_dir / CONFIG_FILE, {
+        return {
             "run_id": self.run_id,
             "parent": self.parent,
             "config": self._config_dict(),
@@ -518,8 +587,8 @@ class Trainer:
                           "eos": tok.eos_token, "pad": tok.pad_token, "bos_id": tok.bos_id, "eos_id": tok.eos_id,
                           "pad_id": tok.pad_id},
             "versions": library_versions(),
-        })
-        self.data.tokenizer.save(self.run_dir)
+            "split_changes": self.split_changes,
+        }
 
     def _make_schedule(self, state: dict | None) -> LRSchedule:
         """Warmup + cosine on tokens. On resume:
@@ -733,8 +802,8 @@ class Trainer:
         try:
             return self._optimizer_step()
         except Exception as exc:  # compilation happens here, at the first call
-            if is_peer_failure(exc, self.dist):
-                raise  # a peer is gone: not a compile problem
+            if is_peer_failure(exc, self.dist) or isinstance(exc, (OutOfMemory, *OUT_OF_MEMORY)):
+                raise  # a peer is gone, or memory ran out: not a compile problem
             self.warn(f"torch.compile ({self.compiled.mode}) failed: {type(exc).__name__}: {first_line(exc)}; "
                       f"continuing eagerly")
             self.emit(CompileFinished(self.run_id, self.now(), self.compiled.mode, self.compiled.scope, 0.0, 0,
@@ -748,33 +817,16 @@ class Trainer:
 
     def _optimizer_step(self) -> tuple[float, float, float]:
         tc, dist = self.cfg.train, self.dist
-        mb, accum, world = tc.micro_batch, tc.accum_steps, dist.world_size
+        world = dist.world_size
+        sequences = tc.micro_batch * tc.accum_steps * world  # the global batch: the same for every split
         # Phase 2: the global batch by stream position; its real-target count comes
         # from the store's document lengths on the CPU (no batch is built), so
         # normalising by it needs no device sync or collective.
-        num_targets = max(global_batch_targets(self.data.train, self.order, self.samples, mb * accum * world), 1)
-        loss_sum = torch.zeros((), device=self.device)
-        ddp = self.compiled.module if dist.enabled and not self.fsdp else None
-        # Phase 3: micro-steps. Each loss is a sum over its tokens divided by the
-        # window's total, so the accumulated gradient is the true window mean
-        # however the real tokens are spread over micro-batches. DDP averages over
-        # ranks, hence × world.
-        scale = world / num_targets
-        for j in range(accum):
-            start = (j * world + dist.rank) * mb
-            # Micro-step j of rank r is slice j·world + r of the global batch, read from the
-            # store's memory map only now, in its compact dtype: one micro-batch in memory at a time.
-            micro = self.data.train.batch(self.order.take(self.samples + start, mb)).to(self.device)
-            last = j == accum - 1
-            # no_sync must be entered before the forward pass: DDP decides then.
-            sync_ctx = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
-            if self.fsdp:  # FSDP's equivalent: no reduce-scatter until the last micro-step
-                self.model.set_requires_gradient_sync(last)
-            with sync_ctx:
-                with autocast(self.device, self.precision):  # the loss itself is fp32 (core.loss)
-                    loss = self.compiled(micro.inputs, micro.attention_mask, targets=micro.targets)
-                self.scaler.scale(loss * scale).backward()
-            loss_sum += loss.detach()
+        num_targets = max(global_batch_targets(self.data.train, self.order, self.samples, sequences), 1)
+        # Phase 3, redone from the start with a smaller split while some rank runs out of memory.
+        while (loss_sum := self._micro_steps(num_targets)) is None:
+            self._shrink_split()
+        self._split_proven = True
         # Phase 4: clip, schedule, step.
         self.scaler.unscale_(self.optimizer)
         grad_norm = local_scalar(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf")))
@@ -786,7 +838,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens += self.tokens_per_step
-        self.samples += mb * accum * world
+        self.samples += sequences
         # Phase 5: one small all-reduce carries the global loss and the ranks'
         # stop requests; then the step's one host sync reads them with the grad norm.
         stop = torch.full((), float(self.control.stop_requested), device=self.device)
@@ -794,6 +846,89 @@ class Trainer:
         loss_total, stops, norm_value = torch.cat([totals, grad_norm.float().view(1)]).tolist()
         self._stop_agreed = stops > 0
         return loss_total / num_targets, norm_value, lr
+
+    def _micro_steps(self, num_targets: int) -> torch.Tensor | None:
+        """Phase 3 with the current split: the summed loss, or None on every rank when some rank ran out of
+        memory (gradients then partial: the step is redone). Under DDP each attempt has one agreement point
+        on every rank (core.split)."""
+        ddp = self.compiled.module if self.dist.enabled and not self.fsdp else None
+        probe = ddp is not None and not self._split_proven
+        self._agreed = False
+        failure = None
+        try:
+            loss_sum = self._accumulate(num_targets, ddp, probe)
+        except OUT_OF_MEMORY as exc:
+            tc = self.cfg.train
+            failure = (f"out of memory in micro-step {self._micro_index + 1} of {tc.accum_steps} of step "
+                       f"{self.step + 1} at micro-batch {tc.micro_batch} ({first_line(exc, 120)})")
+            if self.fsdp or self._agreed:  # peers are inside a collective this rank cannot join any more
+                where = "FSDP" if self.fsdp else "DDP, in the micro-step that all-reduces gradients,"
+                raise OutOfMemory(f"{failure}; under {where} a step cannot be redone on one process alone: "
+                                  f"lower --micro-batch") from None
+            loss_sum = None
+        # The traceback, and the activations its frames held, are gone here.
+        if ddp is not None and not self._agreed and self._oom.any_rank(failure is not None):
+            loss_sum = None
+        if loss_sum is None:
+            self._oom_reason = failure or f"out of memory on another process in step {self.step + 1}"
+            return None
+        if probe:
+            self._average_gradients()
+        return loss_sum
+
+    def _average_gradients(self) -> None:
+        """A split's first step under DDP: the all-reduce its last backward pass skipped (core.split)."""
+        average_gradients(self.model, self.dist.world_size)
+
+    def _accumulate(self, num_targets: int, ddp, probe: bool) -> torch.Tensor | None:
+        tc, dist = self.cfg.train, self.dist
+        mb, accum, world = tc.micro_batch, tc.accum_steps, dist.world_size
+        loss_sum = torch.zeros((), device=self.device)
+        # Each loss is a sum over its tokens divided by the window's total, so the
+        # accumulated gradient is the true window mean however the real tokens are
+        # spread over micro-batches (and over splits). DDP averages over ranks, hence × world.
+        scale = world / num_targets
+        for j in range(accum):
+            self._micro_index = j
+            start = (j * world + dist.rank) * mb
+            # Micro-step j of rank r is slice j·world + r of the global batch, read from the
+            # store's memory map only now, in its compact dtype: one micro-batch in memory at a time.
+            micro = self.data.train.batch(self.order.take(self.samples + start, mb)).to(self.device)
+            last = j == accum - 1
+            # no_sync must be entered before the forward pass: DDP decides then. The first step
+            # of a split syncs by hand, after the ranks agreed that none ran out of memory.
+            sync_ctx = ddp.no_sync() if ddp is not None and (probe or not last) else contextlib.nullcontext()
+            if self.fsdp:  # FSDP's equivalent: no reduce-scatter until the last micro-step
+                self.model.set_requires_gradient_sync(last)
+            if last and ddp is not None and not probe:
+                # Before the micro-step DDP synchronises (it prepares its all-reduce in the forward
+                # pass): all ranks agree that none ran out of memory so far.
+                self._agreed = True
+                if self._oom.any_rank(False):
+                    return None
+            with sync_ctx:
+                with autocast(self.device, self.precision):  # the loss itself is fp32 (core.loss)
+                    loss = self.compiled(micro.inputs, micro.attention_mask, targets=micro.targets)
+                self.scaler.scale(loss * scale).backward()
+            loss_sum += loss.detach()
+        return loss_sum
+
+    def _shrink_split(self) -> None:
+        """After an out-of-memory attempt (agreed by every rank): free it, halve the micro-batch, double the
+        accumulation; at micro-batch 1 save the last good state (the previous step's) and end the run."""
+        reason = self._oom_reason
+        self.optimizer.zero_grad(set_to_none=True)  # the failed attempt's partial gradients
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # host sync, once per out-of-memory: the cached blocks go back
+        tc = self.cfg.train
+        smaller = smaller_split(tc.micro_batch, tc.accum_steps)
+        if smaller is None:
+            saved = self._save_or_warn(None, final=True)
+            barrier(self.dist)
+            where = f"; the state after step {self.step} is saved in {saved}" if saved else ""
+            raise OutOfMemory(f"{reason}: micro-batch 1 does not fit; choose a smaller model or sequence length"
+                              f"{where}")
+        self._set_split(*smaller, reason, self.step + 1)
 
     def _peak_mem(self) -> float:
         peak = peak_memory_gib(self.device)

@@ -23,6 +23,17 @@ def confirm_stop_and_close(parent: QWidget | None) -> bool:
     return answer == QMessageBox.StandardButton.Yes
 
 
+def offer_fitting_split(parent: QWidget | None, reason: str, micro: int, accum: int, sequences: int) -> bool:
+    """Before Start: train with the split that fits (True), or start as set (False)?"""
+    answer = QMessageBox.question(
+        parent, "Micro-batch does not fit",
+        f"The {reason}.\n\nTrain with micro-batch {micro} × accumulation {accum} instead? The effective batch "
+        f"({sequences:,} sequences per optimizer step) stays the same, and so do the updates.\n\n"
+        f"Yes sets these in the settings and starts; No starts as set.",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.Yes)
+    return answer == QMessageBox.StandardButton.Yes
+
+
 def ask_load_mode(parent: QWidget | None, description: str) -> str | None:
     """``resume`` (weights, optimizer and schedule), ``init`` (weights only) or None (cancel)."""
     box = QMessageBox(parent)

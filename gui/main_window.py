@@ -19,7 +19,8 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow, QScrollArea, QSplitter, 
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
-from core.events import RunStarted, SampleGenerated
+from core.events import MicroBatchChanged, RunStarted, SampleGenerated
+from core.memory_budget import fit_run_config
 from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
 from gui.checkpoint_paths import LOAD_FILTER, checkpoint_target, describe_checkpoint, save_target_problem
@@ -209,6 +210,11 @@ class MainWindow(QMainWindow):
             self.sample.show_sample(record.label, event.step, event.text)
         elif isinstance(event, RunStarted):
             self.config_panel.refresh_precision()  # auto's probe is now cached: say what it chose
+        elif isinstance(event, MicroBatchChanged) and record is self.session.active:
+            panel = self.config_panel  # still showing the split that did not fit: the next run takes the new one
+            if (panel.micro_batch.value(), panel.accum.value()) == (event.old_micro, event.old_accum):
+                panel.micro_batch.setValue(event.new_micro)
+                panel.accum.setValue(event.new_accum)
         line = describe(event)
         if line is None:
             return
@@ -274,6 +280,9 @@ class MainWindow(QMainWindow):
         cfg = self._settings_or_explain()
         if cfg is None:
             return
+        cfg = self._offer_fitting_split(cfg)
+        if cfg is None:
+            return
         try:
             self.session.start(cfg, self.config_panel.nproc)
         except SpeedboardError as exc:
@@ -281,6 +290,25 @@ class MainWindow(QMainWindow):
             return
         if cfg.init_from or cfg.resume:
             self.config_panel.clear_start_from()  # a loaded checkpoint feeds one run
+
+    def _offer_fitting_split(self, cfg: RunConfig) -> RunConfig | None:
+        """When the micro-batch cannot fit, offer the largest that does with the same effective batch:
+        Yes sets it in the settings, No starts as set (and the run says why it cannot)."""
+        nproc = self.config_panel.nproc
+        try:
+            fit = fit_run_config(cfg, nproc)  # arithmetic, and the device's memory: no tensor
+        except SpeedboardError:
+            return cfg  # not even micro-batch 1 fits, or no such device: the run explains it
+        if not fit.changed:
+            return cfg
+        sequences = cfg.train.sequences_per_step(nproc)
+        if not dialogs.offer_fitting_split(self, fit.reason, fit.micro_batch, fit.accum_steps, sequences):
+            return cfg
+        self.config_panel.micro_batch.setValue(fit.micro_batch)
+        self.config_panel.accum.setValue(fit.accum_steps)
+        self.log.add(f"micro-batch {cfg.train.micro_batch} × accumulation {cfg.train.accum_steps} does not fit: "
+                     f"set to {fit.micro_batch} × {fit.accum_steps}, the same effective batch")
+        return self._settings_or_explain()
 
     def _pause(self) -> None:
         self.session.pause()

@@ -22,6 +22,7 @@ from core.events import (
     CompileFinished,
     CompileStarted,
     Event,
+    MicroBatchChanged,
     RunFailed,
     RunFinished,
     RunStarted,
@@ -110,6 +111,8 @@ class RunRecord:
     checkpoints: list[str] = field(default_factory=list)
     nproc: int = 1
     """Processes that train it (more than one: torchrun)."""
+    split_changes: int = 0
+    """Times its micro-batch × accumulation changed (it ran out of memory, or ``auto`` fitted it)."""
     _before_pause: str = field(default="training", repr=False)
 
     @property
@@ -200,6 +203,10 @@ class RunRecord:
                 self.state = "training"
         elif isinstance(event, ValidationDone):
             self.val_loss = event.loss
+        elif isinstance(event, MicroBatchChanged):  # the split it trains with now (same effective batch)
+            self.config = {**self.config, "train": {**self.train, "micro_batch": event.new_micro,
+                                                    "accum_steps": event.new_accum}}
+            self.split_changes += 1
         elif isinstance(event, CheckpointSaved):
             self.checkpoints.append(event.path)
             return False

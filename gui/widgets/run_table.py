@@ -107,6 +107,10 @@ class RunTable(QTableWidget):
             state = self.item(row, self.column("State"))
             state.setForeground(QColor(_STATE_COLORS.get(record.state, "#202020")))
             state.setToolTip(record.message)
+            if record.split_changes:  # the Micro and Accum cells show the split it trains with now
+                self.item(row, self.column("Micro")).setToolTip(
+                    f"Changed {record.split_changes}× during the run (out of memory, or fitted before it): "
+                    f"the same effective batch; see the Log")
             run_item = self.item(row, self.column("Run"))
             run_item.setToolTip("\n".join(t for t in (record.run_id, record.folder) if t))
             self.item(row, self.column("Precision")).setToolTip(record.precision_reason)

@@ -69,6 +69,11 @@ class RecordingTrainer(Trainer):
         self.timeline.append(["step", self.step + 1])
         return super()._optimizer_step()
 
+    def _average_gradients(self):
+        # The first step of a split all-reduces by hand after the last micro-step (core.split).
+        self.timeline.append(["allreduce"])
+        super()._average_gradients()
+
 
 def record(config, **kwargs) -> dict:
     """Run ``config`` in this process with a RecordingTrainer; what a rank file holds."""

@@ -1,0 +1,311 @@
+"""Self-fitting micro-batches: an out-of-memory micro-step is redone with a smaller split, and ``auto`` fits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.cli import main
+from core.errors import ConfigError
+from core.events import CheckpointSaved, ListSink, MicroBatchChanged, RunFailed, StepMetrics
+from core.memory_budget import GIB, MemoryEstimate
+from core.model import LlamaForCausalLM
+from core.runs import read_events
+from core.split import OutOfMemory, smaller_split
+from core.trainer import Trainer
+from tests.conftest import micro_config
+from tests.core.checkpoint_helpers import corpus_file
+from tests.core.test_accumulation import assert_same_params
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def config(folder: Path, **train):
+    folder.mkdir(parents=True, exist_ok=True)
+    return micro_config(folder, data={"source": str(corpus_file(folder))}, train={"budget": 4, **train})
+
+
+class InjectedOom:
+    """Make the model's training forward passes number ``at`` (1-based, counted over the whole run) raise
+    ``torch.OutOfMemoryError`` as CUDA's allocator does, or every one from ``from_call`` on."""
+
+    def __init__(self, monkeypatch, at: tuple[int, ...] = (), from_call: int | None = None) -> None:
+        self.at, self.from_call, self.calls, self.raised = set(at), from_call, 0, 0
+        original = LlamaForCausalLM.forward
+        injector = self
+
+        def forward(model, *args, **kwargs):
+            if torch.is_grad_enabled():  # training only: validation and sampling run without grad
+                injector.calls += 1
+                if injector.calls in injector.at or (injector.from_call and injector.calls >= injector.from_call):
+                    injector.raised += 1
+                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+            return original(model, *args, **kwargs)
+
+        monkeypatch.setattr(LlamaForCausalLM, "forward", forward)
+
+
+def run(cfg) -> tuple[Trainer, ListSink]:
+    sink = ListSink()
+    trainer = Trainer(cfg, sink=sink)
+    trainer.run()
+    return trainer, sink
+
+
+TOLERANCE = 1e-5
+"""fp32 after 4 steps at lr 1e-2: uninterrupted 4 × 1 and 2 × 2 runs of this config differ by up to 5.1e-6 (the
+accumulation tests allow 2e-6 after one step)."""
+
+
+def params(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+# --------------------------------------------------------------------------- the split
+@pytest.mark.parametrize("split, smaller", [((8, 1), (4, 2)), ((4, 2), (2, 4)), ((6, 2), (3, 4)), ((3, 1), (1, 3)),
+                                            ((5, 2), (2, 5)), ((1, 8), None)])
+def test_a_smaller_split_keeps_the_batch_exact(split, smaller):
+    assert smaller_split(*split) == smaller
+    if smaller:
+        assert smaller[0] * smaller[1] == split[0] * split[1]
+
+
+# --------------------------------------------------------------------------- during a run
+def test_an_out_of_memory_micro_step_is_redone_with_the_same_update(tmp_path, monkeypatch):
+    """Micro-step 2 of step 2 runs out of memory: step 2 is redone from its start as 2 × 4, the run finishes,
+    and its parameters are those of the uninterrupted 4 × 2 run with the same seed."""
+    reference, ref_sink = run(config(tmp_path / "ref", micro_batch=4, accum_steps=2))
+    oom = InjectedOom(monkeypatch, at=(4,))  # step 1: calls 1-2; step 2: calls 3-4
+    trainer, sink = run(config(tmp_path / "oom", micro_batch=4, accum_steps=2))
+    assert oom.raised == 1
+    assert_same_params(params(reference), params(trainer), atol=TOLERANCE)
+    assert [s.loss for s in sink.of(StepMetrics)] == pytest.approx([s.loss for s in ref_sink.of(StepMetrics)],
+                                                                   rel=1e-5)
+    (change,) = sink.of(MicroBatchChanged)
+    assert (change.step, change.old_micro, change.old_accum, change.new_micro, change.new_accum) == (2, 4, 2, 2, 4)
+    assert "out of memory in micro-step 2 of 2 of step 2 at micro-batch 4" in change.reason
+    # The run folder records it: metrics.jsonl, config.json (the split trained last, and every change).
+    run_dir = trainer.run_dir
+    recorded = [e for e in read_events(run_dir) if isinstance(e, MicroBatchChanged)]
+    assert recorded == [change]
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert (saved["config"]["train"]["micro_batch"], saved["config"]["train"]["accum_steps"]) == (2, 4)
+    assert [(c["step"], c["new_micro"], c["new_accum"]) for c in saved["split_changes"]] == [(2, 2, 4)]
+    # A resume from its checkpoint trains with the last split.
+    checkpoint = sink.of(CheckpointSaved)[-1].path
+    out = tmp_path / "resumed"
+    monkeypatch.undo()
+    assert main(["train", "--resume", checkpoint, "--steps", "6", "--out", str(out), "--no-progress"]) == 0
+    (resumed,) = out.iterdir()
+    train = json.loads((resumed / "config.json").read_text())["config"]["train"]
+    assert (train["micro_batch"], train["accum_steps"]) == (2, 4)
+
+
+def test_an_out_of_memory_error_with_one_accumulation_step(tmp_path, monkeypatch):
+    """The very first forward pass fails: the whole run trains as 2 × 2, bit for bit an uninterrupted 2 × 2 run."""
+    reference, _ = run(config(tmp_path / "ref", micro_batch=4, accum_steps=1))
+    halved, _ = run(config(tmp_path / "halved", micro_batch=2, accum_steps=2))
+    InjectedOom(monkeypatch, at=(1,))
+    trainer, sink = run(config(tmp_path / "oom", micro_batch=4, accum_steps=1))
+    for key, value in params(halved).items():
+        assert torch.equal(value, params(trainer)[key]), key
+    assert_same_params(params(reference), params(trainer), atol=TOLERANCE)
+    assert [(c.step, c.new_micro, c.new_accum) for c in sink.of(MicroBatchChanged)] == [(1, 2, 2)]
+
+
+def test_micro_batch_one_that_runs_out_of_memory_ends_the_run_clearly(tmp_path, monkeypatch):
+    """From step 2 on every forward pass fails: 2 × 1 becomes 1 × 2, then the run ends, saving step 1's state."""
+    InjectedOom(monkeypatch, from_call=2)
+    sink = ListSink()
+    trainer = Trainer(config(tmp_path, micro_batch=2, accum_steps=1), sink=sink)
+    with pytest.raises(OutOfMemory, match="micro-batch 1 does not fit") as err:
+        trainer.run()
+    assert "\n" not in str(err.value)
+    assert [(c.step, c.new_micro, c.new_accum) for c in sink.of(MicroBatchChanged)] == [(2, 1, 2)]
+    (failed,) = sink.of(RunFailed)
+    assert failed.step == 1 and "out of memory in micro-step 1 of 2 of step 2 at micro-batch 1" in failed.message
+    (saved,) = sink.of(CheckpointSaved)
+    assert saved.step == 1 and Path(saved.path).name == "step_0000001" and saved.path in failed.message
+
+
+# --------------------------------------------------------------------------- before a run: --micro-batch auto
+CLI = ["--preset", "tiny", "--seq-len", "32", "--vocab-size", "512", "--steps", "1", "--no-progress"]
+
+
+@pytest.fixture
+def budget(monkeypatch):
+    """A device of ``gib`` GiB where a micro-batch of n sequences needs n GiB (the model itself nothing)."""
+
+    def set_budget(gib: float) -> None:
+        monkeypatch.setattr("core.memory_budget.estimate_training_memory",
+                            lambda model, micro_batch, seq_len, precision="fp32", shards=1:
+                            MemoryEstimate(0, 0, 0, micro_batch * GIB))
+        monkeypatch.setattr("core.memory_budget.device_memory", lambda device: (int(gib * GIB), "test memory"))
+
+    return set_budget
+
+
+def test_micro_batch_auto_picks_the_largest_split_that_fits(budget, tmp_path, capsys):
+    budget(6.5)  # tiny's micro-batch 16 × accumulation 2 = 32 per step; 6 fits, but only 4 divides 32
+    assert main(["train", *CLI, "--micro-batch", "auto", "--accum", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("warning: micro-batch auto: micro-batch 16 × 32 tokens needs at least 16.0 GiB (16.0 GiB of "
+            "activations), more than the 6.5 GiB of test memory: from step 1 micro-batch 4 × accumulation 8 "
+            "(was 16 × 2)") in out
+    (run_dir,) = tmp_path.iterdir()
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert (saved["config"]["train"]["micro_batch"], saved["config"]["train"]["accum_steps"]) == (4, 8)
+    assert saved["tokens_per_step"] == 32 * 32
+    assert [(c["step"], c["old_micro"], c["new_micro"]) for c in saved["split_changes"]] == [(1, 16, 4)]
+    assert any(isinstance(e, MicroBatchChanged) for e in read_events(run_dir))
+
+
+def test_micro_batch_auto_keeps_a_split_that_fits(budget, tmp_path, capsys):
+    budget(64)
+    assert main(["train", *CLI, "--micro-batch", "auto", "--out", str(tmp_path)]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["config"]["train"]["micro_batch"] == 16 and saved["split_changes"] == []
+
+
+@pytest.mark.parametrize("args, gib, message", [
+    (["--micro-batch", "many"], 64, "argument --micro-batch: expected an integer, got 'many'"),
+    (["--micro-batch", "-2"], 64, "micro-batch must be an integer ≥ 1, got -2"),
+    (["--micro-batch", "auto"], 0.5, "micro-batch 1 × 32 tokens needs at least 1.0 GiB"),
+    # An explicit micro-batch is trained as given or refused, naming the split that fits.
+    (["--micro-batch", "16", "--accum", "2"], 6.5,
+     "micro-batch 4 × accumulation 8 fits with the same effective batch (--micro-batch 4 --accum 8, or "
+     "--micro-batch auto)"),
+])
+def test_bad_micro_batch_values_are_one_line_and_exit_2(budget, tmp_path, capsys, args, gib, message):
+    budget(gib)
+    try:
+        code = main(["train", *CLI, *args, "--out", str(tmp_path)])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_auto_in_a_config_file(tmp_path):
+    from core.config import RunConfig
+
+    cfg = RunConfig.from_dict({"preset": "small", "train": {"micro_batch": "auto", "accum_steps": 2}})
+    assert cfg.train.auto_micro_batch and cfg.train.micro_batch == 8 and cfg.train.accum_steps == 2
+    with pytest.raises(ConfigError, match="micro batch must be an integer"):
+        RunConfig.from_dict({"preset": "small", "train": {"micro_batch": "all"}})
+
+
+# --------------------------------------------------------------------------- under torchrun (two gloo ranks)
+def _oom_rank_main(rank: int, world: int, port: int, config: dict, out: str, oom_calls: dict) -> None:
+    """A rank of ``spawn_ranks``, whose training forward passes numbered ``oom_calls[rank]`` run out of memory."""
+    import os
+
+    from core.config import RunConfig
+    from core.distributed import shutdown
+    from tests.core.dist_helpers import record
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    original, calls = LlamaForCausalLM.forward, [0]
+
+    def forward(model, *args, **kwargs):
+        if torch.is_grad_enabled():
+            calls[0] += 1
+            if calls[0] in oom_calls.get(str(rank), ()):
+                raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return original(model, *args, **kwargs)
+
+    LlamaForCausalLM.forward = forward
+    try:
+        data = record(RunConfig.from_dict(config))
+    finally:
+        shutdown()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(data), encoding="utf-8")
+
+
+def _spawn_with_oom(cfg, out: Path, oom_calls: dict) -> list[dict]:
+    import torch.multiprocessing as mp
+
+    from tests.core.dist_helpers import free_port
+
+    out.mkdir()
+    mp.spawn(_oom_rank_main, args=(2, free_port(), cfg.to_dict(), str(out), oom_calls), nprocs=2, join=True)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.slow
+def test_ranks_agree_on_a_smaller_split_when_one_runs_out_of_memory(tmp_path):
+    """Two ranks × 4 × 2. In step 2 rank 1 runs out of memory in its first micro-step (rank 0 learns it before
+    the micro-step DDP synchronises), then in the redo as 2 × 4 (a split's first step, synchronised by hand
+    after its micro-steps): both ranks shrink alike, nothing hangs, and the weights are those of one process
+    training micro-batch 16."""
+    from tests.core.dist_helpers import record, steps, uneven_corpus
+    from tests.core.test_distributed import assert_same_steps, assert_same_weights, dist_config, weights_at
+
+    corpus = uneven_corpus(tmp_path)
+    ref = record(dist_config(tmp_path / "one", corpus, micro_batch=16, accum_steps=1, budget=3))
+    # Rank 1's training forward passes: step 1 = 1-2; step 2 = 3 (fails), as 2 × 4: 4, 5 (fails), as 1 × 8: 6-13.
+    rank0, rank1 = _spawn_with_oom(dist_config(tmp_path / "two", corpus, micro_batch=4, accum_steps=2, budget=3),
+                                   tmp_path / "records", {"1": (3, 5)})
+    plain, _ = _spawn_with_oom(dist_config(tmp_path / "plain", corpus, micro_batch=4, accum_steps=2, budget=3),
+                               tmp_path / "plain-records", {})
+    changes = [e for e in rank0["events"] if e["event"] == "micro_batch_changed"]
+    assert [(e["step"], e["old_micro"], e["new_micro"], e["new_accum"]) for e in changes] == [(2, 4, 2, 4),
+                                                                                              (2, 2, 1, 8)]
+    assert all("out of memory on another process in step 2" in e["reason"] for e in changes)
+    for step in (1, 2, 3):
+        # The uninterrupted two-rank run, to float noise; the one-process run as closely as that one is (AdamW's
+        # first step divides by |gradient|: entries near 1e-8 turn fp32 reordering into a few 1e-5 here).
+        assert_same_weights(weights_at(rank0["run_dir"], step), weights_at(plain["run_dir"], step), atol=1e-6)
+        assert_same_weights(weights_at(rank0["run_dir"], step), weights_at(ref["run_dir"], step), atol=5e-5)
+    assert_same_steps(rank0, ref, (1, 2, 3))
+    for rec, tried in ((rank0, 1 + 4), (rank1, 1 + 2)):  # forward passes until each learnt of the failure
+        forwards = {s: sum(e[0] == "forward" for e in entries) for s, entries in steps(rec["timeline"]).items()}
+        assert forwards == {1: 2, 2: tried + 8, 3: 8}
+
+
+@pytest.mark.slow
+def test_out_of_memory_where_ddp_synchronises_ends_the_job_without_hanging(tmp_path):
+    """Once a split has trained a step, its last micro-step synchronises inside DDP: an out-of-memory error
+    there cannot be redone on one rank. That rank fails with one clear line, and the job ends (torchrun, here
+    the spawner, ends the others) instead of waiting."""
+    import torch.multiprocessing as mp
+
+    from tests.core.dist_helpers import uneven_corpus
+    from tests.core.test_distributed import dist_config
+
+    cfg = dist_config(tmp_path / "two", uneven_corpus(tmp_path), micro_batch=2, accum_steps=1, budget=3)
+    with pytest.raises(mp.ProcessRaisedException, match="under DDP, in the micro-step that all-reduces gradients, "
+                                                        "a step cannot be redone on one process alone"):
+        _spawn_with_oom(cfg, tmp_path / "records", {"1": (2,)})
+
+
+@pytest.mark.slow
+def test_a_compiled_run_redoes_its_first_step_without_falling_back_to_eager(tmp_path, monkeypatch):
+    """The first micro-step of step 1 (the step that compiles) runs out of memory: that is no compile failure.
+    The step is redone as 2 × 2, compiled, and matches the eager 4 × 1 run."""
+    from core.compile import CompiledModel
+    from core.events import CompileFinished
+
+    reference, _ = run(config(tmp_path / "ref", micro_batch=4, accum_steps=1, budget=2))
+    call, calls = CompiledModel.__call__, [0]
+
+    def failing_once(self, *args, **kwargs):  # before the compiled module: one graph to compile, not two
+        calls[0] += 1
+        if calls[0] == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(CompiledModel, "__call__", failing_once)
+    trainer, sink = run(config(tmp_path / "compiled", micro_batch=4, accum_steps=1, budget=2,
+                               compile_mode="default"))
+    assert [(c.step, c.new_micro, c.new_accum) for c in sink.of(MicroBatchChanged)] == [(1, 2, 2)]
+    assert not any(e.fallback for e in sink.of(CompileFinished))
+    assert trainer.compiled.compiled
+    assert_same_params(params(reference), params(trainer), atol=TOLERANCE)
