@@ -48,6 +48,7 @@ from core.trials import (
     loss_reference,
     loss_tolerance,
     run_trial,
+    select_cells,
     splits,
     spread,
 )
@@ -67,6 +68,8 @@ TRIAL_SETUP_S = 1.5
 """Data mapped, model built, the run folder written and removed: per trial."""
 EXPECTED_MFU = {"cpu": 0.5, "cuda": 0.3}
 """Share of the matmul peak a training step reaches, for the estimate only."""
+STEP_FLOOR_S = {"cpu": 0.05, "cuda": 0.02}
+"""The least an optimizer step takes however small the model: Python, the optimizer, the step's host sync."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class TuneOptions:
     """Interleaved repeats of all cells."""
     precisions: tuple[str, ...] | None = None
     """None: fp32, and bf16 where the device has it."""
+    patterns: str | None = None
+    """Only the cells whose names match these comma-separated shell patterns (the current one is always kept)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.budget_seconds, (int, float)) and math.isfinite(self.budget_seconds)
@@ -268,6 +273,8 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     left_out: list[dict[str, str]] = []
     if cells is None:
         cells, left_out = candidate_cells(config, precisions, device, current)
+        if options.patterns:
+            cells = [current, *(c for c in select_cells(cells, options.patterns) if c != current)]
     elif current not in cells:
         cells = [current, *cells]
     flops = training_flops_per_token(config.model, config.data.seq_len)
@@ -275,7 +282,9 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     total_steps = max(c.warmup_steps for c in cells) + options.steps
     tokens_per_step = config.tokens_per_step()
     efficiency = EXPECTED_MFU.get(device.type, EXPECTED_MFU["cuda"])
-    estimates = {c.name: _estimate(c, device.type, flops * tokens_per_step / (peaks[c.precision] * efficiency),
+    floor = STEP_FLOOR_S.get(device.type, STEP_FLOOR_S["cuda"])
+    estimates = {c.name: _estimate(c, device.type, max(floor, flops * tokens_per_step / (peaks[c.precision]
+                                                                                         * efficiency)),
                                    total_steps) for c in cells}
 
     def fitting(repeats: int) -> list[Cell]:
@@ -363,6 +372,9 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
     path = None
     if report_path is not None:
+        from core.paths import user_path
+
+        report["path"] = str(user_path(report_path))
         path = str(save_report(report, report_path))
     emit(TuneFinished(report, path))
     return report
