@@ -264,6 +264,7 @@ class TuneDialog(QDialog):
             dialogs.show_error(self, "Cannot open the report", str(exc))
             return False
         self._show_plan(report["plan"])
+        self.budget.setValue(int(round(report["plan"].get("budget_seconds", self.budget.value()))))
         self._show_summary(report["summary"])
         self._show_finished(report, path)
         return True
