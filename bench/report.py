@@ -26,22 +26,38 @@ def _stats(values: list[float]) -> dict[str, float] | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def peak_flops(raw: dict[str, Any], precision: str) -> float:
+    """The matmul peak of ``precision`` (a benchmark written before precisions were crossed holds one figure)."""
+    flops = raw["matmul_peak"]["flops"]
+    return flops if isinstance(flops, (int, float)) else flops.get(precision) or max(flops.values())
+
+
+def _precision(raw: dict[str, Any], cell: dict[str, Any]) -> str:
+    return cell.get("precision") or raw["config"]["precision"]
+
+
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
-    """Medians and ranges per cell and runner, ratios, the memory table, loss agreement and targets."""
-    peak = raw["matmul_peak"]["flops"]
+    """Medians and ranges per cell and runner, ratios, the memory table, loss agreement and targets.
+
+    A run that failed (its ``error``) counts in no figure; its cell lists the error.
+    """
     fpt = raw["flops_per_token"]
-    by = {}
+    by: dict[tuple[str, str], list[dict]] = {}
+    failures: dict[str, list[str]] = {}
     for r in raw["runs"]:
+        if r.get("error"):
+            failures.setdefault(r["cell"], []).append(f"{r['runner']}: {r['error']}")
+            continue
         by.setdefault((r["cell"], r["runner"]), []).append(r)
     cells = {}
     for c in raw["cells"]:
         name = c["name"]
-        row: dict[str, Any] = {**c}
+        row: dict[str, Any] = {**c, "precision": _precision(raw, c), "failures": sorted(set(failures.get(name, [])))}
         for runner in ("speedboard", "bare", "hf"):
             row[runner] = _stats(_step_rates(by.get((name, runner), []), raw["config"]["tokens_per_step"]))
         sb = by.get((name, "speedboard"), [])
         if row["speedboard"]:
-            row["mfu"] = row["speedboard"]["median"] * fpt / peak
+            row["mfu"] = row["speedboard"]["median"] * fpt / peak_flops(raw, row["precision"])
             row["loss"] = sb[0]["losses"][-1]
             compiles = [r.get("compiler_seconds") or r["compile_seconds"] for r in sb
                         if (r.get("compiler_seconds") or r["compile_seconds"]) is not None]
@@ -70,7 +86,7 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             row["peak_with_compile_gib"] = mem["peak_with_compile_bytes"] / GIB
         row["probe_errors"] = {k: v["error"] for k, v in probe.items() if "error" in v}
         cells[name] = row
-    eager_a1 = cells.get("off-a1", {}).get("speedboard")
+    eager_a1 = cells.get(_eager_a1(cells), {}).get("speedboard")
     for row in cells.values():
         if eager_a1 and row.get("speedboard"):
             row["speedup_vs_eager_a1"] = row["speedboard"]["median"] / eager_a1["median"]
@@ -78,6 +94,13 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     summary = {"cells": cells, "memory": _memory_table(cells, grad_gib), "loss": _loss_agreement(raw, by)}
     summary["targets"] = _targets(raw, cells, summary)
     return summary
+
+
+def _eager_a1(cells: dict[str, dict]) -> str | None:
+    """The cell every speedup is against: eager, no accumulation, fp32 when measured."""
+    eager = [n for n, r in cells.items() if r["mode"] == "off" and r["accum"] == 1 and not r.get("memory_only")]
+    eager.sort(key=lambda n: cells[n]["precision"] != "fp32")
+    return eager[0] if eager else None
 
 
 def _step_rates(runs: list[dict], tokens_per_step: int) -> list[float]:
@@ -107,10 +130,10 @@ def _memory_table(cells: dict[str, dict], grad_gib: float) -> list[dict]:
         if row["mode"] != "off" or row["accum"] == 1:
             continue
         b, k = row["micro_batch"], row["accum"]
-        alone = next((r for r in cells.values() if r["mode"] == "off" and r["accum"] == 1 and r["micro_batch"] == b),
-                     None)
-        plain = next((r for r in cells.values() if r["mode"] == "off" and r["accum"] == 1
-                      and r["micro_batch"] == b * k), None)
+        same = [r for r in cells.values() if r["mode"] == "off" and r["accum"] == 1
+                and r["precision"] == row["precision"]]
+        alone = next((r for r in same if r["micro_batch"] == b), None)
+        plain = next((r for r in same if r["micro_batch"] == b * k), None)
         if not alone or "train_mem_gib" not in row or "train_mem_gib" not in alone:
             continue
         entry = {"micro_batch": b, "accum": k,
@@ -125,19 +148,44 @@ def _memory_table(cells: dict[str, dict], grad_gib: float) -> list[dict]:
     return rows
 
 
-def _loss_agreement(raw: dict, by: dict) -> dict:
-    """The final loss of every run against Speedboard's eager, no-accumulation run (or the first run)."""
-    losses = {f"{r['cell']}/{r['runner']}": r["losses"][-1] for r in raw["runs"] if r["repeat"] == 0}
-    if not losses:
-        return {}
-    ref_key = "off-a1/speedboard" if "off-a1/speedboard" in losses else next(iter(losses))
+def _agreement(losses: dict[str, float], ref_key: str, tol: float) -> dict:
     ref = losses[ref_key]
     deviations = {k: v - ref for k, v in losses.items()}
     worst = max(deviations, key=lambda k: abs(deviations[k]))
-    tol = raw["config"]["loss_tolerance"]
-    return {"reference": ref_key, "reference_loss": ref, "tokens": raw["config"]["total_steps"]
-            * raw["config"]["tokens_per_step"], "tolerance": tol, "max_abs_deviation": abs(deviations[worst]),
+    return {"reference": ref_key, "reference_loss": ref, "tolerance": tol, "max_abs_deviation": abs(deviations[worst]),
             "worst": worst, "agree": abs(deviations[worst]) <= tol, "losses": losses}
+
+
+def _loss_agreement(raw: dict, by: dict) -> dict:
+    """Per precision, the final loss of every run against Speedboard's eager, no-accumulation run of that
+    precision (or its first run), within that precision's tolerance; and each precision's reference against
+    fp32's, within the lower precision's tolerance (bf16 changes the rounding, not the math)."""
+    precision_of = {c["name"]: _precision(raw, c) for c in raw["cells"]}
+    tols = raw["config"].get("loss_tolerances") or {raw["config"]["precision"]: raw["config"]["loss_tolerance"]}
+    per: dict[str, dict] = {}
+    for r in raw["runs"]:
+        if r["repeat"] == 0 and not r.get("error") and r["losses"]:
+            per.setdefault(precision_of.get(r["cell"], raw["config"]["precision"]), {})[
+                f"{r['cell']}/{r['runner']}"] = r["losses"][-1]
+    if not per:
+        return {}
+    out: dict[str, Any] = {"tokens": raw["config"]["total_steps"] * raw["config"]["tokens_per_step"],
+                           "per_precision": {}}
+    for precision, losses in per.items():
+        ref_key = next((k for k in losses if k.startswith("off-a1") and k.endswith("/speedboard")), next(iter(losses)))
+        out["per_precision"][precision] = _agreement(losses, ref_key, tols.get(precision, 3e-2))
+    agreements = list(out["per_precision"].values())
+    fp32 = out["per_precision"].get("fp32")
+    if fp32:
+        for precision, a in out["per_precision"].items():
+            if precision != "fp32":
+                deviation = a["reference_loss"] - fp32["reference_loss"]
+                a["vs_fp32"] = {"deviation": deviation, "agree": abs(deviation) <= a["tolerance"]}
+    worst = max(agreements, key=lambda a: a["max_abs_deviation"] / a["tolerance"])
+    out.update({k: worst[k] for k in ("reference", "reference_loss", "tolerance", "max_abs_deviation", "worst")})
+    out["agree"] = all(a["agree"] and a.get("vs_fp32", {}).get("agree", True) for a in agreements)
+    out["losses"] = {k: v for a in agreements for k, v in a["losses"].items()}
+    return out
 
 
 def _target(name: str, value: float | None, goal: str, met: bool | None, note: str = "") -> dict:
@@ -150,10 +198,11 @@ def _targets(raw: dict, cells: dict[str, dict], summary: dict) -> list[dict]:
     out = []
     for row in cells.values():
         if row["mode"] == "default" and row["scope"] == "model" and row.get("speedboard"):
-            eager = cells.get(f"off-a{row['accum']}", {}).get("speedboard")
+            eager_name = row["name"].replace(f"default-model-a{row['accum']}", f"off-a{row['accum']}", 1)
+            eager = cells.get(eager_name, {}).get("speedboard")
             if eager:
                 v = row["speedboard"]["median"] / eager["median"]
-                out.append(_target(f"compile speedup, {row['name']} vs off-a{row['accum']}", v,
+                out.append(_target(f"compile speedup, {row['name']} vs {eager_name}", v,
                                    f"≥ {goals['compile_speedup']:.2f}×", v >= goals["compile_speedup"]))
             out.append(_target(f"MFU, {row['name']}", row["mfu"], f"≥ {goals['mfu']:.0%} of matmul peak",
                                row["mfu"] >= goals["mfu"]))
@@ -182,10 +231,13 @@ def _targets(raw: dict, cells: dict[str, dict], summary: dict) -> list[dict]:
             out.append(_target(f"memory, plain batch {m['plain_batch']} vs micro-batch {m['micro_batch']}",
                                m["plain_ratio"], f"≥ {PLAIN_BATCH_MEMORY_MIN:.2f}×",
                                m["plain_ratio"] >= PLAIN_BATCH_MEMORY_MIN))
-    loss = summary["loss"]
-    if loss:
-        out.append(_target("final losses agree across all runs", loss["max_abs_deviation"],
+    for precision, loss in summary["loss"].get("per_precision", {}).items():
+        out.append(_target(f"final losses agree across all runs, {precision}", loss["max_abs_deviation"],
                            f"≤ {loss['tolerance']:g} (absolute)", loss["agree"], f"worst: {loss['worst']}"))
+        if "vs_fp32" in loss:
+            v = loss["vs_fp32"]
+            out.append(_target(f"{precision} loss vs fp32 loss", abs(v["deviation"]),
+                               f"≤ {loss['tolerance']:g} (absolute)", v["agree"]))
     return out
 
 
@@ -217,17 +269,18 @@ def _ratio(value: float | None, paired: dict | None) -> str:
 def markdown(raw: dict) -> str:
     s, cfg = raw["summary"], raw["config"]
     dev = raw["device"]
+    precisions = cfg.get("precisions") or [cfg["precision"]]
+    peaks = "; ".join(f"{p} {peak_flops(raw, p) / 1e9:,.1f} GFLOP/s" for p in precisions)
     lines = [
         f"**{cfg['preset']}** preset ({cfg['num_parameters'] / 1e6:.1f}M parameters), **{dev['name']}**, "
-        f"{cfg['precision']}; effective batch {cfg['effective_batch']} × {cfg['seq_len']} tokens = "
+        f"{', '.join(precisions)}; effective batch {cfg['effective_batch']} × {cfg['seq_len']} tokens = "
         f"{cfg['tokens_per_step']:,} tokens per optimizer step; {cfg['steps']} timed steps after warm-up × "
         f"{cfg['repeats']} interleaved repeats (tokens/s: median and min–max over all timed steps); "
-        f"matmul peak {raw['matmul_peak']['flops'] / 1e9:,.1f} GFLOP/s "
-        f"(this machine's highest, as the CLI and the dashboard use it; "
-        f"{len(raw['matmul_peak']['measurements'])} measurements during this run); "
+        f"matmul peak (MFU's denominator, per precision: this machine's highest, as the CLI and the "
+        f"dashboard use it): {peaks}; "
         f"{raw['flops_per_token'] / 1e6:,.1f} MFLOP per token; torch {raw['versions'].get('torch')}.",
         "",
-        "| cell | micro × accum | tokens/s median (min–max) | vs eager a1 | MFU | compile cold / warm (s) "
+        "| cell | micro × accum | tokens/s median (min–max) | vs fp32 eager a1 | MFU | compile cold / warm (s) "
         "| peak mem (GiB) | training mem (GiB) | loss | trainer ÷ bare |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -270,11 +323,15 @@ def markdown(raw: dict) -> str:
                          f"{plain} | {m['accum_ratio']:.3f} | {_f(m.get('extra_gib'), '{:.3f}')} / "
                          f"{_f(m.get('grad_gib'), '{:.3f}')} | {_f(m.get('plain_ratio'), '{:.2f}')} |")
     loss = s["loss"]
-    if loss:
-        lines += ["", f"Loss after {loss['tokens']:,} tokens: reference {loss['reference']} = "
-                      f"{loss['reference_loss']:.5f}; largest deviation {loss['max_abs_deviation']:.2e} "
-                      f"({loss['worst']}), tolerance {loss['tolerance']:g}: "
-                      f"{'all runs agree' if loss['agree'] else 'DISAGREE'}."]
+    for precision, a in loss.get("per_precision", {}).items():
+        versus = ""
+        if "vs_fp32" in a:
+            versus = (f"; against fp32's reference {a['vs_fp32']['deviation']:+.2e}: "
+                      f"{'agrees' if a['vs_fp32']['agree'] else 'DISAGREES'}")
+        lines += ["", f"Loss after {loss['tokens']:,} tokens, {precision}: reference {a['reference']} = "
+                      f"{a['reference_loss']:.5f}; largest deviation {a['max_abs_deviation']:.2e} "
+                      f"({a['worst']}), tolerance {a['tolerance']:g}: "
+                      f"{'all runs agree' if a['agree'] else 'DISAGREE'}{versus}."]
     if s["targets"]:
         lines += ["", "| target | value | goal | met |", "|---|---|---|---|"]
         for t in s["targets"]:
@@ -287,6 +344,7 @@ def markdown(raw: dict) -> str:
                      f"eager by at most {r['max_relative_difference']:.2e} (relative; tolerance {r['tolerance']:g}): "
                      f"{'correct' if r['ok'] else 'WRONG'}.")
     problems = [f"- {row['name']}: {w}" for row in s["cells"].values() for w in row.get("warnings", [])]
+    problems += [f"- {row['name']} FAILED, {f}" for row in s["cells"].values() for f in row.get("failures", [])]
     problems += [f"- {row['name']} probe {k}: {e}" for row in s["cells"].values()
                  for k, e in row.get("probe_errors", {}).items()]
     if problems:
@@ -326,7 +384,8 @@ def write_png(raw: dict, path: Path) -> None:
     ax1.set_ylabel("tokens/s")
     ax1.margins(y=0.25)  # headroom: the legend sits above the tallest whisker
     ax1.legend(fontsize=8, ncol=3, loc="upper center")
-    ax1.set_title(f"{raw['config']['preset']} on {raw['device']['name']}, {raw['config']['precision']}", fontsize=10)
+    precisions = ", ".join(raw["config"].get("precisions") or [raw["config"]["precision"]])
+    ax1.set_title(f"{raw['config']['preset']} on {raw['device']['name']}, {precisions}", fontsize=10)
     peaks = [r.get("peak_gib") or 0.0 for r in rows]
     train = [r.get("train_mem_gib") or 0.0 for r in rows]
     ax2.bar(x, peaks, 0.5, color="#bbbbbb", label="peak")

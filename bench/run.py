@@ -1,7 +1,11 @@
-"""``speedboard bench``: the compile × accumulation matrix, its references, and the report.
+"""``speedboard bench``: the compile × precision × accumulation matrix, its references, and the report.
+
+The cells and the Trainer's runs are the core's (``core.trials``), the ones the
+speed advisor (``speedboard tune``) trains.
 
 Phases:
-1. the matmul peak of this device (a large GEMM; measured again between repeats, the largest kept);
+1. the matmul peak of this device per precision (``core.device.measure_matmul_peak``: the figure the
+   CLI and the dashboard divide by);
 2. probes, one fresh process per measurement: compile seconds cold (empty
    Inductor cache) and warm (the same cache, a second process), and the
    steady-state peak memory of every cell, plus the extra cells of the memory table;
@@ -52,6 +56,15 @@ def _accums(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
+def _precisions(text: str) -> tuple[str, ...]:
+    values = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if values == ("auto",):
+        return values
+    if not values or any(v not in ("fp32", "bf16") for v in values):
+        raise argparse.ArgumentTypeError(f"expected auto, or fp32 and/or bf16 separated by commas, got {text!r}")
+    return values
+
+
 def build_parser() -> argparse.ArgumentParser:
     from core.config import PRESETS
 
@@ -64,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per optimizer step, the same in every cell (default: 8)")
     p.add_argument("--accum", type=_accums, default=None, help="accumulation steps to cross (default 1,4,8)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
-                   help="auto: bf16 on CUDA; on a CPU bf16 where measured ≥ 1.5× faster, else fp32")
+    p.add_argument("--precision", type=_precisions, default=("auto",),
+                   help="precisions crossed with the cells: fp32, bf16 or fp32,bf16 (default auto: bf16 on CUDA; "
+                        "fp32 and bf16 on a CPU that runs bf16, else fp32)")
     p.add_argument("--cells", help="comma-separated cell names or patterns, e.g. 'off-*,default-model-a1'")
     p.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: the per-user data folder)")
     p.add_argument("--quick", action="store_true",
@@ -73,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hf", action="store_true", help="skip the Hugging Face reference")
     p.add_argument("--no-probes", action="store_true",
                    help="skip the fresh-process measurements (cold/warm compile, peak memory)")
-    p.add_argument("--loss-tol", type=float, help="absolute tolerance of the final-loss agreement "
+    p.add_argument("--loss-tol", type=float, help="absolute tolerance of the final-loss agreement, every precision "
                                                  "(default 2e-3 in fp32, 3e-2 in bf16)")
     p.add_argument("--matmul-size", type=_int_at_least(64), help="side of the GEMMs that measure the peak again "
                                                                  "between repeats (default: the core's sizes, "
@@ -139,6 +153,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     )
     from core.precision import matmul_peak, measure_gemm_peak
     from core.runs import default_out_dir
+    from core.trials import loss_tolerance
+    from core.tune import default_precisions
 
     t_start = time.perf_counter()
     preset = args.preset or ("tiny" if args.quick else "small")
@@ -147,17 +163,19 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     effective = args.effective_batch or 8
     accums = args.accum or cells_mod.DEFAULT_ACCUMS
     device = resolve_device(args.device)
-    precision = resolve_precision(args.precision, device, config_from_preset(preset).model)
-    if precision not in ("fp32", "bf16"):
-        raise BenchError(f"the benchmark runs fp32 or bf16, not {precision}")
+    if args.precision == ("auto",):
+        precisions = default_precisions(device) if device.type == "cpu" else (resolve_precision("auto", device),)
+    else:
+        precisions = tuple(resolve_precision(p, device) for p in args.precision)  # bf16 the device lacks: one line
+    precision = precisions[0]
     if args.loss_tol is not None and not args.loss_tol > 0:
         raise BenchError(f"--loss-tol must be positive, got {args.loss_tol}")
     if not args.probe_timeout > 0:
         raise BenchError(f"--probe-timeout must be positive, got {args.probe_timeout}")
-    loss_tol = args.loss_tol if args.loss_tol is not None else (2e-3 if precision == "fp32" else 3e-2)
+    loss_tols = {p: args.loss_tol if args.loss_tol is not None else loss_tolerance(p) for p in precisions}
     matmul_sizes = (args.matmul_size,) if args.matmul_size else (512,) if args.quick else None
 
-    matrix = cells_mod.build_matrix(effective, accums, cuda=device.type == "cuda")
+    matrix = cells_mod.build_matrix(effective, accums, precisions, cuda=device.type == "cuda")
     cells = cells_mod.select_cells(matrix, args.cells or ("off-*" if args.quick else None))
     extra = cells_mod.memory_cells(cells, effective) if not args.no_probes else []
     total_steps = max(c.warmup_steps for c in cells) + steps
@@ -168,7 +186,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         notes.append("transformers is not installed: the Hugging Face reference was skipped "
                      "(pip install -e '.[bench]')")
         _say(f"note: {notes[-1]}")
-    hf_cells = {"off-a1", "default-model-a1"} if use_hf else set()
+    hf_cells = {f"off-a1-{precision}", f"default-model-a1-{precision}"} if use_hf else set()
 
     base = config_from_preset(preset, train={"device": str(device), "precision": precision, "seed": args.seed,
                                              "warmup_ratio": 0.0})
@@ -194,10 +212,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         "config": {"preset": preset, "model": model_cfg.to_dict(), "num_parameters": model_cfg.num_parameters(),
                    "seq_len": base.data.seq_len, "effective_batch": effective, "tokens_per_step": tokens_per_step,
                    "accums": list(accums), "steps": steps, "repeats": repeats, "total_steps": total_steps,
-                   "precision": precision, "seed": args.seed, "lr": base.train.lr, "hf": use_hf,
-                   "probes": not args.no_probes, "loss_tolerance": loss_tol},
+                   "precision": precision, "precisions": list(precisions), "seed": args.seed, "lr": base.train.lr,
+                   "hf": use_hf, "probes": not args.no_probes, "loss_tolerance": loss_tols[precision],
+                   "loss_tolerances": loss_tols},
         "flops_per_token": training_flops_per_token(model_cfg, base.data.seq_len),
-        "matmul_peak": {"sizes": list(matmul_sizes or ()), "measurements": []},
+        "matmul_peak": {"sizes": list(matmul_sizes or ()), "measurements": {p: [] for p in precisions}},
         "cells": [c.to_dict() for c in cells + extra],
         "probes": {},
         "runs": [],
@@ -206,18 +225,20 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     }
 
     def measure_peak() -> None:
-        # Measured anew between repeats; the machine's cached peak keeps the highest, and that one figure is
-        # what the CLI, the dashboard and this report divide by.
-        flops = measure_gemm_peak(device, precision, matmul_sizes)
-        matmul_peak(device, precision, refresh=True, measure=lambda: flops)
-        raw["matmul_peak"]["measurements"].append(flops)
+        # Measured anew between repeats, per precision; the machine's cached peak keeps the highest, and
+        # that one figure is what the CLI, the dashboard and this report divide by.
+        for p in precisions:
+            flops = measure_gemm_peak(device, p, matmul_sizes)
+            matmul_peak(device, p, refresh=True, measure=lambda f=flops: f)
+            raw["matmul_peak"]["measurements"][p].append(flops)
         raw["load_average"].append(_load())
 
     _say(f"speedboard bench: {preset} ({model_cfg.num_parameters() / 1e6:.1f}M params) on {raw['device']['name']}, "
-         f"{precision}, {len(cells)} cells × {repeats} repeats, {total_steps} steps per run "
+         f"{', '.join(precisions)}, {len(cells)} cells × {repeats} repeats, {total_steps} steps per run "
          f"({steps} timed), {tokens_per_step:,} tokens/step → {out}")
     measure_peak()
-    _say(f"matmul peak: {raw['matmul_peak']['measurements'][-1] / 1e9:,.1f} GFLOP/s")
+    _say("matmul peak: " + ", ".join(f"{p} {v[-1] / 1e9:,.1f} GFLOP/s"
+                                     for p, v in raw["matmul_peak"]["measurements"].items()))
 
     saved_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     scratch = Path(tempfile.mkdtemp(prefix="speedboard-bench-"))
@@ -241,10 +262,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(matrix_cache)
         # One untimed eager run first, so no cell pays this process's first-use costs
         # (allocator growth, thread pools, lazy initialisation).
-        run_reference("bare", base, data, Cell("off", "model", 1, effective), 2, -1, device, precision)
+        run_reference("bare", base, data, Cell("off", "model", 1, effective, precision), 2, -1, device)
         for repeat in range(repeats):
-            if repeat:
-                measure_peak()
             for cell in cells:
                 runners = ["speedboard", "bare"] if repeat % 2 == 0 else ["bare", "speedboard"]
                 if cell.name in hf_cells:
@@ -253,13 +272,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                     if runner == "speedboard":
                         record = run_speedboard(base, cell, total_steps, repeat)
                     else:
-                        record = run_reference(runner, base, data, cell, total_steps, repeat, device, precision)
+                        record = run_reference(runner, base, data, cell, total_steps, repeat, device)
                     raw["runs"].append(record.to_dict())
+                    if record.error is not None:
+                        _say(f"[{repeat + 1}/{repeats}] {cell.name:<27} {runner:<10} FAILED: {record.error}")
+                        continue
                     extra_note = f", compile {record.compile_seconds:.1f} s" if record.compile_seconds else ""
-                    _say(f"[{repeat + 1}/{repeats}] {cell.name:<22} {runner:<10} {record.tokens_per_s:10,.0f} tok/s"
+                    _say(f"[{repeat + 1}/{repeats}] {cell.name:<27} {runner:<10} {record.tokens_per_s:10,.0f} tok/s"
                          f"  loss {record.final_loss:.5f}{extra_note}"
                          + "".join(f"\n  warning: {w}" for w in record.warnings))
-        measure_peak()
         if device.type == "cuda":  # the combination the Trainer refuses: is it still wrong in this release?
             from bench.cuda_graph_grads import gradient_check
             from core.config import CUDA_GRAPH_MODES
@@ -277,7 +298,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved_cache
         shutil.rmtree(scratch, ignore_errors=True)
 
-    raw["matmul_peak"]["flops"] = measure_matmul_peak(str(device), precision)
+    raw["matmul_peak"]["flops"] = {p: measure_matmul_peak(str(device), p) for p in precisions}
     raw["wall_seconds"] = time.perf_counter() - t_start
     raw["summary"] = summarise(raw)
     write_json(raw, out / "bench.json")

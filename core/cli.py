@@ -85,10 +85,10 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
                    help="documents (the corpus' first) a new tokenizer is trained on (default 100000)")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def _add_settings_flags(t: argparse.ArgumentParser) -> None:
+    """The settings of a run: model, data, batch, speedups, schedule (``train`` and ``tune`` take them all)."""
     from core.config import COMPILE_MODES, COMPILE_SCOPES, LAYOUTS, PRECISIONS, PRESETS
 
-    t = sub.add_parser("train", help="train a model (headless)")
     t.add_argument("--preset", choices=list(PRESETS), help="model size (default: tiny on CPU, small on a GPU)")
     t.add_argument("--data", help=DATA_HELP)
     _add_data_flags(t)
@@ -120,6 +120,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--sample-every", type=_integer)
     t.add_argument("--save-every", type=_integer)
     t.add_argument("--keep", type=_integer, help="periodic checkpoints to keep")
+    t.add_argument("--config", type=_path,
+                   help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    from core.config import PRESETS
+
+    t = sub.add_parser("train", help="train a model (headless)")
+    _add_settings_flags(t)
     start = t.add_mutually_exclusive_group()
     start.add_argument("--resume", type=_path, help="checkpoint (or run folder) to continue exactly; its settings "
                                                      "are the defaults, flags override them")
@@ -132,9 +141,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--nproc", type=_integer, help="processes (GPUs, or CPU processes) via torchrun")
     t.add_argument("--fsdp", action="store_true", default=None,
                    help="with several processes: shard the model and optimizer state (FSDP2) instead of DDP")
-    t.add_argument("--config", type=_path,
-                   help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
     t.add_argument("--run-id", help="name of the run folder to create (default: date, settings, random suffix)")
+
+    from core.tune_cli import add_tune_command
+
+    add_tune_command(sub, _add_settings_flags)
 
     p = sub.add_parser("prepare", help="tokenize a corpus into its token store ahead of training")
     p.add_argument("data", nargs="?", help=DATA_HELP)
@@ -606,7 +617,14 @@ def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "prepare": cmd_prepare, "generate": cmd_generate, "export": cmd_export}
+def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
+    from core.tune_cli import cmd_tune as tune
+
+    return tune(args, argv)
+
+
+COMMANDS = {"train": cmd_train, "prepare": cmd_prepare, "generate": cmd_generate, "export": cmd_export,
+            "tune": cmd_tune}
 
 
 def run_command(args: argparse.Namespace, argv: list[str]) -> int:

@@ -33,6 +33,7 @@ from core.control import Control
 from core.errors import CheckpointError, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
 from core.trainer import Trainer
+from core.tune import TuneOptions, plan_tune, run_tune
 from gui.gc_pin import pin_collection_to_gui_thread, unpin_collection
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -60,6 +61,17 @@ class SaveModel:
 @dataclass(frozen=True)
 class InspectCheckpoint:
     path: str
+
+
+@dataclass(frozen=True)
+class StartTune:
+    """The speed advisor's trials (``core.tune``), on this thread like any run."""
+
+    config: RunConfig
+    options: TuneOptions
+    report_path: str | None
+    control: Control
+    """Its stop request cancels the tune between two optimizer steps."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +157,7 @@ class RunControl(Control):
         return running
 
 
-_JOB_NAMES = {StartRun: "run", SaveModel: "save", InspectCheckpoint: "inspect"}
+_JOB_NAMES = {StartRun: "run", SaveModel: "save", InspectCheckpoint: "inspect", StartTune: "tune"}
 
 
 class TorchThread(QThread):
@@ -161,6 +173,10 @@ class TorchThread(QThread):
     """``CheckpointSummary``."""
     job_failed = Signal(object)
     """``JobFailed``."""
+    tune_event = Signal(object)
+    """A ``core.tune`` event (``TuneStarted``, ``TrialStarted``, ``TrialFinished``, ``TuneFinished``)."""
+    tune_ended = Signal()
+    """The torch thread has left the tune (finished, cancelled or failed); the next job may start."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -184,6 +200,8 @@ class TorchThread(QThread):
                     self._save(job.path)
                 elif isinstance(job, InspectCheckpoint):
                     self._inspect(job.path)
+                elif isinstance(job, StartTune):
+                    self._tune(job)
             except Exception as exc:  # the thread outlives any job; the GUI shows what went wrong
                 log.exception("torch thread job %s failed", type(job).__name__)
                 self.job_failed.emit(JobFailed(_JOB_NAMES.get(type(job), "job"), describe_exception(exc)))
@@ -217,6 +235,19 @@ class TorchThread(QThread):
                     self._save(path)
             self.run_job_ended.emit(RunJobEnded(trainer.run_id if trainer is not None else "",
                                                 self._trainer is not None))
+
+    def _tune(self, job: StartTune) -> None:
+        """Plan (a bad setting or budget is a ``JobFailed``), then the trials; ``tune_ended`` always follows."""
+        try:
+            plan = plan_tune(job.config, job.options)
+            run_tune(plan, self.tune_event.emit, cancelled=lambda: job.control.stop_requested,
+                     report_path=job.report_path)
+        except Exception as exc:  # trials never raise; this is planning, the data, or writing the report
+            if not isinstance(exc, SpeedboardError):
+                log.exception("tune failed")
+            self.job_failed.emit(JobFailed("tune", describe_exception(exc)))
+        finally:
+            self.tune_ended.emit()
 
     def _save(self, path: str) -> None:
         if self._trainer is None:
@@ -265,6 +296,12 @@ class Controller(QObject):
     """A save asked for with ``save`` was not written: its path and the reason."""
     job_failed = Signal(str, str)
     """Any other job failed unexpectedly: its name and the reason."""
+    tune_event = Signal(object)
+    """A ``core.tune`` event of the tune in the torch thread."""
+    tune_ended = Signal()
+    """The torch thread has left the tune (``tuning`` is now False)."""
+    tune_failed = Signal(str)
+    """The tune could not start or its report could not be written: the reason."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -278,7 +315,10 @@ class Controller(QObject):
         self.thread.training_resumed.connect(self.training_resumed)
         self.thread.checkpoint_read.connect(self._on_checkpoint_read)
         self.thread.job_failed.connect(self._on_job_failed)
+        self.thread.tune_event.connect(self.tune_event)
+        self.thread.tune_ended.connect(self._on_tune_ended)
         self._control: RunControl | None = None
+        self._tune_control: Control | None = None
         self._run_saves: set[str] = set()
         self._inspecting = False
         self._shut_down = False
@@ -308,12 +348,29 @@ class Controller(QObject):
     def inspecting(self) -> bool:
         return self._inspecting
 
+    @property
+    def tuning(self) -> bool:
+        """A tune was submitted and the torch thread has not yet left it."""
+        return self._tune_control is not None
+
     # ------------------------------------------------------------------ commands
     def start_run(self, config: RunConfig) -> None:
         if self.running:
             raise RuntimeError("a run is already active")
         self._control = RunControl(self.thread.training_paused.emit, self.thread.training_resumed.emit)
         self.thread.submit(StartRun(config, self._control))
+
+    def start_tune(self, config: RunConfig, options: TuneOptions, report_path: str | None) -> None:
+        """Run the speed advisor on the torch thread: ``tune_event``s, then ``tune_ended``."""
+        if self.running or self.tuning:
+            raise RuntimeError("the torch thread is busy")
+        self._tune_control = Control()
+        self.thread.submit(StartTune(config, options, report_path, self._tune_control))
+
+    def cancel_tune(self) -> None:
+        """End the tune between two optimizer steps; its report holds what was measured."""
+        if self._tune_control is not None:
+            self._tune_control.stop()
 
     def pause(self) -> None:
         if self._control is not None:
@@ -346,6 +403,7 @@ class Controller(QObject):
         if not self._shut_down:
             self._shut_down = True
             self.stop()
+            self.cancel_tune()
             self.thread.submit(Quit())
         finished = self.thread.wait() if timeout_ms < 0 else self.thread.wait(timeout_ms)
         if finished and self._pinned:
@@ -371,6 +429,10 @@ class Controller(QObject):
         self._run_saves.clear()
         self.run_job_ended.emit(ended)
 
+    def _on_tune_ended(self) -> None:
+        self._tune_control = None
+        self.tune_ended.emit()
+
     def _on_checkpoint_read(self, summary: CheckpointSummary) -> None:
         self._inspecting = False
         self.checkpoint_read.emit(summary)
@@ -381,5 +443,7 @@ class Controller(QObject):
             self.load_failed.emit(failed.path, failed.message)
         elif failed.job == "save":
             self.save_failed.emit(failed.path, failed.message)
+        elif failed.job == "tune":
+            self.tune_failed.emit(failed.message)
         else:
             self.job_failed.emit(failed.job, failed.message)

@@ -34,6 +34,7 @@ from gui.widgets.run_controls import RunControls
 from gui.widgets.run_table import RunTable
 from gui.widgets.sample_view import SampleView
 from gui.widgets.status_bar import StatusBar
+from gui.widgets.tune_dialog import TuneDialog
 
 ORGANIZATION = "Speedboard"
 APPLICATION = "Speedboard"
@@ -127,6 +128,8 @@ class MainWindow(QMainWindow):
         }
         for title, actions in menus.items():
             menu = self.menuBar().addMenu(title)
+            if title == "&Run":
+                self._add_tune_action(menu)
             for entry in actions:
                 if entry is None:
                     menu.addSeparator()
@@ -136,6 +139,27 @@ class MainWindow(QMainWindow):
                 action.setShortcut(QKeySequence(shortcut))
                 action.triggered.connect(slot)
                 menu.addAction(action)
+
+    def _add_tune_action(self, menu) -> None:
+        """Run ▸ Find fastest settings…: the speed advisor's dialog (gui/widgets/tune_dialog.py)."""
+        self.tune_action = QAction("Find fastest settings…", self)
+        self.tune_action.setObjectName("tuneButton")
+        self.tune_action.setShortcut(QKeySequence("Ctrl+T"))
+        self.tune_action.triggered.connect(self.find_fastest_settings)
+        menu.addAction(self.tune_action)
+        menu.addSeparator()
+        self.tune_dialog: TuneDialog | None = None
+        self.session.tuning_changed.connect(self._update_controls)
+
+    def find_fastest_settings(self) -> TuneDialog:
+        """Open (or raise) the speed advisor's dialog for the current settings."""
+        if self.tune_dialog is None:
+            self.tune_dialog = TuneDialog(self.session, lambda: self.config_panel.config, self.config_panel, self)
+            self.tune_dialog.applied.connect(
+                lambda settings: self.status.showMessage("Applied the fastest settings found", 10_000))
+        self.tune_dialog.show()
+        self.tune_dialog.raise_()
+        return self.tune_dialog
 
     def _connect(self) -> None:
         s = self.session
@@ -275,7 +299,7 @@ class MainWindow(QMainWindow):
         return cfg
 
     def _start(self) -> None:
-        if self.session.running:
+        if self.session.running or self.session.tuning:
             return
         cfg = self._settings_or_explain()
         if cfg is None:
@@ -435,11 +459,13 @@ class MainWindow(QMainWindow):
         session = self.session
         running = session.running
         valid = self.config_panel.config is not None
-        can_continue = valid and (running or session.continue_source(self.table.selected_keys()) is not None)
-        self.controls.set_state(running=running, paused=session.paused, can_start=valid,
+        can_continue = valid and not session.tuning and (
+            running or session.continue_source(self.table.selected_keys()) is not None)
+        self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
                                 can_continue=can_continue, can_save=session.can_save, stopping=session.stopping)
         if session.in_processes:
             self.controls.pause.setEnabled(False)  # torchrun ranks are stopped, not paused
+        self.tune_action.setEnabled(not running)
 
     # ------------------------------------------------------------------ closing
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)

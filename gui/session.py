@@ -61,6 +61,12 @@ class RunSession(QObject):
     """Continue was pressed during a run, and once that run had ended it could not be continued."""
     job_failed = Signal(str, str)
     """A job of the torch thread failed unexpectedly: its name and the reason."""
+    tune_event = Signal(object)
+    """A ``core.tune`` event of the speed advisor's trials (they make no records: they are not runs)."""
+    tune_ended = Signal()
+    tune_failed = Signal(str)
+    tuning_changed = Signal(bool)
+    """The speed advisor took the torch thread, or gave it back."""
 
     def __init__(self, out_dir: str | None = None, parent: QObject | None = None) -> None:
         """``out_dir`` overrides where runs started here write their folders."""
@@ -93,6 +99,10 @@ class RunSession(QObject):
         c.load_failed.connect(self.load_failed)
         c.save_failed.connect(self._on_save_failed)
         c.job_failed.connect(self.job_failed)
+        c.tune_event.connect(self.tune_event)
+        c.tune_ended.connect(self.tune_ended)
+        c.tune_ended.connect(lambda: self.tuning_changed.emit(False))
+        c.tune_failed.connect(self.tune_failed)
 
     # ------------------------------------------------------------------ state
     @property
@@ -145,6 +155,11 @@ class RunSession(QObject):
     @property
     def inspecting(self) -> bool:
         return self.controller.inspecting
+
+    @property
+    def tuning(self) -> bool:
+        """The speed advisor's trials hold the torch thread."""
+        return self.controller.tuning
 
     def record(self, key: int) -> RunRecord:
         return self.records[key - 1]  # keys are 1, 2, … in order of creation
@@ -199,6 +214,15 @@ class RunSession(QObject):
         except (TypeError, ValueError) as exc:  # a config written by another version
             raise ConfigError(str(exc)) from None
         return self.start(cfg, nproc, parent)
+
+    def start_tune(self, cfg: RunConfig, options, report_path: str | None) -> None:
+        """The speed advisor on the torch thread, for ``cfg``'s model, data and effective batch."""
+        assert not self.running and not self.tuning, "the torch thread is busy"
+        self.controller.start_tune(cfg, options, report_path)
+        self.tuning_changed.emit(True)
+
+    def cancel_tune(self) -> None:
+        self.controller.cancel_tune()
 
     def pause(self) -> None:
         self.controller.pause()

@@ -4,40 +4,49 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cells import BenchError, build_matrix, memory_cells, select_cells
+from bench.cells import DEFAULT_ACCUMS, BenchError, build_matrix, memory_cells, select_cells
 
 
 def test_matrix_crosses_modes_and_accumulation_at_a_fixed_effective_batch():
-    cells = build_matrix(8)
-    assert [c.name for c in cells] == ["off-a1", "off-a4", "off-a8", "default-model-a1", "default-model-a4",
-                                       "default-model-a8", "default-block-a1", "default-block-a4", "default-block-a8"]
-    assert all(c.micro_batch * c.accum == 8 for c in cells)
+    cells = build_matrix(8, DEFAULT_ACCUMS)
+    assert [c.short_name for c in cells] == ["off-a1", "off-a4", "off-a8", "default-model-a1", "default-model-a4",
+                                             "default-model-a8", "default-block-a1", "default-block-a4",
+                                             "default-block-a8"]
+    assert all(c.micro_batch * c.accum == 8 and c.name == f"{c.short_name}-fp32" for c in cells)
     assert [c.warmup_steps for c in cells[:4]] == [1, 1, 1, 3]
 
 
+def test_precisions_cross_every_cell():
+    cells = build_matrix(8, (1, 4), ("fp32", "bf16"))
+    assert [c.name for c in cells] == [f"{base}-{p}" for p in ("fp32", "bf16") for base in
+                                       ("off-a1", "off-a4", "default-model-a1", "default-model-a4",
+                                        "default-block-a1", "default-block-a4")]
+
+
 def test_cuda_adds_cuda_graph_modes_only_without_accumulation():
-    extra = [c for c in build_matrix(8, cuda=True) if c.mode in ("reduce-overhead", "max-autotune")]
-    assert [c.name for c in extra] == ["reduce-overhead-model-a1", "max-autotune-model-a1"]
+    extra = [c for c in build_matrix(8, DEFAULT_ACCUMS, ("bf16",), cuda=True)
+             if c.mode in ("reduce-overhead", "max-autotune")]
+    assert [c.name for c in extra] == ["reduce-overhead-model-a1-bf16", "max-autotune-model-a1-bf16"]
 
 
 def test_effective_batch_must_divide_by_every_accumulation():
     with pytest.raises(BenchError, match="not divisible by accumulation 4"):
-        build_matrix(6)
+        build_matrix(6, DEFAULT_ACCUMS)
 
 
 def test_select_cells_by_pattern_and_refuse_a_pattern_matching_nothing():
-    cells = build_matrix(8)
-    assert [c.name for c in select_cells(cells, "off-*,default-model-a1")] == ["off-a1", "off-a4", "off-a8",
-                                                                               "default-model-a1"]
+    cells = build_matrix(8, DEFAULT_ACCUMS, ("fp32", "bf16"))
+    assert [c.name for c in select_cells(cells, "off-*-fp32,default-model-a1")] == [
+        "off-a1-fp32", "off-a4-fp32", "off-a8-fp32", "default-model-a1-fp32", "default-model-a1-bf16"]
     assert select_cells(cells, None) == cells
     with pytest.raises(BenchError, match="matches no cell"):
         select_cells(cells, "off-a2")
 
 
 def test_memory_table_adds_each_micro_batch_without_accumulation_and_a_larger_one():
-    extra = memory_cells(build_matrix(8), 8)
+    extra = memory_cells(build_matrix(8, DEFAULT_ACCUMS, ("fp32", "bf16")), 8)
     assert [(c.name, c.micro_batch, c.accum) for c in extra] == [
-        ("off-a1-mb2", 2, 1), ("off-a1-mb1", 1, 1),  # b = E/k alone
-        ("off-a4-mb8", 8, 4), ("off-a1-mb32", 32, 1)]  # b = E with accumulation, and the plain batch E·k
-    assert all(c.memory_only for c in extra)
-    assert memory_cells(select_cells(build_matrix(8), "default-*"), 8) == []  # eager cells only
+        ("off-a1-fp32-mb2", 2, 1), ("off-a1-fp32-mb1", 1, 1),  # b = E/k alone
+        ("off-a4-fp32-mb8", 8, 4), ("off-a1-fp32-mb32", 32, 1)]  # b = E with accumulation, the plain batch E·k
+    assert all(c.memory_only for c in extra)  # in the first precision only
+    assert memory_cells(select_cells(build_matrix(8, DEFAULT_ACCUMS), "default-*"), 8) == []  # eager cells only

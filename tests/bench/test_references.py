@@ -30,8 +30,8 @@ def test_trainer_bare_loop_and_hf_model_train_to_the_same_loss(micro):
     cell = Cell("off", "model", accum=2, micro_batch=2)
     device = torch.device("cpu")
     ours = run_speedboard(config, cell, total_steps=4, repeat=0)
-    bare = run_reference("bare", config, data, cell, 4, 0, device, "fp32")
-    hf = run_reference("hf", config, data, cell, 4, 0, device, "fp32")
+    bare = run_reference("bare", config, data, cell, 4, 0, device)
+    hf = run_reference("hf", config, data, cell, 4, 0, device)
     assert len(ours.losses) == len(bare.losses) == len(hf.losses) == 4
     assert ours.losses[-1] < ours.losses[0]  # it trained
     assert ours.losses == pytest.approx(bare.losses, abs=1e-5)

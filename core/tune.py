@@ -1,0 +1,631 @@
+"""The speed advisor: which settings train this experiment fastest on this machine.
+
+For the current model, data, sequence length and **effective batch**, ``plan_tune``
+lists the cells worth trying (``core.trials.Cell``: compile off / ``default``
+whole model / ``default`` per block / ``max-autotune-no-cudagraphs``, and
+``reduce-overhead`` on CUDA without accumulation; × fp32 and bf16 where the
+device has it; × the micro-batch × accumulation splits of the effective batch
+that fit in memory, largest micro-batch first), estimates the time they take
+and keeps, in that order of priority, those that fit the time budget.
+``run_tune`` trains them as short trials on the caller's thread, interleaved
+with repeats (A B C … A B C …) so a machine whose speed drifts hits every cell
+alike, and reports after every trial: tokens/s with spread, peak memory,
+compile cost cold and warm, and the loss after the trial's tokens, held to the
+fp32 eager loss within the precision's tolerance. The recommendation is the
+fastest cell whose loss agrees, with its margin over the current settings and
+whether that margin is above the noise.
+
+Every trial starts from the same initial weights (the run's seed) and reads the
+same batches; each trains in a temporary run folder that is removed, so only
+the report (JSON, ``save_report``) stays. A cancel request ends the tune
+between two optimizer steps; the report then holds what was measured.
+torch.compile's disk cache (Inductor's FX-graph cache) is shared by the trials
+and by the run that follows: a cell's first trial pays the cold compile, its
+repeats and the run started with its settings a warm one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.config import RunConfig
+from core.errors import ConfigError
+from core.trials import (
+    Cell,
+    TrialCancelled,
+    TrialResult,
+    cell_of,
+    compare,
+    loss_reference,
+    loss_tolerance,
+    run_trial,
+    select_cells,
+    splits,
+    spread,
+)
+
+SCHEMA = "speedboard-tune/1"
+DEFAULT_BUDGET_SECONDS = 600.0
+DEFAULT_STEPS = 3
+DEFAULT_REPEATS = 2
+TUNE_MODES = (("off", "model"), ("default", "model"), ("default", "block"), ("max-autotune-no-cudagraphs", "model"))
+
+# What the estimate assumes (seconds). A cold compile builds Inductor's kernels (C++ on a CPU, Triton on a
+# GPU) and dominates on a CPU; a warm one takes them from the disk cache and only traces again.
+COLD_COMPILE_S = {"cpu": {"model": 30.0, "block": 20.0, "autotune": 90.0},
+                  "cuda": {"model": 60.0, "block": 40.0, "autotune": 180.0}}
+WARM_COMPILE_S = {"cpu": 4.0, "cuda": 10.0}
+TRIAL_SETUP_S = 1.5
+"""Data mapped, model built, the run folder written and removed: per trial."""
+EXPECTED_MFU = {"cpu": 0.5, "cuda": 0.3}
+"""Share of the matmul peak a training step reaches, for the estimate only."""
+STEP_FLOOR_S = {"cpu": 0.05, "cuda": 0.02}
+"""The least an optimizer step takes however small the model: Python, the optimizer, the step's host sync."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How long and how carefully to measure."""
+
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    """No trial starts that would end past this (estimated); a compile in progress is not interrupted."""
+    steps: int = DEFAULT_STEPS
+    """Timed optimizer steps per trial, after its warm-up steps."""
+    repeats: int = DEFAULT_REPEATS
+    """Interleaved repeats of all cells."""
+    precisions: tuple[str, ...] | None = None
+    """None: fp32, and bf16 where the device has it."""
+    patterns: str | None = None
+    """Only the cells whose names match these comma-separated shell patterns (the current one is always kept)."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.budget_seconds, (int, float)) and math.isfinite(self.budget_seconds)
+                and self.budget_seconds > 0):
+            raise ConfigError(f"the time budget must be a positive number of seconds, got {self.budget_seconds!r}",
+                              "budget_seconds")
+        if not (isinstance(self.steps, int) and self.steps >= 1):
+            raise ConfigError(f"timed steps per trial must be an integer ≥ 1, got {self.steps!r}", "steps")
+        if not (isinstance(self.repeats, int) and self.repeats >= 1):
+            raise ConfigError(f"repeats must be an integer ≥ 1, got {self.repeats!r}", "repeats")
+        for p in self.precisions or ():
+            if p not in ("fp32", "bf16", "fp16"):
+                raise ConfigError(f"unknown precision {p!r} to try; use fp32, bf16 or fp16", "precision")
+
+
+# ----------------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class TuneStarted:
+    plan: dict[str, Any]
+    """``TunePlan.to_dict()``: the cells, the ones left out and why, the estimate."""
+
+
+@dataclass(frozen=True)
+class TrialStarted:
+    cell: str
+    label: str
+    repeat: int
+    index: int
+    """Trials started so far, this one included."""
+    total: int
+    elapsed: float
+    eta_seconds: float
+    """Seconds left for this trial and the ones after it (estimated)."""
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    result: dict[str, Any]
+    """``TrialResult.to_dict()``."""
+    summary: dict[str, Any]
+    """``summarise``: a row per cell and the recommendation so far."""
+    elapsed: float
+    eta_seconds: float
+
+
+@dataclass(frozen=True)
+class TuneFinished:
+    report: dict[str, Any]
+    """The whole report (``build_report``), also when the tune was cancelled or ran out of time."""
+    path: str | None
+    """Where the report was saved, if it was."""
+
+
+TuneEvent = TuneStarted | TrialStarted | TrialFinished | TuneFinished
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass
+class TunePlan:
+    config: RunConfig
+    """The current settings (budget and output untouched: the trials replace them)."""
+    device: str
+    device_name: str
+    cells: list[Cell]
+    """In order of priority; the first is the current settings."""
+    current: str
+    """The current settings' cell name."""
+    left_out: list[dict[str, str]]
+    """Cells not tried, each with its reason (does not fit in memory, the budget)."""
+    steps: int
+    repeats: int
+    total_steps: int
+    """Optimizer steps per trial: the largest warm-up plus the timed steps, the same in every trial."""
+    budget_seconds: float
+    estimates: dict[str, dict[str, float]]
+    """Per cell: ``first`` (set-up, a cold compile, the steps) and ``repeat`` (a warm compile) seconds."""
+    flops_per_token: float
+    peaks: dict[str, float]
+    """Matmul FLOP/s of this device per precision: the MFU denominators."""
+
+    @property
+    def estimate_seconds(self) -> float:
+        return sum(e["first"] + (self.repeats - 1) * e["repeat"] for e in self.estimates.values())
+
+    @property
+    def cold_compile_seconds(self) -> float:
+        return sum(e.get("cold_compile", 0.0) for e in self.estimates.values())
+
+    def describe(self) -> str:
+        """One line: how many trials, about how long, and what dominates."""
+        minutes = self.estimate_seconds / 60
+        when = f"about {minutes:.0f} minutes" if minutes >= 1.5 else f"about {self.estimate_seconds:.0f} seconds"
+        line = (f"{len(self.cells)} settings × {self.repeats} interleaved repeats, {self.total_steps} steps each: "
+                f"{when} on this machine (budget {self.budget_seconds:.0f} s)")
+        cold = self.cold_compile_seconds
+        if cold and cold >= 0.4 * self.estimate_seconds:
+            line += (f"; cold torch.compile compiles dominate (~{cold:.0f} s, less when its cache is already "
+                     f"warm from an earlier run)")
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "device": self.device, "device_name": self.device_name,
+                "cells": [c.to_dict() for c in self.cells], "current": self.current, "left_out": self.left_out,
+                "steps": self.steps, "repeats": self.repeats, "total_steps": self.total_steps,
+                "budget_seconds": self.budget_seconds, "estimates": self.estimates,
+                "estimate_seconds": self.estimate_seconds, "description": self.describe(),
+                "flops_per_token": self.flops_per_token, "peaks": self.peaks}
+
+
+def _cold_compile(cell: Cell, device_type: str) -> float:
+    table = COLD_COMPILE_S.get(device_type, COLD_COMPILE_S["cuda"])
+    if not cell.compiled:
+        return 0.0
+    if "autotune" in cell.mode:
+        return table["autotune"]
+    return table[cell.scope]
+
+
+def _estimate(cell: Cell, device_type: str, step_seconds: float, total_steps: int) -> dict[str, float]:
+    steps = total_steps * step_seconds
+    cold = _cold_compile(cell, device_type)
+    warm = WARM_COMPILE_S.get(device_type, WARM_COMPILE_S["cuda"]) if cell.compiled else 0.0
+    return {"first": TRIAL_SETUP_S + cold + steps, "repeat": TRIAL_SETUP_S + warm + steps, "cold_compile": cold,
+            "step": step_seconds}
+
+
+def default_precisions(device) -> tuple[str, ...]:
+    """fp32, and bf16 where the device runs it (the trials measure whether it pays)."""
+    from core.device import bf16_supported
+
+    return ("fp32", "bf16") if device.type in ("cpu", "cuda") and bf16_supported(device) else ("fp32",)
+
+
+def candidate_cells(config: RunConfig, precisions: tuple[str, ...], device, current: Cell) -> tuple[
+        list[Cell], list[dict[str, str]]]:
+    """The current cell first, then per split (largest micro-batch first) × precision × mode; and the
+    splits that do not fit in memory, with the reason."""
+    from core.memory_budget import check_fits
+
+    effective = config.train.micro_batch * config.train.accum_steps
+    cells, left_out = [current], []
+    fitting = []
+    for b, k in splits(effective):
+        try:
+            check_fits(config.model, b, config.data.seq_len, "fp32" if "fp32" in precisions else precisions[0], device)
+        except ConfigError as exc:
+            left_out.append({"cell": f"micro-batch {b} × {k}", "reason": f"does not fit in memory ({exc})"})
+            continue
+        fitting.append((b, k))
+    for b, k in fitting:
+        for precision in precisions:
+            modes = list(TUNE_MODES)
+            if device.type == "cuda" and k == 1:
+                modes.append(("reduce-overhead", "model"))
+            for mode, scope in modes:
+                cell = Cell(mode, scope, k, b, precision)
+                if cell not in cells:
+                    cells.append(cell)
+    return cells, left_out
+
+
+def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list[Cell] | None = None) -> TunePlan:
+    """Check the settings, list the cells (or take ``cells``), estimate, and keep what fits the budget.
+
+    Raises ``ConfigError`` (one line) for settings that cannot run or a budget too short for two cells.
+    """
+    from core.device import (
+        device_name,
+        measure_matmul_peak,
+        resolve_device,
+        resolve_precision,
+        training_flops_per_token,
+    )
+
+    options = options or TuneOptions()
+    device = resolve_device(config.train.device)
+    precision = resolve_precision(config.train.precision, device, config.model)
+    if config.resume:
+        raise ConfigError("the advisor measures new runs of the current settings; it does not resume a "
+                          "checkpoint", "resume")
+    current = cell_of(config, precision)
+    precisions = options.precisions or default_precisions(device)
+    for p in precisions:
+        resolve_precision(p, device)  # bf16 where the device lacks it: one line
+    left_out: list[dict[str, str]] = []
+    if cells is None:
+        cells, left_out = candidate_cells(config, precisions, device, current)
+        if options.patterns:
+            cells = [current, *(c for c in select_cells(cells, options.patterns) if c != current)]
+    elif current not in cells:
+        cells = [current, *cells]
+    flops = training_flops_per_token(config.model, config.data.seq_len)
+    peaks = {p: measure_matmul_peak(str(device), p) for p in sorted({c.precision for c in cells})}
+    total_steps = max(c.warmup_steps for c in cells) + options.steps
+    tokens_per_step = config.tokens_per_step()
+    efficiency = EXPECTED_MFU.get(device.type, EXPECTED_MFU["cuda"])
+    floor = STEP_FLOOR_S.get(device.type, STEP_FLOOR_S["cuda"])
+    estimates = {c.name: _estimate(c, device.type, max(floor, flops * tokens_per_step / (peaks[c.precision]
+                                                                                         * efficiency)),
+                                   total_steps) for c in cells}
+
+    def fitting(repeats: int) -> list[Cell]:
+        kept, used = [], 0.0
+        for c in cells:
+            cost = estimates[c.name]["first"] + (repeats - 1) * estimates[c.name]["repeat"]
+            if used + cost <= options.budget_seconds or not kept:
+                kept.append(c)
+                used += cost
+        return kept
+
+    repeats = options.repeats
+    kept = fitting(repeats)
+    while len(kept) < min(2, len(cells)) and repeats > 1:
+        repeats -= 1
+        kept = fitting(repeats)
+    if len(kept) < min(2, len(cells)):
+        need = sum(estimates[c.name]["first"] for c in cells[:2])
+        raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to compare two settings here: "
+                          f"that takes about {need:.0f} s; give --budget-seconds {math.ceil(need)} or more",
+                          "budget_seconds")
+    left_out += [{"cell": c.name, "reason": "left out to stay within the time budget"}
+                 for c in cells if c not in kept]
+    kept_names = {c.name for c in kept}
+    return TunePlan(config=config, device=str(device), device_name=device_name(device), cells=kept,
+                    current=current.name, left_out=left_out, steps=options.steps, repeats=repeats,
+                    total_steps=total_steps, budget_seconds=float(options.budget_seconds),
+                    estimates={k: v for k, v in estimates.items() if k in kept_names},
+                    flops_per_token=flops, peaks=peaks)
+
+
+# ----------------------------------------------------------------------------- running
+def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
+             cancelled: Callable[[], bool] | None = None, report_path: str | os.PathLike[str] | None = None) -> dict:
+    """Train every cell of ``plan`` as interleaved trials on this thread; return (and save) the report.
+
+    ``sink`` receives ``TuneStarted``, then ``TrialStarted``/``TrialFinished`` per trial, then
+    ``TuneFinished``; it must return quickly. ``cancelled`` is asked between optimizer steps and
+    before each trial. A trial is not started when its estimate would end past the budget.
+    """
+    from core.data import prepare_data
+
+    emit = sink or (lambda event: None)
+    stop = cancelled or (lambda: False)
+    t0 = time.perf_counter()
+    prepare_data(plan.config.data)  # the corpus' store and tokenizer, once, before any clock runs
+    emit(TuneStarted(plan.to_dict()))
+    results: list[TrialResult] = []
+    skipped: list[dict[str, str]] = []
+    was_cancelled = False
+    measured: dict[str, float] = {}
+    """Per cell: the seconds a repeat takes, from its trials so far (a warm compile)."""
+    order = [(r, c) for r in range(plan.repeats) for c in plan.cells]
+
+    def eta(start_at: int) -> float:
+        left = 0.0
+        for r, c in order[start_at:]:
+            e = plan.estimates[c.name]
+            left += measured.get(c.name, e["repeat"]) if r else e["first"]
+        return left
+
+    for i, (repeat, cell) in enumerate(order):
+        if stop():
+            was_cancelled = True
+            break
+        elapsed = time.perf_counter() - t0
+        cost = measured.get(cell.name, plan.estimates[cell.name]["repeat"]) if repeat else \
+            plan.estimates[cell.name]["first"]
+        if results and elapsed + cost > plan.budget_seconds:
+            skipped.append({"cell": cell.name, "repeat": repeat, "reason": "the time budget was used up"})
+            continue
+        emit(TrialStarted(cell.name, cell.label, repeat, i + 1, len(order), elapsed, eta(i)))
+        try:
+            result = run_trial(plan.config, cell, plan.total_steps, repeat, cancelled=stop)
+        except TrialCancelled:
+            was_cancelled = True
+            break
+        results.append(result)
+        if result.ok:
+            compile_s = result.compiler_seconds or result.compile_seconds or 0.0
+            warm = WARM_COMPILE_S.get(plan.device.split(":")[0], WARM_COMPILE_S["cuda"]) if cell.compiled else 0.0
+            measured[cell.name] = result.wall_seconds - (compile_s - warm if repeat == 0 else 0.0)
+        elapsed = time.perf_counter() - t0
+        emit(TrialFinished(result.to_dict(), summarise(plan, results), elapsed, eta(i + 1)))
+    report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
+    path = None
+    if report_path is not None:
+        from core.paths import user_path
+
+        report["path"] = str(user_path(report_path))
+        path = str(save_report(report, report_path))
+    emit(TuneFinished(report, path))
+    return report
+
+
+# ----------------------------------------------------------------------------- summary
+def _cell_row(plan: TunePlan, cell: Cell, trials: list[TrialResult]) -> dict[str, Any]:
+    ok = [t for t in trials if t.ok]
+    failed = [t for t in trials if not t.ok]
+    row: dict[str, Any] = {**cell.to_dict(), "current": cell.name == plan.current, "trials": len(trials),
+                           "measured": len(ok), "error": failed[0].error if failed and not ok else None}
+    rates = [r for t in ok for r in t.step_rates]
+    s = spread(rates)
+    row["tokens_per_s"] = s.to_dict() if s else None
+    row["mfu"] = s.median * plan.flops_per_token / plan.peaks[cell.precision] if s else None
+    peaks = [t.peak_mem_gib for t in ok if t.peak_mem_gib is not None]
+    row["peak_mem_gib"] = max(peaks) if peaks else None
+    train = [t.peak_mem_gib - t.mem_before_gib for t in ok
+             if t.peak_mem_gib is not None and t.mem_before_gib is not None]
+    row["train_mem_gib"] = statistics.median(train) if train else None
+    cold, warm = [], []
+    for t in ok:
+        seconds = t.compiler_seconds if t.compiler_seconds is not None else t.compile_seconds
+        if not cell.compiled or seconds is None:
+            continue
+        if t.compile_cache_misses is None:
+            (cold if t.repeat == 0 else warm).append(seconds)
+        elif t.compile_cache_misses > 0:
+            cold.append(seconds)
+        else:
+            warm.append(seconds)
+    row["compile_cold_s"] = statistics.median(cold) if cold else None
+    row["compile_warm_s"] = statistics.median(warm) if warm else None
+    losses = [t.final_loss for t in ok if t.final_loss is not None]
+    row["loss"] = losses[0] if losses else None
+    return row
+
+
+def summarise(plan: TunePlan, results: list[TrialResult]) -> dict[str, Any]:
+    """A row per cell (in plan order), the loss agreement and the recommendation, from the trials so far."""
+    by_cell: dict[str, list[TrialResult]] = {}
+    for r in results:
+        by_cell.setdefault(r.cell, []).append(r)
+    rows = {c.name: _cell_row(plan, c, by_cell.get(c.name, [])) for c in plan.cells}
+    losses = {name: row["loss"] for name, row in rows.items() if row["loss"] is not None}
+    reference = loss_reference(plan.cells, losses)
+    for c in plan.cells:
+        row = rows[c.name]
+        if row["loss"] is None or reference is None:
+            row["loss_deviation"], row["loss_agrees"] = None, None
+            continue
+        row["loss_deviation"] = row["loss"] - losses[reference]
+        row["loss_tolerance"] = loss_tolerance(c.precision)
+        row["loss_agrees"] = abs(row["loss_deviation"]) <= row["loss_tolerance"]
+    current_trials = by_cell.get(plan.current, [])
+    for c in plan.cells:
+        cmp = compare(by_cell.get(c.name, []), current_trials) if c.name != plan.current else None
+        rows[c.name]["vs_current"] = cmp.to_dict() if cmp else None
+    return {"rows": rows, "loss_reference": reference, "recommendation": recommend(plan, rows, by_cell)}
+
+
+def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[TrialResult]]) -> dict[str, Any] | None:
+    """The fastest measured cell whose loss agrees, its margin over the current settings and whether the
+    margin is above the noise; None before any cell is measured."""
+    eligible = [row for row in rows.values() if row["tokens_per_s"] and row.get("loss_agrees") is not False]
+    if not eligible:
+        return None
+    best = max(eligible, key=lambda row: row["tokens_per_s"]["median"])
+    cell = next(c for c in plan.cells if c.name == best["name"])
+    current = rows.get(plan.current)
+    out: dict[str, Any] = {"cell": best["name"], "label": best["label"], "settings": cell.settings(),
+                           "tokens_per_s": best["tokens_per_s"]["median"], "is_current": best["name"] == plan.current}
+    if out["is_current"]:
+        others = [row for row in eligible if row["name"] != plan.current]
+        runner_up = max(others, key=lambda row: row["tokens_per_s"]["median"]) if others else None
+        cmp = compare(by_cell.get(runner_up["name"], []), by_cell.get(plan.current, [])) if runner_up else None
+        out["vs_current"] = None
+        out["significant"] = bool(cmp and cmp.significant)
+        if runner_up is None or cmp is None:
+            out["text"] = f"The current settings ({best['label']}) are the only ones measured."
+        elif cmp.significant:
+            out["text"] = (f"Keep the current settings ({best['label']}): the fastest; the next best, "
+                           f"{runner_up['label']}, is {cmp.describe()}.")
+        else:
+            out["text"] = (f"Keep the current settings ({best['label']}): the fastest measured, but the next "
+                           f"best, {runner_up['label']}, shows {cmp.describe()}.")
+        return out
+    cmp = compare(by_cell.get(best["name"], []), by_cell.get(plan.current, []))
+    out["vs_current"] = cmp.to_dict() if cmp else None
+    out["significant"] = bool(cmp and cmp.significant)
+    if cmp is None:
+        why = current["error"] if current and current.get("error") else "it was not measured"
+        out["text"] = f"Fastest: {best['label']}; the current settings cannot be compared ({why})."
+    elif cmp.significant:
+        out["text"] = f"Fastest: {best['label']}, {cmp.describe()}."
+    else:
+        out["text"] = f"Fastest measured: {best['label']}, but {cmp.describe()}."
+    return out
+
+
+def build_report(plan: TunePlan, results: list[TrialResult], elapsed: float, cancelled: bool,
+                 skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    from core.runs import library_versions
+
+    summary = summarise(plan, results)
+    return {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "plan": plan.to_dict(),
+        "trials": [r.to_dict() for r in results],
+        "summary": summary,
+        "recommendation": summary["recommendation"],
+        "elapsed_seconds": elapsed,
+        "cancelled": cancelled,
+        "skipped": skipped or [],
+        "load_average": _load(),
+        "versions": library_versions(),
+    }
+
+
+def _load() -> list[float] | None:
+    try:
+        return list(os.getloadavg())
+    except (OSError, AttributeError):
+        return None
+
+
+# ----------------------------------------------------------------------------- the report file
+def default_report_path(plan: TunePlan) -> Path:
+    """``<data folder>/tune/<date>-<preset>-<device>.json``, beside the runs folder."""
+    from core.runs import default_out_dir
+
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return default_out_dir().parent / "tune" / f"{stamp}-{plan.config.preset}-{plan.device.split(':')[0]}.json"
+
+
+def save_report(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write the report as JSON, whole or not at all (a temporary file renamed into place)."""
+    from core.paths import user_path, why_write_failed
+
+    target = user_path(path)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
+        raise ConfigError(f"cannot write the tuning report {target}: {why_write_failed(exc, target)}",
+                          "json") from None
+    return target
+
+
+def check_report_path(path: str | os.PathLike[str]) -> Path:
+    """Before any trial: the report can be written there (not a folder, its folder not a file)."""
+    from core.paths import user_path
+
+    target = user_path(path)
+    if target.is_dir():
+        raise ConfigError(f"--json {target} is a folder; name a file", "json")
+    parent = next((p for p in target.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ConfigError(f"--json {target}: {parent} is a file, not a folder", "json")
+    if parent is not None and not os.access(parent, os.W_OK):
+        raise ConfigError(f"--json {target}: {parent} is not writable", "json")
+    return target
+
+
+def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A report written by ``save_report``; anything else is one ``ConfigError`` line."""
+    from core.paths import user_path
+
+    target = user_path(path)
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read the tuning report {target} ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ConfigError(f"{target} is not a Speedboard tuning report")
+    for key in ("plan", "summary", "trials"):
+        if not isinstance(data.get(key), (dict, list)):
+            raise ConfigError(f"{target} is not a complete tuning report (no {key})")
+    return data
+
+
+# ----------------------------------------------------------------------------- text
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def table_rows(report_or_summary: dict[str, Any]) -> list[list[str]]:
+    """The table the CLI prints and the dashboard shows, as text cells (header first)."""
+    summary = report_or_summary.get("summary", report_or_summary)
+    header = ["setting", "tokens/s median (min–max)", "vs current", "MFU", "compile cold / warm (s)",
+              "peak mem (GiB)", "loss", "status"]
+    rows = [header]
+    for row in summary["rows"].values():
+        s = row["tokens_per_s"]
+        rate = "–" if not s else (f"{s['median']:,.0f}" if s["n"] == 1 else
+                                  f"{s['median']:,.0f} ({s['low']:,.0f}–{s['high']:,.0f})")
+        vs = row.get("vs_current")
+        versus = "current" if row["current"] else ("–" if not vs else
+                                                   f"{vs['ratio']:.2f}×{'' if vs['significant'] else ' (noise)'}")
+        compile_s = "–" if row["mode"] == "off" else (f"{_num(row['compile_cold_s'], '{:.1f}')} / "
+                                                      f"{_num(row['compile_warm_s'], '{:.1f}')}")
+        if row.get("error"):
+            status = f"failed: {row['error']}"
+        elif row["trials"] == 0:
+            status = "not run"
+        elif row.get("loss_agrees") is False:
+            status = f"loss disagrees ({row['loss_deviation']:+.2e} > {row['loss_tolerance']:g})"
+        else:
+            status = "ok"
+        rows.append([row["label"], rate, versus, _num(row.get("mfu"), "{:.0%}"), compile_s,
+                     _num(row.get("peak_mem_gib"), "{:.2f}"), _num(row.get("loss"), "{:.4f}"), status])
+    return rows
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The table and the recommendation as plain text."""
+    rows = table_rows(report)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for n, r in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)) + "  " + r[-1])
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 6)
+    rec = report.get("recommendation")
+    lines.append("")
+    lines.append(f"recommendation: {rec['text']}" if rec else "recommendation: none (no setting was measured)")
+    if rec and not rec["is_current"]:
+        s = rec["settings"]
+        lines.append(f"  train with: --compile {s['compile_mode']}"
+                     + (f" --compile-scope {s['compile_scope']}" if s["compile_mode"] != "off" else "")
+                     + f" --precision {s['precision']} --micro-batch {s['micro_batch']} --accum {s['accum_steps']}")
+    left = report["plan"].get("left_out", []) + report.get("skipped", [])
+    if left:
+        lines.append(f"not tried: {len(left)} ({'; '.join(sorted({x['reason'] for x in left}))})")
+    state = "cancelled" if report.get("cancelled") else "done"
+    lines.append(f"{state} in {report['elapsed_seconds']:.0f} s")
+    return "\n".join(lines)
+
+
+def report_settings(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The TrainConfig fields of the recommendation (what Apply sets), or None."""
+    rec = report.get("recommendation") or (report.get("summary") or {}).get("recommendation")
+    return dict(rec["settings"]) if rec else None
+
+
+def tune(config: RunConfig, options: TuneOptions | None = None, sink=None, cancelled=None,
+         report_path=None) -> dict[str, Any]:
+    """``plan_tune`` then ``run_tune``."""
+    return run_tune(plan_tune(config, options), sink, cancelled, report_path)
+

@@ -1,0 +1,121 @@
+"""``speedboard tune``: the speed advisor on the command line (the engine is ``core.tune``)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from collections.abc import Callable
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {value}")
+    return value
+
+
+def _precisions(text: str) -> tuple[str, ...]:
+    values = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if not values or any(v not in ("fp32", "bf16", "fp16") for v in values):
+        raise argparse.ArgumentTypeError(f"expected fp32, bf16 or fp16 separated by commas, got {text!r}")
+    return values
+
+
+def add_tune_command(sub: argparse._SubParsersAction,
+                     add_settings_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    from core.tune import DEFAULT_BUDGET_SECONDS, DEFAULT_REPEATS, DEFAULT_STEPS
+
+    u = sub.add_parser("tune", help="find the fastest settings for this machine (short interleaved trials)",
+                       description="Trains the current settings and their alternatives (compile modes, precisions, "
+                                   "micro-batch × accumulation splits of the same effective batch) for a few steps "
+                                   "each, interleaved, and recommends the fastest whose loss agrees. Takes the "
+                                   "settings flags of train; its budget flags are not used (every trial trains "
+                                   "the same few steps).")
+    add_settings_flags(u)
+    u.add_argument("--budget-seconds", type=_positive_number, default=DEFAULT_BUDGET_SECONDS,
+                   help=f"time for all the trials (estimated up front; default {DEFAULT_BUDGET_SECONDS:g})")
+    u.add_argument("--json", help="write the report here (default: the per-user data folder's tune/)")
+    u.add_argument("--trial-steps", type=_count, default=DEFAULT_STEPS,
+                   help=f"timed optimizer steps per trial, after its warm-up (default {DEFAULT_STEPS})")
+    u.add_argument("--repeats", type=_count, default=DEFAULT_REPEATS,
+                   help=f"interleaved repeats of all the trials (default {DEFAULT_REPEATS})")
+    u.add_argument("--precisions", type=_precisions,
+                   help="precisions to try (default: fp32, and bf16 where the device runs it)")
+    u.add_argument("--cells", help="only the settings whose names match these comma-separated shell patterns, "
+                                   "e.g. 'off-*,default-model-a1-*' (the current settings are always measured)")
+    u.set_defaults(resume=None, init_from=None, fsdp=None)
+
+
+class TuneConsole:
+    """One line per trial as it ends; best-effort like the train command's console."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+    def say(self, text: str) -> None:
+        if not self.ok:
+            return
+        try:
+            print(text, flush=True)
+        except OSError:  # a closed pipe or terminal: the tune goes on, its report is still written
+            self.ok = False
+
+    def __call__(self, event) -> None:
+        from core.tune import TrialFinished, TrialStarted
+
+        if isinstance(event, TrialStarted):
+            self._started = event
+        elif isinstance(event, TrialFinished):
+            r, started = event.result, self._started
+            where = f"[{started.index}/{started.total}] {started.label}"
+            if r["error"]:
+                self.say(f"{where}: FAILED: {r['error']}")
+                return
+            compile_s = r["compiler_seconds"] if r["compiler_seconds"] is not None else r["compile_seconds"]
+            extra = f", compile {compile_s:.1f} s" if compile_s else ""
+            self.say(f"{where}: {r['tokens_per_s']:,.0f} tok/s, loss {r['losses'][-1]:.4f}{extra}"
+                     f"  (about {event.eta_seconds / 60:.1f} min left)")
+
+
+def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
+    from core.cli import _stop_on_first_sigint, config_from_args
+    from core.control import Control
+    from core.tune import TuneOptions, check_report_path, default_report_path, format_report, plan_tune, run_tune
+
+    # Everything is checked before the first trial: a mistake is one line and exit code 2.
+    options = TuneOptions(budget_seconds=args.budget_seconds, steps=args.trial_steps, repeats=args.repeats,
+                          precisions=args.precisions, patterns=args.cells)
+    report_path = check_report_path(args.json) if args.json else None
+    config = config_from_args(args)
+    plan = plan_tune(config, options)
+    console = TuneConsole()
+    console.say(f"speedboard tune: {config.preset} on {plan.device_name}, effective batch "
+                f"{config.train.micro_batch * config.train.accum_steps} × {config.data.seq_len} tokens; "
+                f"{plan.describe()}")
+    if plan.left_out:
+        console.say(f"not tried: {', '.join(x['cell'] + ' (' + x['reason'] + ')' for x in plan.left_out[:3])}"
+                    + (f" and {len(plan.left_out) - 3} more" if len(plan.left_out) > 3 else ""))
+    control = Control()
+    previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
+    try:
+        report = run_tune(plan, console, cancelled=lambda: control.stop_requested,
+                          report_path=report_path or default_report_path(plan))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    console.say("")
+    console.say(format_report(report))
+    console.say(f"report: {report['path']}")
+    return 0

@@ -1,0 +1,365 @@
+"""The speed advisor's dialog: "Find fastest settings…".
+
+It asks the session to run ``core.tune`` on the torch thread for the config
+panel's current settings, and shows what comes back through the session's
+``tune_event`` signal: a live table (the same rows as ``speedboard tune``), a
+small chart of tokens/s with its spread per setting, and the recommendation.
+**Apply** writes the recommended settings into the config panel's controls;
+**Cancel** ends the trials between two optimizer steps (the report keeps what
+was measured); **Open report…** shows a report saved earlier (by the dashboard
+or the command line). The dialog never touches a tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.config import RunConfig
+from core.errors import SpeedboardError
+from core.tune import (
+    DEFAULT_BUDGET_SECONDS,
+    TrialFinished,
+    TrialStarted,
+    TuneFinished,
+    TuneOptions,
+    TuneStarted,
+    default_report_path,
+    load_report,
+    reports_dir,
+    table_rows,
+)
+from gui import dialogs
+
+RECOMMENDED = QColor("#d8f0d8")
+FAILED = QColor("#b00020")
+CURRENT = QColor("#eeeeee")
+
+# The config panel's controls, by object name, for each setting Apply writes.
+PANEL_SPINS = {"micro_batch": "microBatchSpin", "accum_steps": "accumStepsSpin"}
+PANEL_COMBOS = {"compile_mode": "compileModeCombo", "compile_scope": "compileScopeCombo",
+                "precision": "precisionCombo"}
+
+
+def apply_settings(panel: QWidget, settings: dict) -> list[str]:
+    """Set the config panel's controls to ``settings`` (TrainConfig fields); return the ones it could not set."""
+    missed = []
+    for key, name in PANEL_COMBOS.items():
+        combo = panel.findChild(QComboBox, name)
+        index = combo.findData(settings[key]) if combo is not None and key in settings else -1
+        if index < 0:
+            missed.append(key)
+        else:
+            combo.setCurrentIndex(index)
+    # Micro-batch first, then accumulation: the effective batch is the same at the end.
+    for key, name in PANEL_SPINS.items():
+        spin = panel.findChild(QSpinBox, name)
+        if spin is None or key not in settings:
+            missed.append(key)
+        else:
+            spin.setValue(int(settings[key]))
+    return missed
+
+
+class TuneChart(pg.PlotWidget):
+    """Median tokens/s per setting (bars), its min–max over every timed step (whiskers)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("tuneChart")
+        self.setMinimumHeight(170)
+        self.setLabel("left", "tokens/s")
+        self.setMenuEnabled(False)
+        self.setMouseEnabled(x=False, y=False)
+        self.hideButtons()
+        self.bars: list[float] = []
+
+    def show_rows(self, rows: list[dict], recommended: str | None) -> None:
+        self.clear()
+        measured = [(i, r) for i, r in enumerate(rows) if r["tokens_per_s"]]
+        self.bars = [r["tokens_per_s"]["median"] for _, r in measured]
+        if measured:
+            xs = [i for i, _ in measured]
+            medians = self.bars
+            lows = [r["tokens_per_s"]["low"] for _, r in measured]
+            highs = [r["tokens_per_s"]["high"] for _, r in measured]
+            brushes = [QBrush(QColor("#59a14f" if r["name"] == recommended else
+                                     "#9c9c9c" if r["current"] else "#4e79a7")) for _, r in measured]
+            self.addItem(pg.BarGraphItem(x=xs, height=medians, width=0.6, brushes=brushes))
+            self.addItem(pg.ErrorBarItem(x=np.array(xs, dtype=float), y=np.array(medians, dtype=float),
+                                         top=np.array([h - m for h, m in zip(highs, medians, strict=True)]),
+                                         bottom=np.array([m - lo for m, lo in zip(medians, lows, strict=True)]),
+                                         beam=0.25))
+        ticks = [(i, r["name"].replace("max-autotune-no-cudagraphs", "max-at-nocg")) for i, r in enumerate(rows)]
+        self.getAxis("bottom").setTicks([ticks])
+        self.setXRange(-0.6, max(len(rows) - 0.4, 0.6), padding=0)
+        self.enableAutoRange(axis="y")
+
+
+class TuneDialog(QDialog):
+    """Find fastest settings: plan, live trials, recommendation, Apply."""
+
+    applied = Signal(dict)
+    """The recommended settings were written into the config panel."""
+
+    def __init__(self, session, settings: Callable[[], RunConfig | None], panel: QWidget,
+                 parent: QWidget | None = None) -> None:
+        """``settings`` gives the current config (None while a setting is invalid); ``panel`` is what Apply sets."""
+        super().__init__(parent)
+        self.setObjectName("tuneDialog")
+        self.setWindowTitle("Find fastest settings")
+        self.session = session
+        self._settings = settings
+        self._panel = panel
+        self.report: dict | None = None
+        """The finished (or opened) report; its recommendation is what Apply sets."""
+        self.summary: dict | None = None
+        self.finished_events = 0
+
+        self.intro = QLabel("Short trials of the current model, data and effective batch with every compile mode, "
+                            "precision and micro-batch × accumulation split that fits, interleaved so that drift "
+                            "hits them alike. Every trial starts from the same weights and batches; the losses "
+                            "must agree.")
+        self.intro.setWordWrap(True)
+        self.budget = QSpinBox()
+        self.budget.setObjectName("tuneBudget")
+        self.budget.setRange(10, 24 * 3600)
+        self.budget.setSingleStep(60)
+        self.budget.setSuffix(" s")
+        self.budget.setValue(int(DEFAULT_BUDGET_SECONDS))
+        self.run_button = QPushButton("Run trials")
+        self.run_button.setObjectName("tuneRunButton")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setObjectName("tuneCancelButton")
+        self.open_button = QPushButton("Open report…")
+        self.open_button.setObjectName("tuneOpenButton")
+        self.apply_button = QPushButton("Apply")
+        self.apply_button.setObjectName("tuneApplyButton")
+        self.close_button = QPushButton("Close")
+        self.close_button.setObjectName("tuneCloseButton")
+        self.plan_label = QLabel("")
+        self.plan_label.setObjectName("tunePlanLabel")
+        self.plan_label.setWordWrap(True)
+        self.progress_label = QLabel("")
+        self.progress_label.setObjectName("tuneProgressLabel")
+        self.table = QTableWidget(0, 8)
+        self.table.setObjectName("tuneTable")
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.table.verticalHeader().hide()
+        self.chart = TuneChart()
+        self.recommendation = QLabel("")
+        self.recommendation.setObjectName("tuneRecommendation")
+        self.recommendation.setWordWrap(True)
+        self.recommendation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Time budget"))
+        top.addWidget(self.budget)
+        top.addStretch(1)
+        top.addWidget(self.run_button)
+        top.addWidget(self.cancel_button)
+        top.addWidget(self.open_button)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.recommendation, 1)
+        bottom.addWidget(self.apply_button)
+        bottom.addWidget(self.close_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
+        layout.addLayout(top)
+        layout.addWidget(self.plan_label)
+        layout.addWidget(self.progress_label)
+        layout.addWidget(self.table, 3)
+        layout.addWidget(self.chart, 2)
+        layout.addLayout(bottom)
+        self.resize(1100, 700)
+
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.open_button.clicked.connect(self.open_report)
+        self.apply_button.clicked.connect(self.apply)
+        self.close_button.clicked.connect(self.close)
+        session.tune_event.connect(self._on_event)
+        session.tune_ended.connect(self._on_ended)
+        session.tune_failed.connect(self._on_failed)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ commands
+    @property
+    def tuning(self) -> bool:
+        return self.session.tuning
+
+    def start(self) -> None:
+        if self.session.running or self.tuning:
+            dialogs.show_error(self, "The torch thread is busy",
+                               "A run is training: the trials need the machine to themselves. Stop the run (or "
+                               "wait until it ends), then find the fastest settings.")
+            return
+        cfg = self._settings()
+        if cfg is None:
+            dialogs.show_error(self, "Invalid settings", "Fix the settings first: the trials use the current "
+                                                         "model, data and effective batch.")
+            return
+        try:
+            options = TuneOptions(budget_seconds=float(self.budget.value()))
+        except SpeedboardError as exc:
+            dialogs.show_error(self, "Cannot find settings", str(exc))
+            return
+        self.report, self.summary, self.finished_events = None, None, 0
+        self.table.setRowCount(0)
+        self.chart.show_rows([], None)
+        self.recommendation.setText("")
+        self.plan_label.setText("Planning: measuring this device's matmul peak and checking what fits …")
+        self.progress_label.setText("")
+        self.session.start_tune(cfg, options, str(default_report_path(cfg)))
+        self._update_buttons()
+
+    def cancel(self) -> None:
+        if self.tuning:
+            self.session.cancel_tune()
+            self.progress_label.setText("Cancelling after the current optimizer step (a compile in progress "
+                                        "finishes first) …")
+            self.cancel_button.setEnabled(False)
+
+    def apply(self) -> None:
+        rec = self._recommendation()
+        if rec is None:
+            return
+        missed = apply_settings(self._panel, rec["settings"])
+        if missed:
+            dialogs.show_error(self, "Not all settings applied",
+                               f"The settings panel has no place for: {', '.join(missed)}.")
+        self.applied.emit(dict(rec["settings"]))
+
+    def open_report(self, path: str | None = None) -> bool:
+        """Show a saved report (asks for the file when ``path`` is not given); True when it was shown."""
+        if not path:
+            start = str(reports_dir()) if reports_dir().is_dir() else str(Path.home())
+            path, _ = QFileDialog.getOpenFileName(self, "Open a tuning report", start, "Tuning report (*.json)")
+        if not path:
+            return False
+        try:
+            report = load_report(path)
+        except SpeedboardError as exc:
+            dialogs.show_error(self, "Cannot open the report", str(exc))
+            return False
+        self._show_plan(report["plan"])
+        self.budget.setValue(int(round(report["plan"].get("budget_seconds", self.budget.value()))))
+        self._show_summary(report["summary"])
+        self._show_finished(report, path)
+        return True
+
+    # ------------------------------------------------------------------ what the torch thread reports
+    def _on_event(self, event) -> None:
+        if isinstance(event, TuneStarted):
+            self._show_plan(event.plan)
+        elif isinstance(event, TrialStarted):
+            self.progress_label.setText(f"Trial {event.index} of {event.total}: {event.label} (repeat "
+                                        f"{event.repeat + 1}) … about {_minutes(event.eta_seconds)} left")
+        elif isinstance(event, TrialFinished):
+            self.finished_events += 1
+            self._show_summary(event.summary)
+            self.progress_label.setText(f"{event.elapsed:.0f} s so far; about {_minutes(event.eta_seconds)} left")
+        elif isinstance(event, TuneFinished):
+            self._show_summary(event.report["summary"])
+            self._show_finished(event.report, event.path)
+
+    def _on_ended(self) -> None:
+        self._update_buttons()
+
+    def _on_failed(self, message: str) -> None:
+        self.plan_label.setText(f"The trials could not run: {message}")
+        dialogs.show_error(self, "Cannot find settings", message)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ drawing
+    def _show_plan(self, plan: dict) -> None:
+        text = plan["description"][0].upper() + plan["description"][1:]
+        if plan.get("left_out"):
+            reasons = "; ".join(sorted({x["reason"][:60] for x in plan["left_out"]}))
+            text += f". Not tried: {len(plan['left_out'])} ({reasons})"
+        self.plan_label.setText(text + ".")
+
+    def _show_summary(self, summary: dict) -> None:
+        self.summary = summary
+        rows = list(summary["rows"].values())
+        text = table_rows(summary)
+        self.table.setColumnCount(len(text[0]))
+        self.table.setHorizontalHeaderLabels(text[0])
+        self.table.setRowCount(len(rows))
+        rec = summary.get("recommendation")
+        recommended = rec["cell"] if rec else None
+        bold = QFont()
+        bold.setBold(True)
+        for r, (row, cells) in enumerate(zip(rows, text[1:], strict=True)):
+            for c, value in enumerate(cells):
+                item = QTableWidgetItem(value)
+                if c in (1, 2, 3, 4, 5, 6):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if row["name"] == recommended:
+                    item.setBackground(RECOMMENDED)
+                elif row["current"]:
+                    item.setBackground(CURRENT)
+                if row.get("error") or row.get("loss_agrees") is False:
+                    item.setForeground(FAILED)
+                if row["current"] and c == 0:
+                    item.setFont(bold)
+                item.setToolTip(row["name"] if c == 0 else value)
+                self.table.setItem(r, c, item)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(len(text[0]) - 1, QHeaderView.ResizeMode.Stretch)
+        self.chart.show_rows(rows, recommended)
+        if rec:
+            self.recommendation.setText(("So far: " if self.tuning else "") + rec["text"])
+
+    def _show_finished(self, report: dict, path: str | None) -> None:
+        self.report = report
+        rec = report.get("recommendation")
+        state = "Cancelled" if report.get("cancelled") else "Done"
+        where = f"; report: {path}" if path else ""
+        self.progress_label.setText(f"{state} in {report['elapsed_seconds']:.0f} s "
+                                    f"({len(report['trials'])} trials){where}")
+        self.recommendation.setText(rec["text"] if rec else "No setting was measured.")
+        self._update_buttons()
+
+    def _recommendation(self) -> dict | None:
+        source = self.report or ({"recommendation": self.summary.get("recommendation")} if self.summary else None)
+        return source.get("recommendation") if source else None
+
+    def _update_buttons(self) -> None:
+        tuning = self.tuning
+        self.run_button.setEnabled(not tuning)
+        self.budget.setEnabled(not tuning)
+        self.cancel_button.setEnabled(tuning)
+        self.open_button.setEnabled(not tuning)
+        rec = self._recommendation() if not tuning else None
+        self.apply_button.setEnabled(bool(rec) and not rec.get("is_current"))
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.cancel()  # closing the dialog ends the trials; the report keeps what they measured
+        super().closeEvent(event)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"

@@ -1,0 +1,216 @@
+"""The speed advisor's engine: trials, their statistics, the plan, the interleaved tune and its report."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.errors import ConfigError
+from core.trials import Cell, TrialResult, compare, run_trial, splits
+from core.tune import (
+    TrialFinished,
+    TrialStarted,
+    TuneFinished,
+    TuneOptions,
+    TuneStarted,
+    format_report,
+    load_report,
+    plan_tune,
+    report_settings,
+    run_tune,
+    save_report,
+    table_rows,
+)
+
+EAGER = [Cell("off", "model", 1, 4, "fp32"), Cell("off", "model", 2, 2, "fp32"), Cell("off", "model", 1, 4, "bf16")]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """Trials' throw-away run folders go here, so a test can see that none is left."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_splits_keep_the_effective_batch_largest_micro_batch_first():
+    assert splits(8) == [(8, 1), (4, 2), (2, 4), (1, 8)]
+    assert splits(6) == [(6, 1), (3, 2), (2, 3), (1, 6)]
+
+
+def test_trials_start_from_the_same_weights_and_batches_and_leave_no_run_folder(micro, private_tmp):
+    config = micro()
+    a = run_trial(config, Cell("off", "model", 1, 4), total_steps=3)
+    b = run_trial(config, Cell("off", "model", 2, 2), total_steps=3, repeat=1)
+    assert a.ok and b.ok, (a.error, b.error)
+    # Same initial weights and global batches, exact accumulation: the same losses step by step.
+    assert a.losses == pytest.approx(b.losses, abs=1e-5)
+    assert a.timed_steps == 2 and len(a.step_seconds) == 2 and a.tokens_per_s > 0
+    assert a.peak_mem_gib > 0 and a.mem_before_gib > 0
+    assert list(private_tmp.iterdir()) == []  # the run folders are gone
+    assert not Path(config.out_dir).exists()  # and none in the configured output folder
+
+
+def test_a_failing_trial_is_a_result_with_its_reason(micro, monkeypatch, private_tmp):
+    from core import trainer
+
+    def out_of_memory(self):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(trainer.Trainer, "_optimizer_step", out_of_memory)
+    result = run_trial(micro(), Cell("off", "model", 1, 4), total_steps=2)
+    assert not result.ok and result.error.startswith("out of memory")
+    assert result.tokens_per_s is None
+    assert list(private_tmp.iterdir()) == []
+
+
+def _trial(cell: str, repeat: int, rates: list[float]) -> TrialResult:
+    tokens = 1000
+    return TrialResult(cell=cell, runner="speedboard", repeat=repeat, tokens_per_s=statistics.median(rates),
+                       tokens_per_step=tokens, timed_steps=len(rates), step_seconds=[tokens / r for r in rates],
+                       losses=[1.0])
+
+
+def test_comparison_says_whether_a_margin_is_above_the_noise():
+    base = [_trial("a", 0, [100, 101, 99]), _trial("a", 1, [100, 102, 98])]
+    faster = [_trial("b", 0, [120, 121, 119]), _trial("b", 1, [121, 119, 120])]
+    cmp = compare(faster, base)
+    assert cmp.ratio == pytest.approx(1.2, rel=0.02) and cmp.significant
+    assert "20.0% faster" in cmp.describe() or "faster than" in cmp.describe()
+    noisy = [_trial("c", 0, [60, 103, 150]), _trial("c", 1, [70, 104, 140])]
+    cmp = compare(noisy, base)
+    assert not cmp.significant and "no significant difference" in cmp.describe()
+    # Repeats that disagree on the direction are not significant, however large the median margin.
+    mixed = [_trial("d", 0, [130, 130, 130]), _trial("d", 1, [90, 90, 90]), _trial("d", 2, [130, 130, 130])]
+    base3 = [*base, _trial("a", 2, [100, 100, 100])]
+    assert not compare(mixed, base3).significant
+    assert compare([], base) is None
+
+
+def test_plan_puts_the_current_settings_first_and_keeps_within_the_budget(micro):
+    config = micro(train={"micro_batch": 4, "accum_steps": 2, "compile_mode": "off"})
+    plan = plan_tune(config, TuneOptions(budget_seconds=3600))
+    assert plan.cells[0].name == plan.current == "off-a2-fp32"
+    # Largest micro-batch first, every precision, every mode; the same effective batch everywhere.
+    assert plan.cells[1] == Cell("off", "model", 1, 8, "fp32")
+    assert {c.micro_batch * c.accum for c in plan.cells} == {8}
+    assert {c.precision for c in plan.cells} == {"fp32", "bf16"}
+    assert {c.mode for c in plan.cells} == {"off", "default", "max-autotune-no-cudagraphs"}
+    assert "about" in plan.describe() and "cold torch.compile compiles dominate" in plan.describe()
+    short = plan_tune(config, TuneOptions(budget_seconds=20))
+    assert short.estimate_seconds <= 20 and len(short.cells) >= 2
+    assert all(not c.compiled for c in short.cells)  # a cold compile does not fit in 20 s
+    assert any(x["reason"].startswith("left out") for x in short.left_out)
+    with pytest.raises(ConfigError, match="too short"):
+        plan_tune(config, TuneOptions(budget_seconds=0.5))
+    for bad in ({"budget_seconds": -1}, {"budget_seconds": float("nan")}, {"steps": 0}, {"repeats": 0},
+                {"precisions": ("fp8",)}):
+        with pytest.raises(ConfigError):
+            TuneOptions(**bad)
+
+
+def test_tune_interleaves_trials_and_recommends_with_a_report_that_round_trips(micro, private_tmp, tmp_path):
+    events = []
+    config = micro()
+    plan = plan_tune(config, TuneOptions(budget_seconds=600, steps=2, repeats=2), cells=EAGER)
+    report = run_tune(plan, events.append, report_path=tmp_path / "report.json")
+    assert isinstance(events[0], TuneStarted) and isinstance(events[-1], TuneFinished)
+    started = [e for e in events if isinstance(e, TrialStarted)]
+    # A B C A B C: every repeat runs every cell once.
+    assert [(e.cell, e.repeat) for e in started] == [(c.name, r) for r in range(2) for c in EAGER]
+    assert len([e for e in events if isinstance(e, TrialFinished)]) == 6
+    rows = report["summary"]["rows"]
+    assert list(rows) == [c.name for c in EAGER]
+    for row in rows.values():
+        assert row["measured"] == 2 and row["tokens_per_s"]["n"] == 4 and row["loss_agrees"], row
+        assert row["peak_mem_gib"] > 0
+    assert rows["off-a1-fp32"]["current"] and rows["off-a2-fp32"]["vs_current"]["ratio"] > 0
+    assert rows["off-a1-bf16"]["loss_tolerance"] == pytest.approx(3e-2)
+    rec = report["recommendation"]
+    assert rec["cell"] in rows and rec["text"] and "significant" in rec
+    assert report_settings(report) == rec["settings"]
+    assert not report["cancelled"] and list(private_tmp.iterdir()) == []
+    # The report file reads back as it was written, and prints the same table.
+    loaded = load_report(tmp_path / "report.json")
+    assert loaded["summary"] == report["summary"] and loaded["path"] == str(tmp_path / "report.json")
+    assert table_rows(loaded) == table_rows(report)
+    assert "recommendation:" in format_report(loaded)
+
+
+def test_a_cancelled_tune_reports_what_it_measured(micro, private_tmp):
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=2), cells=EAGER)
+    cancel = {"now": False}
+
+    def sink(event):
+        if isinstance(event, TrialStarted) and event.index == 2:
+            cancel["now"] = True  # during the second trial, between two of its steps
+
+    report = run_tune(plan, sink, cancelled=lambda: cancel["now"])
+    assert report["cancelled"] and len(report["trials"]) == 1
+    assert report["summary"]["rows"]["off-a1-fp32"]["measured"] == 1
+    assert report["recommendation"]["is_current"]
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_failing_cell_is_a_row_and_never_recommended(micro, monkeypatch, private_tmp):
+    from core import trainer
+
+    real = trainer.Trainer._optimizer_step
+
+    def step(self):
+        if self.cfg.train.precision == "bf16":
+            raise RuntimeError("out of memory")
+        return real(self)
+
+    monkeypatch.setattr(trainer.Trainer, "_optimizer_step", step)
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=1), cells=EAGER)
+    report = run_tune(plan)
+    rows = report["summary"]["rows"]
+    assert rows["off-a1-bf16"]["error"].startswith("out of memory") and rows["off-a1-bf16"]["tokens_per_s"] is None
+    assert rows["off-a1-fp32"]["measured"] == 1
+    assert report["recommendation"]["cell"] != "off-a1-bf16"
+    assert any(r[-1].startswith("failed: out of memory") for r in table_rows(report))
+
+
+def test_a_disagreeing_loss_is_flagged_and_not_recommended(micro, private_tmp):
+    from core.tune import summarise
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=1), cells=EAGER[:2])
+    results = [_trial("off-a1-fp32", 0, [100, 100]), _trial("off-a2-fp32", 0, [200, 200])]
+    results[1].losses = [1.5]  # far beyond fp32's tolerance: this cell changed the math
+    summary = summarise(plan, results)
+    assert summary["rows"]["off-a2-fp32"]["loss_agrees"] is False
+    assert summary["recommendation"]["cell"] == "off-a1-fp32"
+
+
+def test_a_report_file_of_another_kind_is_one_line(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"schema": "speedboard-bench/1"}')
+    with pytest.raises(ConfigError, match="not a Speedboard tuning report"):
+        load_report(path)
+    path.write_text("{")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_report(path)
+    with pytest.raises(ConfigError, match="cannot write"):
+        save_report({"schema": "x"}, tmp_path / "x.json" / "below-a-file.json")
+
+
+@pytest.mark.slow
+def test_one_compiled_trial_reports_its_compile_cost(micro, private_tmp):
+    result = run_trial(micro(), Cell("default", "block", 1, 4), total_steps=4)
+    assert result.ok, result.error
+    assert result.timed_steps == 1
+    assert (result.compiler_seconds or result.compile_seconds) > 0

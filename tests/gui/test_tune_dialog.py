@@ -1,0 +1,107 @@
+"""The speed advisor in the window: live table and chart, Apply, Cancel, a failing cell, a saved report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.trials import Cell
+from tests.gui.conftest import RUN_TIMEOUT_MS, child, click
+
+CELLS = [Cell("off", "model", 1, 4, "fp32"), Cell("off", "model", 2, 2, "fp32"), Cell("off", "model", 1, 4, "bf16")]
+
+
+@pytest.fixture(autouse=True)
+def three_cells(monkeypatch):
+    """The micro preset's current settings and two alternatives (eager: no compile in these tests)."""
+    import core.tune
+
+    monkeypatch.setattr(core.tune, "candidate_cells", lambda config, precisions, device, current: (list(CELLS), []))
+
+
+def open_dialog(window):
+    action = child(window, "tuneButton")
+    assert action.isEnabled()
+    action.trigger()
+    dialog = window.tune_dialog
+    assert dialog is not None and dialog.isVisible()
+    return dialog
+
+
+def wait_done(qtbot, dialog):
+    qtbot.waitUntil(lambda: dialog.report is not None and not dialog.tuning, timeout=RUN_TIMEOUT_MS)
+
+
+def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, window, tmp_path):
+    dialog = open_dialog(window)
+    dialog.budget.setValue(120)
+    click(dialog, "tuneRunButton")
+    assert dialog.tuning and not child(window, "startButton").isEnabled()  # one job on the torch thread
+    qtbot.waitUntil(lambda: dialog.finished_events >= 1, timeout=RUN_TIMEOUT_MS)
+    assert dialog.table.rowCount() == 3  # every planned cell has its row from the first result on
+    wait_done(qtbot, dialog)
+    report = dialog.report
+    assert not report["cancelled"] and len(report["trials"]) == 6 and dialog.finished_events == 6
+    assert [dialog.table.item(r, 7).text() for r in range(3)] == ["ok", "ok", "ok"]
+    assert len(dialog.chart.bars) == 3 and min(dialog.chart.bars) > 0
+    rec = report["recommendation"]
+    assert rec["text"] in child(dialog, "tuneRecommendation").text()
+    assert child(dialog, "tuneApplyButton").isEnabled() == (not rec["is_current"])
+    assert child(window, "startButton").isEnabled()  # the torch thread is free again
+    assert not window.session.records  # trials are not runs: no rows in the run table
+
+    # A saved report reopens; Apply writes its recommendation into the settings panel.
+    report["recommendation"] = {**rec, "cell": "off-a2-fp32", "is_current": False,
+                                "settings": {"micro_batch": 2, "accum_steps": 2, "compile_mode": "default",
+                                             "compile_scope": "block", "precision": "bf16"}}
+    path = tmp_path / "saved.json"
+    path.write_text(json.dumps(report))
+    assert dialog.open_report(str(path))
+    click(dialog, "tuneApplyButton")
+    panel = window.config_panel
+    assert child(panel, "microBatchSpin").value() == 2 and child(panel, "accumStepsSpin").value() == 2
+    cfg = panel.config
+    assert (cfg.train.micro_batch, cfg.train.accum_steps, cfg.train.compile_mode, cfg.train.compile_scope,
+            cfg.train.precision) == (2, 2, "default", "block", "bf16")
+
+
+def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    qtbot.waitUntil(lambda: dialog.finished_events >= 1, timeout=RUN_TIMEOUT_MS)
+    click(dialog, "tuneCancelButton")
+    wait_done(qtbot, dialog)
+    assert dialog.report["cancelled"] and 1 <= len(dialog.report["trials"]) < 6
+    assert "Cancelled" in child(dialog, "tuneProgressLabel").text()
+    assert child(dialog, "tuneRunButton").isEnabled() and child(window, "startButton").isEnabled()
+
+
+def test_a_failing_cell_is_a_row_with_its_reason(qtbot, window, monkeypatch):
+    from core import trainer
+
+    real = trainer.Trainer._optimizer_step
+
+    def step(self):
+        if self.cfg.train.precision == "bf16":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return real(self)
+
+    monkeypatch.setattr(trainer.Trainer, "_optimizer_step", step)
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    wait_done(qtbot, dialog)
+    statuses = [dialog.table.item(r, 7).text() for r in range(3)]
+    assert statuses[:2] == ["ok", "ok"] and statuses[2].startswith("failed: out of memory")
+    assert dialog.report["recommendation"]["cell"] != "off-a1-bf16"
+    assert len(dialog.chart.bars) == 2  # nothing to draw for the failed cell
+
+
+def test_a_file_that_is_not_a_report_is_one_message(qtbot, window, dialogs, tmp_path):
+    dialog = open_dialog(window)
+    bad = tmp_path / "x.json"
+    bad.write_text("[]")
+    dialogs.files["getOpenFileName"] = str(bad)
+    click(dialog, "tuneOpenButton")
+    assert any("not a Speedboard tuning report" in w for w in dialogs.warnings())
+    assert dialog.report is None and not child(dialog, "tuneApplyButton").isEnabled()
