@@ -22,7 +22,14 @@ from core.errors import SpeedboardError
 from core.events import SampleGenerated
 from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
-from gui.checkpoint_paths import LOAD_FILTER, checkpoint_target, describe_checkpoint, save_target_problem
+from gui.checkpoint_paths import (
+    LOAD_FILTER,
+    architecture_note,
+    checkpoint_target,
+    describe_checkpoint,
+    fit_message,
+    save_target_problem,
+)
 from gui.controller import CheckpointSummary
 from gui.run_record import RunRecord, describe
 from gui.session import RunSession
@@ -54,6 +61,8 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else QSettings(ORGANIZATION, APPLICATION)
         self.session = RunSession(out_dir, self)
         self.store = self.session.store
+        self._fed: tuple[RunRecord | None, tuple[str, str] | None] = (None, None)
+        """The run started from a loaded checkpoint, and that choice (cleared once the run has loaded it)."""
 
         self.config_panel = ConfigPanel(presets_with(extra_presets), available_devices())
         self.controls = RunControls()
@@ -200,6 +209,13 @@ class MainWindow(QMainWindow):
         self._update_controls()
 
     def _on_record_changed(self, record: RunRecord) -> None:
+        fed, start_from = self._fed
+        if record is fed and (record.run_id or record.ended):
+            # Started (its weights are loaded): the next run starts afresh. A run that failed before
+            # loading them keeps the choice, so a fixed setting can simply start again.
+            self._fed = (None, None)
+            if record.run_id and self.config_panel.start_from == start_from:
+                self.config_panel.clear_start_from()
         self.table.update_record(record)
         self.plots.add_run(record.key, record.color, record.label)  # its label may now name the parent
         self._update_controls()
@@ -243,6 +259,10 @@ class MainWindow(QMainWindow):
 
     def _on_checkpoint_read(self, info: CheckpointSummary) -> None:
         description = describe_checkpoint(info)
+        if info.fit_problem:  # refused now, not after Start; the choice made before stays
+            self.log.add(f"not loaded: {info.fit_problem}", "error")
+            dialogs.show_error(self, "These weights do not fit", fit_message(info, self.config_panel.preset_name))
+            return
         mode = "init"
         if info.resumable:
             mode = dialogs.ask_load_mode(self, description)
@@ -256,7 +276,7 @@ class MainWindow(QMainWindow):
                 pass  # an older or foreign config: the panel keeps its settings
         self.config_panel.set_start_from(info.path, mode, description, info.model_config)
         what = "resumes it exactly" if mode == "resume" else "starts from its weights"
-        self.log.add(f"loaded {description}: the next run {what}")
+        self.log.add(f"loaded {description}: the next run {what}{architecture_note(info)}")
         self.status.showMessage(f"Loaded {description}", 10_000)
 
     # ------------------------------------------------------------------ commands
@@ -273,12 +293,12 @@ class MainWindow(QMainWindow):
         if cfg is None:
             return
         try:
-            self.session.start(cfg, self.config_panel.nproc)
+            record = self.session.start(cfg, self.config_panel.nproc)
         except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot start", str(exc))
             return
-        if cfg.init_from or cfg.resume:
-            self.config_panel.clear_start_from()  # a loaded checkpoint feeds one run
+        if cfg.init_from or cfg.resume:  # a loaded checkpoint feeds one run: cleared once it has started from it
+            self._fed = (record, self.config_panel.start_from)
 
     def _pause(self) -> None:
         self.session.pause()
@@ -355,7 +375,7 @@ class MainWindow(QMainWindow):
         if not path:
             return
         self._remember_dir(path)
-        self.session.inspect(checkpoint_target(path))
+        self.session.inspect(checkpoint_target(path), self.config_panel.preset_config().model)
         self.status.showMessage(f"Reading {path} …", 5_000)
         self._update_controls()
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from core.config import RunConfig
+from core.config import ModelConfig, RunConfig
 from core.errors import ConfigError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics
 from core.launch import prepare_launch
@@ -235,9 +235,11 @@ class RunSession(QObject):
         self.controller.save(self._pending_save)
         return deferred
 
-    def inspect(self, path: str) -> None:
-        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows."""
-        self.controller.inspect(path)
+    def inspect(self, path: str, model: ModelConfig | None = None) -> None:
+        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows.
+
+        ``model``: the settings' architecture, which a bare state dict without its own must fit."""
+        self.controller.inspect(path, model)
 
     def follow_folder(self, folder: str) -> tuple[RunRecord, bool]:
         """Show a run folder's events, and follow it while its run goes on; True when it was not shown yet."""

@@ -255,6 +255,10 @@ class ConfigPanel(QWidget):
     def source(self) -> str:
         return self._source
 
+    @property
+    def preset_name(self) -> str:
+        return self.preset.currentData()
+
     def preset_config(self, name: str | None = None) -> RunConfig:
         return self._presets[name or self.preset.currentData()]
 
@@ -410,7 +414,9 @@ class ConfigPanel(QWidget):
         }
         overrides: dict[str, Any] = {"data": data, "train": train, "init_from": None, "resume": None}
         if self._start_model is not None:
-            overrides["model"] = ModelConfig.from_dict(self._start_model)  # the checkpoint's architecture
+            overrides["model"] = model = ModelConfig.from_dict(self._start_model)  # the checkpoint's architecture
+            # A tokenizer trained for it (a bare state dict has none) must fit its embedding.
+            data["vocab_size"] = min(base.data.vocab_size, model.vocab_size)
         if self._start_from is not None:
             path, mode = self._start_from
             overrides["resume" if mode == "resume" else "init_from"] = path

@@ -128,3 +128,85 @@ def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path
     (message,) = dialogs.warnings()
     assert "other files" in message
     assert (busy / "notes.txt").read_text() == "mine"
+
+
+# --------------------------------------------------------------------------- the fit, checked at Load
+def _state_dict_file(path: Path, rotary: bool = False, **model_changes) -> Path:
+    """A bare state dict (``.pth``) of a micro model; ``rotary`` saves its rotary tables beside the weights
+    (as the article series does), which tell the head size and so the whole architecture."""
+    from tests.core.checkpoint_helpers import make_model
+
+    model = make_model(3, **model_changes)
+    state = dict(model.state_dict())
+    if rotary:
+        state["model.rotary_emb.cos"] = model.model.rotary_emb.cos.clone()
+        state["model.rotary_emb.sin"] = model.model.rotary_emb.sin.clone()
+    torch.save(state, path)
+    return path
+
+
+def _load(qtbot, window, dialogs, path: Path) -> None:
+    count = len(dialogs.messages)
+    before = window.config_panel.start_from
+    dialogs.files["getOpenFileName"] = str(path)
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: not window.session.inspecting
+                    and (window.config_panel.start_from != before or len(dialogs.messages) > count))
+
+
+def test_load_refuses_weights_of_another_architecture_at_once_and_keeps_the_choice(qtbot, window, dialogs,
+                                                                                     tmp_path):
+    """A state dict of another architecture was accepted ("loaded … 0.46M parameters") and failed only after
+    Start, clearing the choice. Now Load names the first differing keys and shapes, and the earlier choice
+    stays."""
+    good = _state_dict_file(tmp_path / "good.pth")
+    _load(qtbot, window, dialogs, good)
+    assert window.config_panel.start_from == (str(good), "init") and not dialogs.warnings()
+    assert "preset's architecture" in window.log.toPlainText()
+
+    wrong = _state_dict_file(tmp_path / "wrong_arch.pth", intermediate_size=96, num_layers=3)
+    _load(qtbot, window, dialogs, wrong)
+    (message,) = dialogs.warnings()
+    assert message.startswith("These weights do not fit: wrong_arch.pth does not fit the model of the micro preset")
+    assert "mlp.gate_proj.weight: expected (64, 32), found (96, 32)" in message
+    assert window.config_panel.start_from == (str(good), "init")  # the earlier choice is kept
+    assert str(good) in child(window, "startFromLabel").toolTip()
+
+    record = run_once(qtbot, window)  # and it trains from it
+    assert record.state == "finished", record.message
+    assert read_jsonl(record.folder)[0]["config"]["init_from"] == str(good)
+
+
+def test_load_adopts_the_architecture_a_state_dict_shows(qtbot, window, dialogs, tmp_path):
+    """Rotary tables saved with the weights tell the head size: the whole architecture is read from the file
+    and the next run builds that model, whatever the preset's."""
+    other = _state_dict_file(tmp_path / "wider.pth", rotary=True, hidden_size=48, num_heads=6, num_kv_heads=3,
+                             intermediate_size=80)
+    _load(qtbot, window, dialogs, other)
+    assert not dialogs.warnings()
+    assert window.config_panel.start_from == (str(other), "init")
+    cfg = window.config_panel.config
+    assert (cfg.model.hidden_size, cfg.model.num_heads, cfg.model.intermediate_size) == (48, 6, 80)
+    assert "read from its tensors" in window.log.toPlainText()
+    record = run_once(qtbot, window)
+    assert record.state == "finished", record.message
+    assert read_jsonl(record.folder)[0]["config"]["model"]["hidden_size"] == 48
+
+
+def test_a_run_that_cannot_read_its_checkpoint_keeps_the_choice(qtbot, window, dialogs, tmp_path):
+    """The file went away between Load and Start: the run fails, and the choice is still there to fix."""
+    good = _state_dict_file(tmp_path / "good.pth")
+    _load(qtbot, window, dialogs, good)
+    good.unlink()
+    record = run_once(qtbot, window)
+    assert record.state == "failed"
+    assert window.config_panel.start_from == (str(good), "init")
+
+
+def test_the_load_question_names_the_run(qtbot, window, dialogs):
+    first = run_once(qtbot, window)
+    dialogs.files["getOpenFileName"] = str(Path(first.checkpoint) / "config.json")
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: window.config_panel.start_from is not None)
+    (question,) = dialogs.load_questions
+    assert question.startswith(f"{first.run_id} / {Path(first.checkpoint).name} (Speedboard checkpoint")
