@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from core.checkpoint import is_speedboard_checkpoint
 from core.runs import CHECKPOINTS_DIR
 from gui.controller import CheckpointSummary
 
@@ -30,8 +31,8 @@ def save_target_problem(path: str) -> str | None:
     target = Path(path).expanduser()
     if target.exists() and not target.is_dir():
         return f"{target} is a file; a checkpoint is a folder, so choose a new name."
-    if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
-        return f"{target} is a folder with other files in it; choose a new name."
+    if target.is_dir() and any(target.iterdir()) and not is_speedboard_checkpoint(target):
+        return f"{target} is a folder with other files in it (not a Speedboard checkpoint); choose a new name."
     if not target.parent.is_dir():
         return f"the folder {target.parent} does not exist."
     if not os.access(target.parent, os.W_OK):

@@ -16,6 +16,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from core.checkpoint import is_speedboard_checkpoint
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
@@ -194,6 +195,10 @@ class MainWindow(QMainWindow):
         folder = self.settings.value("paths/last_dir")
         return folder if isinstance(folder, str) and Path(folder).is_dir() else str(Path.home())
 
+    def _save_dir(self) -> str:
+        folder = self.settings.value("paths/save_dir")
+        return folder if isinstance(folder, str) and Path(folder).is_dir() else self._last_dir()
+
     def _remember_dir(self, path: str) -> None:
         folder = Path(path).expanduser()
         self.settings.setValue("paths/last_dir", str(folder if folder.is_dir() else folder.parent))
@@ -348,16 +353,16 @@ class MainWindow(QMainWindow):
         if session.pending_save is not None:
             dialogs.show_error(self, "Save in progress", f"The model is being saved to {session.pending_save}.")
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save the model as a checkpoint folder",
-                                              str(Path(self._last_dir()) / session.save_name()),
-                                              "Checkpoint folder (*)")
+        path = dialogs.ask_save_target(self, self._save_dir(), session.save_name())
         if not path:
             return
         problem = save_target_problem(path)
         if problem:
             dialogs.show_error(self, "Cannot save there", problem)
             return
-        self._remember_dir(path)
+        if is_speedboard_checkpoint(path) and not dialogs.confirm_replace(self, path):
+            return
+        self.settings.setValue("paths/save_dir", str(Path(path).parent))
         deferred = session.save(path)
         self.status.showMessage("Saving at the next optimizer step …" if deferred else "Saving …", 10_000)
 
