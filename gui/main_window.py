@@ -20,7 +20,7 @@ from core.checkpoint import is_speedboard_checkpoint
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
-from core.events import SampleGenerated
+from core.events import DataPreparationProgress, RunFailed, SampleGenerated
 from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
 from gui.checkpoint_paths import (
@@ -228,6 +228,12 @@ class MainWindow(QMainWindow):
     def _on_event_applied(self, record: RunRecord, event: object) -> None:
         if isinstance(event, SampleGenerated):
             self.sample.show_sample(record.label, event.step, event.text)
+        if isinstance(event, DataPreparationProgress):  # before the run has an id, the status bar shows this
+            self.status.show_idle(f"{record.label}: {record.preparation} (Stop cancels it)")
+            return
+        if isinstance(event, RunFailed) and record.state == "stopped":  # Stop cancelled its data preparation
+            self.log.add(f"{record.label}: stopped before training: {event.message}")
+            return
         line = describe(event)
         if line is None:
             return
@@ -294,6 +300,8 @@ class MainWindow(QMainWindow):
     def _start(self) -> None:
         if self.session.running:
             return
+        if not self.config_panel.recheck_source() and self.config_panel.error_field == "source":
+            return  # the data went away or changed since it was chosen: said under the Data control
         cfg = self._settings_or_explain()
         if cfg is None:
             return

@@ -8,7 +8,10 @@ pause the trainer acknowledged), which are typed here.
 
 States: ``starting`` → ``compiling`` ⇄ ``training`` ⇄ ``paused``, any of them
 → ``stopping`` (Stop pressed) → ``stopped``; ``finished`` and ``failed`` end
-any of them. A folder opened from disk is ``following`` until its run ends.
+any of them. While ``starting``, a run may be ``preparing`` its data (its corpus
+tokenized into its token store, once); a run stopped before it started (Stop
+cancels that preparation) ends ``stopped``, without a checkpoint. A folder
+opened from disk is ``following`` until its run ends.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.event_text import EventLine, event_line
+from core.event_text import EventLine, data_progress_line, event_line
 from core.events import (
     CheckpointSaved,
     CompileFinished,
     CompileStarted,
+    DataPreparationProgress,
+    DataPreparationStarted,
+    DataPrepared,
     Event,
     RunFailed,
     RunFinished,
@@ -105,6 +111,12 @@ class RunRecord:
     checkpoints: list[str] = field(default_factory=list)
     nproc: int = 1
     """Processes that train it (more than one: torchrun)."""
+    preparing: bool = False
+    """Its corpus is being tokenized into its token store (before the run starts)."""
+    preparation: str = ""
+    """Its data preparation as one line (``core.event_text.data_progress_line``), while it runs."""
+    preparation_share: float | None = None
+    """Share of the current preparation stage done (None: its size is unknown)."""
     _before_pause: str = field(default="training", repr=False)
 
     @property
@@ -157,6 +169,10 @@ class RunRecord:
             return False
         if isinstance(event, TrainingResumed):
             return self._set_state(self._before_pause, when=("paused",))
+        if isinstance(event, DataPreparationProgress):
+            self.preparation = data_progress_line(event)
+            self.preparation_share = event.bytes_done / event.bytes_total if event.bytes_total else None
+            return False
         if isinstance(event, StepMetrics):
             self.step, self.tokens, self.last_loss, self.mem_gib = event.step, event.tokens, event.loss, event.mem_gib
             self.peak_mem_gib = event.peak_mem_gib
@@ -175,6 +191,10 @@ class RunRecord:
             self.total_steps = event.total_steps
             if self.state == "starting":
                 self.state = "training"
+        elif isinstance(event, DataPreparationStarted):
+            self.preparing = True
+        elif isinstance(event, DataPrepared):
+            self.preparing, self.preparation, self.preparation_share = False, "", None
         elif isinstance(event, CompileStarted):
             if self.state in ("starting", "training"):
                 self.state = "compiling"
@@ -198,8 +218,10 @@ class RunRecord:
             self.peak_mem_gib = event.peak_mem_gib
             self.checkpoint = event.checkpoint
         elif isinstance(event, RunFailed):
-            self.state = "failed"
+            # Stopped before it started: its data preparation was cancelled, nothing was kept.
+            self.state = "stopped" if self.state == "stopping" and not self.run_id else "failed"
             self.message = event.message
+            self.preparing, self.preparation, self.preparation_share = False, "", None
         else:
             return False
         return True
@@ -215,4 +237,7 @@ class RunRecord:
             return f"{self.state} {self.step}/{self.total_steps}"
         if self.state == "failed":
             return "failed"
+        if self.preparing and self.state == "starting":
+            share = f" {100 * self.preparation_share:.0f}%" if self.preparation_share is not None else ""
+            return f"preparing data{share}"
         return self.state
