@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -135,3 +136,21 @@ def confirm_replace(parent: QWidget | None, path: str) -> bool:
         f"The old one stays whole until the new one is written.",
         QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
     return answer == QMessageBox.StandardButton.Yes
+
+
+def run_folder_dialog(parent: QWidget | None, start: str) -> QFileDialog:
+    """Qt's own folder dialog with multiple selection: the platform's folder dialogs choose one folder only."""
+    dialog = QFileDialog(parent, "Open run folders (select several with Ctrl or Shift)", start)
+    dialog.setObjectName("runFolderDialog")
+    dialog.setFileMode(QFileDialog.FileMode.Directory)
+    dialog.setOption(QFileDialog.Option.ShowDirsOnly, True)
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog, True)
+    for view in dialog.findChildren(QAbstractItemView):  # its list and detail views
+        view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+    return dialog
+
+
+def pick_run_folders(parent: QWidget | None, start: str) -> list[str]:
+    """Run folders to open, several at once (Ctrl/Shift-click); [] when cancelled."""
+    dialog = run_folder_dialog(parent, start)
+    return dialog.selectedFiles() if dialog.exec() == QDialog.DialogCode.Accepted else []

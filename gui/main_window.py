@@ -9,6 +9,7 @@ lines and dialogs. A timer redraws plots, progress and table at 10 Hz.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -51,6 +52,8 @@ PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the 
 GUI_CPU_BUDGET = 0.04
 MAX_PLOT_GAP_S = 1.0
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
+MAX_REOPENED = 50
+"""Runs of the last session shown again at start (the newest)."""
 
 
 class MainWindow(QMainWindow):
@@ -76,6 +79,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._connect()
         self._restore_settings()
+        self._reopen_last_session()
 
         self._refresh_timer = QTimer(self)
         self._refresh_timer.setInterval(1000 // REFRESH_HZ)
@@ -127,7 +131,7 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         menus = {
-            "&File": (("Open run folder…", QKeySequence.StandardKey.Open, self.open_run_folder),
+            "&File": (("Open run folders…", QKeySequence.StandardKey.Open, lambda: self.open_run_folders()),
                       ("Save model…", QKeySequence.StandardKey.Save, self._save),
                       ("Load weights…", "Ctrl+L", self._load),
                       None,
@@ -184,6 +188,8 @@ class MainWindow(QMainWindow):
 
     def save_settings(self) -> None:
         s = self.settings
+        folders = list(dict.fromkeys(r.folder for r in self.session.records if r.folder))
+        s.setValue("session/run_folders", json.dumps(folders[-MAX_REOPENED:]))
         self.config_panel.save_state(s)
         self.plots.save_state(s)
         s.setValue("window/geometry", self.saveGeometry())
@@ -393,24 +399,57 @@ class MainWindow(QMainWindow):
         self._update_controls()
 
     def open_run_folder(self, folder: str | None = None) -> RunRecord | None:
-        """Show a run folder's curves (the headless CLI or a torchrun job may still be writing it)."""
-        if not folder:
+        """Show a run folder's curves (the headless CLI or a torchrun job may still be writing it); without
+        ``folder``, the folders picked in a dialog (the first one's record is returned)."""
+        records = self.open_run_folders([folder] if folder else None)
+        return records[0] if records else None
+
+    def open_run_folders(self, folders: list[str] | None = None) -> list[RunRecord]:
+        """Show several run folders; a picked folder that holds run folders (a runs folder) opens them all."""
+        if folders is None:
             start = str(default_out_dir()) if default_out_dir().is_dir() else self._last_dir()
-            folder = QFileDialog.getExistingDirectory(self, "Open a run folder", start)
-        if not folder:
+            folders = dialogs.pick_run_folders(self, start)
+        runs, refused = [], []
+        for folder in folders:
+            if is_run_dir(folder):
+                runs.append(folder)
+                continue
+            inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
+                if Path(folder).is_dir() else []
+            (runs.extend if inside else refused.append)(inside or folder)
+        if refused:
+            dialogs.show_error(self, "Not a run folder", f"{', '.join(refused)}: no metrics.jsonl here or in the "
+                                                         f"folders inside; choose folders that Speedboard runs wrote.")
+        if runs:
+            self._remember_dir(str(Path(runs[-1]).parent))
+        records = [record for record in (self._open_one(folder) for folder in runs) if record is not None]
+        self.plots.refresh()
+        return records
+
+    def _open_one(self, folder: str, note: str = "opened") -> RunRecord | None:
+        try:
+            record, new = self.session.follow_folder(folder)
+        except (OSError, SpeedboardError) as exc:  # unreadable: said, and the other folders still open
+            self.log.add(f"cannot open {folder}: {exc}", "error")
             return None
-        if not is_run_dir(folder):
-            dialogs.show_error(self, "Not a run folder", f"{folder} has no metrics.jsonl: choose a folder that a "
-                                                         f"Speedboard run wrote.")
-            return None
-        self._remember_dir(str(Path(folder).parent))
-        record, new = self.session.follow_folder(folder)
         if not new:
             self.status.showMessage(f"{record.label} is already shown", 5_000)
             return record
-        self.log.add(f"{record.label}: opened {folder}")
-        self.plots.refresh()
+        state = "being written: followed live" if record.state == "following" else record.state
+        self.log.add(f"{record.label}: {note} {folder} ({state})")
         return record
+
+    def _reopen_last_session(self) -> None:
+        """The rows of the last session come back, read from their run folders (those that still exist)."""
+        try:
+            folders = json.loads(self.settings.value("session/run_folders", "[]"))
+        except (TypeError, ValueError):
+            return
+        folders = [f for f in folders if isinstance(f, str) and is_run_dir(f)][-MAX_REOPENED:]
+        for folder in folders:
+            self._open_one(folder, "from the last session:")
+        if folders:
+            self.plots.refresh()
 
     # ------------------------------------------------------------------ periodic refresh
     def _on_tick(self) -> None:

@@ -11,7 +11,8 @@ States: ``starting`` → ``compiling`` ⇄ ``training`` ⇄ ``paused``, any of t
 any of them. While ``starting``, a run may be ``preparing`` its data (its corpus
 tokenized into its token store, once); a run stopped before it started (Stop
 cancels that preparation) ends ``stopped``, without a checkpoint. A folder
-opened from disk is ``following`` until its run ends.
+opened from disk is ``following`` until its run ends, or ``not running`` when it
+records no ending and no process writes it any more (killed).
 """
 
 from __future__ import annotations
@@ -62,7 +63,14 @@ class TrainingResumed:
     """The trainer goes on after a pause."""
 
 
-RunNote = StopRequested | TrainingPaused | TrainingResumed
+@dataclass(frozen=True)
+class WriterGone:
+    """A run folder opened from disk records no ending, and no process writes it any more (``core.runs.run_state``)."""
+
+    message: str
+
+
+RunNote = StopRequested | TrainingPaused | TrainingResumed | WriterGone
 
 
 def describe(event: Event | RunNote) -> EventLine | None:
@@ -73,6 +81,8 @@ def describe(event: Event | RunNote) -> EventLine | None:
         return EventLine(f"paused at step {event.step}")
     if isinstance(event, TrainingResumed):
         return EventLine("resumed")
+    if isinstance(event, WriterGone):
+        return EventLine(f"not running: {event.message}", "warning")
     return event_line(event)
 
 
@@ -169,6 +179,11 @@ class RunRecord:
             return False
         if isinstance(event, TrainingResumed):
             return self._set_state(self._before_pause, when=("paused",))
+        if isinstance(event, WriterGone):
+            self.message = event.message
+            return self._set_state("not running", when=("following",))
+        if self.state == "not running":  # written again after all (a machine that was suspended)
+            self.state, self.message = "following", ""
         if isinstance(event, DataPreparationProgress):
             self.preparation = data_progress_line(event)
             self.preparation_share = event.bytes_done / event.bytes_total if event.bytes_total else None

@@ -65,6 +65,12 @@ def dialogs(monkeypatch) -> Dialogs:
 
     monkeypatch.setattr(gui_dialogs, "ask_save_target", ask_save_target)
 
+    def pick_run_folders(parent, start):
+        d.file_calls.append("pick_run_folders")
+        return list(d.files.get("pick_run_folders") or [])
+
+    monkeypatch.setattr(gui_dialogs, "pick_run_folders", pick_run_folders)
+
     def file_dialog(name):
         def answer(*args, **kwargs):
             d.file_calls.append(name)
