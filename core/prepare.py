@@ -229,3 +229,28 @@ def describe_source(cfg: DataConfig, tokenizer: BPETokenizer | None = None) -> S
     return SourceInfo(source.spec, source.kind, source.name, len(source.files), source.bytes, documents,
                       source.ignored, store is not None, store.num_tokens if store is not None else None,
                       str(store.path) if store is not None else None)
+
+
+def too_little_text(info: SourceInfo, cfg: DataConfig) -> str | None:
+    """Why ``info``'s source surely cannot give two samples of ``cfg`` (one is held out for validation), or
+    None when it may.
+
+    Exact once prepared (its tokens and documents are counted). Before, for plain text, a bound: a
+    byte-level BPE token covers at least one byte and documents are parted by blank lines, so a file of
+    B bytes yields at most B + 2·(B + 2)/3 tokens (with BOS/EOS) in at most (B + 2)/3 documents; other
+    formats are judged when prepared.
+    """
+    if info.bytes == 0:
+        return f"data source {info.spec} is empty (no text)"
+    tokens, documents = info.tokens, info.documents
+    if tokens is None and info.kind in ("text", "builtin") and info.bytes is not None:
+        documents = (info.bytes + 2) // 3
+        tokens = info.bytes + 2 * documents
+    if cfg.layout == "packed" and tokens is not None and (tokens - 1) // cfg.seq_len < 2:
+        most = "has" if info.tokens is not None else "has at most"
+        return (f"{info.name} {most} {tokens:,} tokens: too little text for two samples of {cfg.seq_len + 1} "
+                f"tokens (one is held out for validation); use more text or a shorter sequence length")
+    if cfg.layout == "document" and documents is not None and documents < 2:
+        return (f"{info.name} has {documents} document: the document layout needs at least 2 (one is held out "
+                f"for validation); use more text or the packed layout")
+    return None

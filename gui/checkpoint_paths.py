@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from core.checkpoint import is_speedboard_checkpoint
+from core.runs import CHECKPOINTS_DIR
 from gui.controller import CheckpointSummary
 
 # Files that stand for their folder when picked in the Load dialog.
@@ -29,8 +31,8 @@ def save_target_problem(path: str) -> str | None:
     target = Path(path).expanduser()
     if target.exists() and not target.is_dir():
         return f"{target} is a file; a checkpoint is a folder, so choose a new name."
-    if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
-        return f"{target} is a folder with other files in it; choose a new name."
+    if target.is_dir() and any(target.iterdir()) and not is_speedboard_checkpoint(target):
+        return f"{target} is a folder with other files in it (not a Speedboard checkpoint); choose a new name."
     if not target.parent.is_dir():
         return f"the folder {target.parent} does not exist."
     if not os.access(target.parent, os.W_OK):
@@ -38,11 +40,43 @@ def save_target_problem(path: str) -> str | None:
     return None
 
 
+def checkpoint_name(info: CheckpointSummary) -> str:
+    """A checkpoint as people know it: ``RUN / step_0000022`` for one a run saved, else its file or folder name."""
+    path = Path(info.path)
+    run = info.run_id
+    if not run and path.parent.name == CHECKPOINTS_DIR:  # <run>/checkpoints/step_N: the run folder names it
+        run = path.parent.parent.name
+    return f"{run} / {path.name}" if run and run != path.name else path.name
+
+
 def describe_checkpoint(info: CheckpointSummary) -> str:
-    """``name (kind, size parameters, step N)``, as the log and the Start-from label show it."""
+    """``RUN / name (kind, size parameters, step N)``: the log, the load question and the Start-from label."""
     kind = {"speedboard": "Speedboard checkpoint", "huggingface": "Hugging Face model",
             "state_dict": "state dict"}.get(info.kind, info.kind)
     params = info.num_parameters
     size = f"{params / 1e6:.2f}M" if params >= 1e5 else f"{params / 1e3:.1f}k"
     at = f", step {info.step}" if info.step else ""
-    return f"{Path(info.path).name} ({kind}, {size} parameters{at})"
+    return f"{checkpoint_name(info)} ({kind}, {size} parameters{at})"
+
+
+def architecture_note(info: CheckpointSummary) -> str:
+    """What the next run's model is, when a bare state dict decided it (for the log line of a load)."""
+    cfg = info.model_config or {}
+    shape = (f"hidden {cfg.get('hidden_size')}, {cfg.get('num_layers')} layers, {cfg.get('num_heads')} heads, "
+             f"vocabulary {cfg.get('vocab_size')}")
+    if info.architecture == "inferred":
+        return f"; its architecture, read from its tensors: {shape}"
+    if info.architecture == "settings":
+        return f"; its tensors fit the preset's architecture ({shape})"
+    return ""
+
+
+def fit_message(info: CheckpointSummary, preset: str) -> str:
+    """The message box of a Load refused because the weights do not fit."""
+    name = checkpoint_name(info)
+    if info.kind != "state_dict":
+        return f"{name} cannot be loaded: its weights do not fit its own config.json.\n\n{info.fit_problem}"
+    return (f"{name} does not fit the model of the {preset} preset, and a bare state dict does not say which "
+            f"architecture it has (here its tensors do not tell it either).\n\n{info.fit_problem}\n\n"
+            f"Choose the preset it was trained with and load it again, or load its checkpoint folder "
+            f"(its config.json names the architecture). The next run's start is unchanged.")

@@ -20,15 +20,15 @@ import logging
 import math
 import queue
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
-from core.checkpoint import STATE_FILE, peek_checkpoint
+from core.checkpoint import STATE_FILE, embedding_rows, infer_model_config, peek_checkpoint, shape_problem
 from core.checkpoint.read import tensor_shapes
-from core.config import RunConfig
+from core.config import ModelConfig, RunConfig
 from core.control import Control
 from core.errors import CheckpointError, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
@@ -61,6 +61,8 @@ class SaveModel:
 @dataclass(frozen=True)
 class InspectCheckpoint:
     path: str
+    model: ModelConfig | None = None
+    """The settings' architecture: a bare state dict that does not carry its own must fit it."""
 
 
 @dataclass(frozen=True)
@@ -116,26 +118,56 @@ class CheckpointSummary:
     run_config: dict[str, Any] | None = field(default=None, compare=False)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False)
     """Every tensor's clean name and shape (what an architecture must match to load it)."""
+    architecture: str = "own"
+    """Where ``model_config`` comes from: ``own`` (the checkpoint's config.json), ``inferred`` (a bare state
+    dict's tensor shapes), ``settings`` (the settings' model, which its tensors fit), ``unknown`` (none)."""
+    fit_problem: str | None = None
+    """Why its weights cannot load into that architecture, naming the first differing keys and shapes."""
 
 
-def summarize_checkpoint(path: str) -> CheckpointSummary:
+def _architecture(shapes: dict[str, tuple[int, ...]], name: str,
+                  settings: ModelConfig | None) -> tuple[ModelConfig | None, str, str | None]:
+    """A bare state dict's architecture: read from its shapes where they tell it, else the settings' model
+    (with the vocabulary of its embedding, as the trainer builds it) if its tensors fit that."""
+    try:
+        inferred = infer_model_config(shapes, name)
+    except CheckpointError:
+        inferred = None
+    if inferred is not None and shape_problem(inferred, shapes, name) is None:
+        return inferred, "inferred", None
+    if settings is None:
+        return None, "unknown", None
+    candidate = replace(settings, vocab_size=embedding_rows(shapes) or settings.vocab_size)
+    problem = shape_problem(candidate, shapes, name)
+    return (None, "unknown", problem) if problem else (candidate, "settings", None)
+
+
+def summarize_checkpoint(path: str, settings_model: ModelConfig | None = None) -> CheckpointSummary:
     """Resolve ``path`` (a run folder means its newest checkpoint) and summarise it without loading weights.
 
-    A pickled state dict is unpickled whole (there is no header to read); the
-    weights' checksums are verified when a run loads them.
+    The fit is checked here, from the shapes alone: a checkpoint against its own config, a bare state
+    dict against what its shapes tell or else ``settings_model``. A pickled state dict is unpickled
+    whole (there is no header to read); the weights' checksums are verified when a run loads them.
     """
     info = peek_checkpoint(path)
     shapes = tensor_shapes(info.path)
     if not shapes:
         raise CheckpointError(f"{info.path} holds no weights")
+    name = info.path.name
+    if info.model_config is not None:
+        model, architecture = info.model_config, "own"
+        problem = shape_problem(model, shapes, name)
+    else:
+        model, architecture, problem = _architecture(shapes, name, settings_model)
     meta = info.meta
     run = meta.get("run") if info.kind == "speedboard" else None
     return CheckpointSummary(
         path=str(info.path), kind=info.kind, num_parameters=sum(math.prod(s) for s in shapes.values()),
         resumable=info.kind == "speedboard" and (info.path / STATE_FILE).is_file(),
         step=meta.get("step"), tokens=meta.get("tokens"), run_id=meta.get("run_id"),
-        model_config=info.model_config.to_dict() if info.model_config is not None else None,
-        run_config=run if isinstance(run, dict) else None, shapes=shapes)
+        model_config=model.to_dict() if model is not None else None,
+        run_config=run if isinstance(run, dict) else None, shapes=shapes,
+        architecture=architecture, fit_problem=problem)
 
 
 class RunControl(Control):
@@ -199,7 +231,7 @@ class TorchThread(QThread):
                 elif isinstance(job, SaveModel):
                     self._save(job.path)
                 elif isinstance(job, InspectCheckpoint):
-                    self._inspect(job.path)
+                    self._inspect(job.path, job.model)
                 elif isinstance(job, StartTune):
                     self._tune(job)
             except Exception as exc:  # the thread outlives any job; the GUI shows what went wrong
@@ -260,9 +292,9 @@ class TorchThread(QThread):
                 log.exception("saving %s failed", path)
             self.job_failed.emit(JobFailed("save", describe_exception(exc), path))
 
-    def _inspect(self, path: str) -> None:
+    def _inspect(self, path: str, model: ModelConfig | None) -> None:
         try:
-            summary = summarize_checkpoint(path)
+            summary = summarize_checkpoint(path, model)
         except Exception as exc:  # CheckpointError for bad files; anything else is reported the same way
             if not isinstance(exc, (OSError, SpeedboardError)):
                 log.exception("reading %s failed", path)
@@ -393,10 +425,12 @@ class Controller(QObject):
         else:
             self.thread.submit(SaveModel(path))
 
-    def inspect(self, path: str) -> None:
-        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows."""
+    def inspect(self, path: str, model: ModelConfig | None = None) -> None:
+        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows.
+
+        ``model``: the settings' architecture, which a bare state dict without its own must fit."""
         self._inspecting = True
-        self.thread.submit(InspectCheckpoint(str(path)))
+        self.thread.submit(InspectCheckpoint(str(path), model))
 
     def shutdown(self, timeout_ms: int = -1) -> bool:
         """Stop any run at its next step, end the thread and wait for it; True once it has finished."""

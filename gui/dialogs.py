@@ -2,12 +2,27 @@
 
 They use ``QMessageBox`` static functions (tests replace them), except the
 load-mode question, which needs its own button labels (tests replace
-``ask_load_mode`` itself).
+``ask_load_mode`` itself), and the Save dialog, a folder and a name
+(``SaveTargetDialog``; tests replace ``ask_save_target``).
 """
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QMessageBox, QWidget
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QWidget,
+)
 
 
 def show_error(parent: QWidget | None, title: str, message: str) -> None:
@@ -52,3 +67,101 @@ def ask_load_mode(parent: QWidget | None, description: str) -> str | None:
     if clicked is init:
         return "init"
     return None
+
+
+class SaveTargetDialog(QDialog):
+    """Where to write a checkpoint folder: a parent folder (chosen with a folder dialog) and a name.
+
+    A file dialog cannot pick a folder that does not exist yet, and typing an existing folder's name in
+    one opens it instead of choosing it; here an existing checkpoint is a target like any other (the
+    window asks before replacing it).
+    """
+
+    def __init__(self, parent: QWidget | None, folder: str, name: str) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Save the model as a checkpoint folder")
+        self.setObjectName("saveTargetDialog")
+        self.folder = QLineEdit(folder)
+        self.folder.setObjectName("saveFolderEdit")
+        self.browse = QPushButton("Browse…")
+        self.browse.setObjectName("saveBrowseButton")
+        self.browse.setAutoDefault(False)
+        self.name = QLineEdit(name)
+        self.name.setObjectName("saveNameEdit")
+        self.target_label = QLabel()
+        self.target_label.setObjectName("saveTargetLabel")
+        self.target_label.setWordWrap(True)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        row = QHBoxLayout()
+        row.addWidget(self.folder, 1)
+        row.addWidget(self.browse)
+        form = QFormLayout(self)
+        form.addRow("In folder", row)
+        form.addRow("Name", self.name)
+        form.addRow(self.target_label)
+        form.addRow(self.buttons)
+        self.browse.clicked.connect(self._browse)
+        self.folder.textChanged.connect(self._update)
+        self.name.textChanged.connect(self._update)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        self.resize(560, self.sizeHint().height())
+        self.name.setFocus()
+        self.name.selectAll()
+        self._update()
+
+    def target(self) -> str | None:
+        """The checkpoint folder to write, or None while the folder or the name is not usable."""
+        name, folder = self.name.text().strip(), self.folder.text().strip()
+        if not name or not folder or name in (".", "..") or "/" in name or "\\" in name:
+            return None
+        return str(Path(folder).expanduser() / name)
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Folder to save the checkpoint in", self.folder.text())
+        if folder:
+            self.folder.setText(folder)
+
+    def _update(self) -> None:
+        target = self.target()
+        save = self.buttons.button(QDialogButtonBox.StandardButton.Save)
+        save.setEnabled(target is not None)
+        if target is None:
+            self.target_label.setText("Name a folder to write: a name without slashes, in an existing folder.")
+        elif Path(target).is_dir() and any(Path(target).iterdir()):
+            self.target_label.setText(f"Replaces {target} (you are asked first)")
+        else:
+            self.target_label.setText(f"Writes {target}")
+
+
+def ask_save_target(parent: QWidget | None, folder: str, name: str) -> str | None:
+    """The checkpoint folder to write (it may exist), or None when cancelled."""
+    dialog = SaveTargetDialog(parent, folder, name)
+    return dialog.target() if dialog.exec() == QDialog.DialogCode.Accepted else None
+
+
+def confirm_replace(parent: QWidget | None, path: str) -> bool:
+    answer = QMessageBox.question(
+        parent, "Replace the checkpoint?",
+        f"{path} already holds a Speedboard checkpoint. Replace it with the current model?\n\n"
+        f"The old one stays whole until the new one is written.",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+    return answer == QMessageBox.StandardButton.Yes
+
+
+def run_folder_dialog(parent: QWidget | None, start: str) -> QFileDialog:
+    """Qt's own folder dialog with multiple selection: the platform's folder dialogs choose one folder only."""
+    dialog = QFileDialog(parent, "Open run folders (select several with Ctrl or Shift)", start)
+    dialog.setObjectName("runFolderDialog")
+    dialog.setFileMode(QFileDialog.FileMode.Directory)
+    dialog.setOption(QFileDialog.Option.ShowDirsOnly, True)
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog, True)
+    for view in dialog.findChildren(QAbstractItemView):  # its list and detail views
+        view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+    return dialog
+
+
+def pick_run_folders(parent: QWidget | None, start: str) -> list[str]:
+    """Run folders to open, several at once (Ctrl/Shift-click); [] when cancelled."""
+    dialog = run_folder_dialog(parent, start)
+    return dialog.selectedFiles() if dialog.exec() == QDialog.DialogCode.Accepted else []

@@ -9,6 +9,7 @@ lines and dialogs. A timer redraws plots, progress and table at 10 Hz.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -16,14 +17,22 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from core.checkpoint import is_speedboard_checkpoint
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
-from core.events import MicroBatchChanged, RunStarted, SampleGenerated
+from core.events import DataPreparationProgress, MicroBatchChanged, RunFailed, RunStarted, SampleGenerated
 from core.memory_budget import fit_run_config
 from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
-from gui.checkpoint_paths import LOAD_FILTER, checkpoint_target, describe_checkpoint, save_target_problem
+from gui.checkpoint_paths import (
+    LOAD_FILTER,
+    architecture_note,
+    checkpoint_target,
+    describe_checkpoint,
+    fit_message,
+    save_target_problem,
+)
 from gui.controller import CheckpointSummary
 from gui.run_record import RunRecord, describe
 from gui.session import RunSession
@@ -45,6 +54,8 @@ PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the 
 GUI_CPU_BUDGET = 0.04
 MAX_PLOT_GAP_S = 1.0
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
+MAX_REOPENED = 50
+"""Runs of the last session shown again at start (the newest)."""
 
 
 class MainWindow(QMainWindow):
@@ -56,6 +67,8 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else QSettings(ORGANIZATION, APPLICATION)
         self.session = RunSession(out_dir, self)
         self.store = self.session.store
+        self._fed: tuple[RunRecord | None, tuple[str, str] | None] = (None, None)
+        """The run started from a loaded checkpoint, and that choice (cleared once the run has loaded it)."""
 
         self.config_panel = ConfigPanel(presets_with(extra_presets), available_devices())
         self.controls = RunControls()
@@ -68,6 +81,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._connect()
         self._restore_settings()
+        self._reopen_last_session()
 
         self._refresh_timer = QTimer(self)
         self._refresh_timer.setInterval(1000 // REFRESH_HZ)
@@ -119,7 +133,7 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         menus = {
-            "&File": (("Open run folder…", QKeySequence.StandardKey.Open, self.open_run_folder),
+            "&File": (("Open run folders…", QKeySequence.StandardKey.Open, lambda: self.open_run_folders()),
                       ("Save model…", QKeySequence.StandardKey.Save, self._save),
                       ("Load weights…", "Ctrl+L", self._load),
                       None,
@@ -199,6 +213,8 @@ class MainWindow(QMainWindow):
 
     def save_settings(self) -> None:
         s = self.settings
+        folders = list(dict.fromkeys(r.folder for r in self.session.records if r.folder))
+        s.setValue("session/run_folders", json.dumps(folders[-MAX_REOPENED:]))
         self.config_panel.save_state(s)
         self.plots.save_state(s)
         s.setValue("window/geometry", self.saveGeometry())
@@ -209,6 +225,10 @@ class MainWindow(QMainWindow):
     def _last_dir(self) -> str:
         folder = self.settings.value("paths/last_dir")
         return folder if isinstance(folder, str) and Path(folder).is_dir() else str(Path.home())
+
+    def _save_dir(self) -> str:
+        folder = self.settings.value("paths/save_dir")
+        return folder if isinstance(folder, str) and Path(folder).is_dir() else self._last_dir()
 
     def _remember_dir(self, path: str) -> None:
         folder = Path(path).expanduser()
@@ -225,6 +245,13 @@ class MainWindow(QMainWindow):
         self._update_controls()
 
     def _on_record_changed(self, record: RunRecord) -> None:
+        fed, start_from = self._fed
+        if record is fed and (record.run_id or record.ended):
+            # Started (its weights are loaded): the next run starts afresh. A run that failed before
+            # loading them keeps the choice, so a fixed setting can simply start again.
+            self._fed = (None, None)
+            if record.run_id and self.config_panel.start_from == start_from:
+                self.config_panel.clear_start_from()
         self.table.update_record(record)
         self.plots.add_run(record.key, record.color, record.label)  # its label may now name the parent
         self._update_controls()
@@ -232,7 +259,13 @@ class MainWindow(QMainWindow):
     def _on_event_applied(self, record: RunRecord, event: object) -> None:
         if isinstance(event, SampleGenerated):
             self.sample.show_sample(record.label, event.step, event.text)
-        elif isinstance(event, RunStarted):
+        if isinstance(event, DataPreparationProgress):  # before the run has an id, the status bar shows this
+            self.status.show_idle(f"{record.label}: {record.preparation} (Stop cancels it)")
+            return
+        if isinstance(event, RunFailed) and record.state == "stopped":  # Stop cancelled its data preparation
+            self.log.add(f"{record.label}: stopped before training: {event.message}")
+            return
+        if isinstance(event, RunStarted):
             self.config_panel.refresh_precision()  # auto's probe is now cached: say what it chose
         elif isinstance(event, MicroBatchChanged) and record is self.session.active:
             panel = self.config_panel  # still showing the split that did not fit: the next run takes the new one
@@ -275,6 +308,10 @@ class MainWindow(QMainWindow):
 
     def _on_checkpoint_read(self, info: CheckpointSummary) -> None:
         description = describe_checkpoint(info)
+        if info.fit_problem:  # refused now, not after Start; the choice made before stays
+            self.log.add(f"not loaded: {info.fit_problem}", "error")
+            dialogs.show_error(self, "These weights do not fit", fit_message(info, self.config_panel.preset_name))
+            return
         mode = "init"
         if info.resumable:
             mode = dialogs.ask_load_mode(self, description)
@@ -288,7 +325,7 @@ class MainWindow(QMainWindow):
                 pass  # an older or foreign config: the panel keeps its settings
         self.config_panel.set_start_from(info.path, mode, description, info.model_config)
         what = "resumes it exactly" if mode == "resume" else "starts from its weights"
-        self.log.add(f"loaded {description}: the next run {what}")
+        self.log.add(f"loaded {description}: the next run {what}{architecture_note(info)}")
         self.status.showMessage(f"Loaded {description}", 10_000)
 
     # ------------------------------------------------------------------ commands
@@ -301,6 +338,8 @@ class MainWindow(QMainWindow):
     def _start(self) -> None:
         if self.session.running or self.session.tuning:
             return
+        if not self.config_panel.recheck_source() and self.config_panel.error_field == "source":
+            return  # the data went away or changed since it was chosen: said under the Data control
         cfg = self._settings_or_explain()
         if cfg is None:
             return
@@ -308,12 +347,12 @@ class MainWindow(QMainWindow):
         if cfg is None:
             return
         try:
-            self.session.start(cfg, self.config_panel.nproc)
+            record = self.session.start(cfg, self.config_panel.nproc)
         except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot start", str(exc))
             return
-        if cfg.init_from or cfg.resume:
-            self.config_panel.clear_start_from()  # a loaded checkpoint feeds one run
+        if cfg.init_from or cfg.resume:  # a loaded checkpoint feeds one run: cleared once it has started from it
+            self._fed = (record, self.config_panel.start_from)
 
     def _offer_fitting_split(self, cfg: RunConfig) -> RunConfig | None:
         """When the micro-batch cannot fit, offer the largest that does with the same effective batch:
@@ -382,16 +421,16 @@ class MainWindow(QMainWindow):
         if session.pending_save is not None:
             dialogs.show_error(self, "Save in progress", f"The model is being saved to {session.pending_save}.")
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save the model as a checkpoint folder",
-                                              str(Path(self._last_dir()) / session.save_name()),
-                                              "Checkpoint folder (*)")
+        path = dialogs.ask_save_target(self, self._save_dir(), session.save_name())
         if not path:
             return
         problem = save_target_problem(path)
         if problem:
             dialogs.show_error(self, "Cannot save there", problem)
             return
-        self._remember_dir(path)
+        if is_speedboard_checkpoint(path) and not dialogs.confirm_replace(self, path):
+            return
+        self.settings.setValue("paths/save_dir", str(Path(path).parent))
         deferred = session.save(path)
         self.status.showMessage("Saving at the next optimizer step …" if deferred else "Saving …", 10_000)
 
@@ -409,29 +448,62 @@ class MainWindow(QMainWindow):
         if not path:
             return
         self._remember_dir(path)
-        self.session.inspect(checkpoint_target(path))
+        self.session.inspect(checkpoint_target(path), self.config_panel.preset_config().model)
         self.status.showMessage(f"Reading {path} …", 5_000)
         self._update_controls()
 
     def open_run_folder(self, folder: str | None = None) -> RunRecord | None:
-        """Show a run folder's curves (the headless CLI or a torchrun job may still be writing it)."""
-        if not folder:
+        """Show a run folder's curves (the headless CLI or a torchrun job may still be writing it); without
+        ``folder``, the folders picked in a dialog (the first one's record is returned)."""
+        records = self.open_run_folders([folder] if folder else None)
+        return records[0] if records else None
+
+    def open_run_folders(self, folders: list[str] | None = None) -> list[RunRecord]:
+        """Show several run folders; a picked folder that holds run folders (a runs folder) opens them all."""
+        if folders is None:
             start = str(default_out_dir()) if default_out_dir().is_dir() else self._last_dir()
-            folder = QFileDialog.getExistingDirectory(self, "Open a run folder", start)
-        if not folder:
+            folders = dialogs.pick_run_folders(self, start)
+        runs, refused = [], []
+        for folder in folders:
+            if is_run_dir(folder):
+                runs.append(folder)
+                continue
+            inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
+                if Path(folder).is_dir() else []
+            (runs.extend if inside else refused.append)(inside or folder)
+        if refused:
+            dialogs.show_error(self, "Not a run folder", f"{', '.join(refused)}: no metrics.jsonl here or in the "
+                                                         f"folders inside; choose folders that Speedboard runs wrote.")
+        if runs:
+            self._remember_dir(str(Path(runs[-1]).parent))
+        records = [record for record in (self._open_one(folder) for folder in runs) if record is not None]
+        self.plots.refresh()
+        return records
+
+    def _open_one(self, folder: str, note: str = "opened") -> RunRecord | None:
+        try:
+            record, new = self.session.follow_folder(folder)
+        except (OSError, SpeedboardError) as exc:  # unreadable: said, and the other folders still open
+            self.log.add(f"cannot open {folder}: {exc}", "error")
             return None
-        if not is_run_dir(folder):
-            dialogs.show_error(self, "Not a run folder", f"{folder} has no metrics.jsonl: choose a folder that a "
-                                                         f"Speedboard run wrote.")
-            return None
-        self._remember_dir(str(Path(folder).parent))
-        record, new = self.session.follow_folder(folder)
         if not new:
             self.status.showMessage(f"{record.label} is already shown", 5_000)
             return record
-        self.log.add(f"{record.label}: opened {folder}")
-        self.plots.refresh()
+        state = "being written: followed live" if record.state == "following" else record.state
+        self.log.add(f"{record.label}: {note} {folder} ({state})")
         return record
+
+    def _reopen_last_session(self) -> None:
+        """The rows of the last session come back, read from their run folders (those that still exist)."""
+        try:
+            folders = json.loads(self.settings.value("session/run_folders", "[]"))
+        except (TypeError, ValueError):
+            return
+        folders = [f for f in folders if isinstance(f, str) and is_run_dir(f)][-MAX_REOPENED:]
+        for folder in folders:
+            self._open_one(folder, "from the last session:")
+        if folders:
+            self.plots.refresh()
 
     # ------------------------------------------------------------------ periodic refresh
     def _on_tick(self) -> None:

@@ -8,7 +8,11 @@ pause the trainer acknowledged), which are typed here.
 
 States: ``starting`` → ``compiling`` ⇄ ``training`` ⇄ ``paused``, any of them
 → ``stopping`` (Stop pressed) → ``stopped``; ``finished`` and ``failed`` end
-any of them. A folder opened from disk is ``following`` until its run ends.
+any of them. While ``starting``, a run may be ``preparing`` its data (its corpus
+tokenized into its token store, once); a run stopped before it started (Stop
+cancels that preparation) ends ``stopped``, without a checkpoint. A folder
+opened from disk is ``following`` until its run ends, or ``not running`` when it
+records no ending and no process writes it any more (killed).
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.event_text import EventLine, event_line
+from core.event_text import EventLine, data_progress_line, event_line
 from core.events import (
     CheckpointSaved,
     CompileFinished,
     CompileStarted,
+    DataPreparationProgress,
+    DataPreparationStarted,
+    DataPrepared,
     Event,
     MicroBatchChanged,
     RunFailed,
@@ -57,7 +64,14 @@ class TrainingResumed:
     """The trainer goes on after a pause."""
 
 
-RunNote = StopRequested | TrainingPaused | TrainingResumed
+@dataclass(frozen=True)
+class WriterGone:
+    """A run folder opened from disk records no ending, and no process writes it any more (``core.runs.run_state``)."""
+
+    message: str
+
+
+RunNote = StopRequested | TrainingPaused | TrainingResumed | WriterGone
 
 
 def describe(event: Event | RunNote) -> EventLine | None:
@@ -68,6 +82,8 @@ def describe(event: Event | RunNote) -> EventLine | None:
         return EventLine(f"paused at step {event.step}")
     if isinstance(event, TrainingResumed):
         return EventLine("resumed")
+    if isinstance(event, WriterGone):
+        return EventLine(f"not running: {event.message}", "warning")
     return event_line(event)
 
 
@@ -113,6 +129,12 @@ class RunRecord:
     """Processes that train it (more than one: torchrun)."""
     split_changes: int = 0
     """Times its micro-batch × accumulation changed (it ran out of memory, or ``auto`` fitted it)."""
+    preparing: bool = False
+    """Its corpus is being tokenized into its token store (before the run starts)."""
+    preparation: str = ""
+    """Its data preparation as one line (``core.event_text.data_progress_line``), while it runs."""
+    preparation_share: float | None = None
+    """Share of the current preparation stage done (None: its size is unknown)."""
     _before_pause: str = field(default="training", repr=False)
 
     @property
@@ -172,6 +194,15 @@ class RunRecord:
             return False
         if isinstance(event, TrainingResumed):
             return self._set_state(self._before_pause, when=("paused",))
+        if isinstance(event, WriterGone):
+            self.message = event.message
+            return self._set_state("not running", when=("following",))
+        if self.state == "not running":  # written again after all (a machine that was suspended)
+            self.state, self.message = "following", ""
+        if isinstance(event, DataPreparationProgress):
+            self.preparation = data_progress_line(event)
+            self.preparation_share = event.bytes_done / event.bytes_total if event.bytes_total else None
+            return False
         if isinstance(event, StepMetrics):
             self.step, self.tokens, self.last_loss, self.mem_gib = event.step, event.tokens, event.loss, event.mem_gib
             self.peak_mem_gib = event.peak_mem_gib
@@ -193,6 +224,10 @@ class RunRecord:
             self.total_steps = event.total_steps
             if self.state == "starting":
                 self.state = "training"
+        elif isinstance(event, DataPreparationStarted):
+            self.preparing = True
+        elif isinstance(event, DataPrepared):
+            self.preparing, self.preparation, self.preparation_share = False, "", None
         elif isinstance(event, CompileStarted):
             if self.state in ("starting", "training"):
                 self.state = "compiling"
@@ -220,8 +255,10 @@ class RunRecord:
             self.peak_mem_gib = event.peak_mem_gib
             self.checkpoint = event.checkpoint
         elif isinstance(event, RunFailed):
-            self.state = "failed"
+            # Stopped before it started: its data preparation was cancelled, nothing was kept.
+            self.state = "stopped" if self.state == "stopping" and not self.run_id else "failed"
             self.message = event.message
+            self.preparing, self.preparation, self.preparation_share = False, "", None
         else:
             return False
         return True
@@ -237,4 +274,7 @@ class RunRecord:
             return f"{self.state} {self.step}/{self.total_steps}"
         if self.state == "failed":
             return "failed"
+        if self.preparing and self.state == "starting":
+            share = f" {100 * self.preparation_share:.0f}%" if self.preparation_share is not None else ""
+            return f"preparing data{share}"
         return self.state

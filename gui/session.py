@@ -24,17 +24,19 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from core.config import RunConfig
+from core.config import ModelConfig, RunConfig
 from core.errors import ConfigError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics
 from core.launch import prepare_launch
-from core.runs import EventTail
+from core.runs import EventTail, run_state
 from gui.controller import Controller, RunJobEnded
 from gui.metric_store import MetricStore
 from gui.process_run import ProcessRun
-from gui.run_record import RunNote, RunRecord, StopRequested, TrainingPaused, TrainingResumed
+from gui.run_record import RunNote, RunRecord, StopRequested, TrainingPaused, TrainingResumed, WriterGone
 
 TAIL_INTERVAL_MS = 500
+LIVENESS_EVERY = 10
+"""Polls between two looks at whether a followed folder's writer still lives (its heartbeat: every 5 s)."""
 NO_FINAL_CHECKPOINT = "The run ended without a final checkpoint, so there is nothing to continue from."
 
 
@@ -80,6 +82,7 @@ class RunSession(QObject):
         """The record of the run that trains: in the torch thread or in ``_process``."""
         self._process: ProcessRun | None = None
         self._tails: dict[int, EventTail] = {}
+        self._polls = 0
         self._progressed: set[int] = set()
         self._has_model = False
         self._pending_save: str | None = None
@@ -135,7 +138,7 @@ class RunSession(QObject):
     @property
     def live(self) -> bool:
         """Some run's curves still grow: one trains, or an opened folder is still written."""
-        return self.running or bool(self._tails)
+        return self.running or any(self.record(key).state == "following" for key in self._tails)
 
     @property
     def followed(self) -> set[int]:
@@ -259,9 +262,11 @@ class RunSession(QObject):
         self.controller.save(self._pending_save)
         return deferred
 
-    def inspect(self, path: str) -> None:
-        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows."""
-        self.controller.inspect(path)
+    def inspect(self, path: str, model: ModelConfig | None = None) -> None:
+        """Read a checkpoint's summary on the torch thread: ``checkpoint_read`` or ``load_failed`` follows.
+
+        ``model``: the settings' architecture, which a bare state dict without its own must fit."""
+        self.controller.inspect(path, model)
 
     def follow_folder(self, folder: str) -> tuple[RunRecord, bool]:
         """Show a run folder's events, and follow it while its run goes on; True when it was not shown yet."""
@@ -274,9 +279,18 @@ class RunSession(QObject):
         for event in events:
             self._route(record, event)
         if not record.ended:
-            self._tails[record.key] = tail
+            self._check_writer(record)
+            self._tails[record.key] = tail  # followed even when not running: written again, it shows
             self._tail_timer.start()
         return record, True
+
+    def _check_writer(self, record: RunRecord) -> None:
+        """A followed folder without an ending whose writer is gone (killed, its machine stopped) says so."""
+        if record.state != "following" or not record.folder:
+            return
+        state = run_state(record.folder, events=[])  # no ending among its events: only the heartbeat tells
+        if state.state == "not running":
+            self._route(record, WriterGone(state.message))
 
     def shutdown(self) -> None:
         """Stop following folders; stop any run at its next step and end the torch thread (waits for it)."""
@@ -325,12 +339,15 @@ class RunSession(QObject):
             self.save_finished.emit(event.path)
 
     def _poll_tails(self) -> None:
+        self._polls += 1
         for key, tail in list(self._tails.items()):
             record = self.record(key)
             for event in tail.poll():
                 self._route(record, event)
             if record.ended:
                 del self._tails[key]
+            elif self._polls % LIVENESS_EVERY == 0:
+                self._check_writer(record)
         if not self._tails:
             self._tail_timer.stop()
 

@@ -41,6 +41,8 @@ from core.checkpoint.load import (
     load_checkpoint,
     load_weights,
     model_from_checkpoint,
+    model_shapes,
+    shape_problem,
 )
 from core.checkpoint.read import (
     CONFIG_CHECKSUM,
@@ -61,7 +63,7 @@ from core.checkpoint.read import (
     read_checkpoint,
     tensor_shapes,
 )
-from core.checkpoint.save import export_hf, save_checkpoint
+from core.checkpoint.save import export_hf, is_speedboard_checkpoint, save_checkpoint
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE
 
 __all__ = [
@@ -70,7 +72,8 @@ __all__ = [
     "LoadedCheckpoint", "check_compatible", "check_config_matches", "check_tokenizer_fits", "check_writable",
     "clean_key", "clean_state_dict", "config_checksum", "embedding_rows", "export_hf", "file_record",
     "infer_model_config", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_trainer_state",
-    "load_weights", "model_from_checkpoint", "model_state_dict", "peek_checkpoint",
+    "load_weights", "model_from_checkpoint", "model_shapes", "model_state_dict", "peek_checkpoint",
+    "is_speedboard_checkpoint", "shape_problem",
     "plain_module", "read_checkpoint", "remove_folder", "save_checkpoint", "tensor_shapes", "sweep_folder",
     "sweep_leftovers", "sweep_runs",
 ]

@@ -47,6 +47,10 @@ class AtomicFolder:
     puts the old one back. The next save of the same name clears what a crashed
     one left (``sweep_leftovers``).
 
+    Every file gets the mode a plain ``open()`` gives under the process' umask
+    (safetensors writes 0600; the folder's other files are 0644 under umask 022),
+    so a checkpoint can be shared or copied as one.
+
     Every failure to write (an ``OSError``, ``torch.save``'s "unexpected pos" on
     a full disk, safetensors' "File too large") becomes one ``CheckpointError``
     here, with a reason a person can act on; the temporary folder is removed.
@@ -73,7 +77,10 @@ class AtomicFolder:
                 raise self._failure(exc) from None
             return  # a user error raised inside, or KeyboardInterrupt: as it is
         try:
+            mode = _umask_file_mode(self.tmp)
             for f in self.tmp.iterdir():
+                if f.is_file() and not f.is_symlink():
+                    os.chmod(f, mode)
                 fsync(f)
             fsync(self.tmp)
             self.commit()
@@ -102,6 +109,21 @@ class AtomicFolder:
         fsync(self.target.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _umask_file_mode(folder: Path) -> int:
+    """The mode a new file gets under the current umask (0644 under 022), read from a probe file.
+
+    ``os.umask`` can only be read by setting it, which races with other threads; creating a file
+    with mode 0666 and reading back what the kernel kept does not.
+    """
+    probe = folder / ".mode-probe"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        return os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+        probe.unlink()
 
 
 def remove_folder(path: Path) -> bool:

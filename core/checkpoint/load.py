@@ -80,6 +80,47 @@ def check_compatible(model: torch.nn.Module | CompiledModel, state: dict[str, to
         raise CheckpointError(f"{source} holds non-float tensors for weights: {_more(bad)}")
 
 
+def model_shapes(model_config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight a model of ``model_config`` loads, by clean name, with its shape (rotary tables and a
+    tied head left out). Built on the meta device: no memory, no data, a few milliseconds."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(model_config)
+    shapes = {k: tuple(v.shape) for k, v in clean_state_dict(model.state_dict()).items() if k not in ROPE_TABLES}
+    if model_config.tie_word_embeddings:
+        shapes.pop("lm_head.weight", None)
+    return shapes
+
+
+def shape_problem(model_config: ModelConfig, found: dict[str, tuple[int, ...]],
+                  source: str = "checkpoint") -> str | None:
+    """Why weights of these shapes (clean names, e.g. ``tensor_shapes``) cannot load into a model of
+    ``model_config``, naming the first differing keys and shapes; None when they fit.
+
+    The same verdict as ``check_compatible`` as far as shapes tell it, without reading a weight: for
+    checking a file before a run is started from it. (Whether a head saved beside a tied embedding
+    holds the embedding's values is for the load to check.)
+    """
+    expected = model_shapes(model_config)
+    found = {k: tuple(v) for k, v in found.items() if k not in ROPE_TABLES}
+    head = found.get("lm_head.weight")
+    if model_config.tie_word_embeddings and head is not None:
+        if head != found.get("model.embed_tokens.weight"):
+            return (f"{source} has its own output head (lm_head.weight {head}), but this model ties the head "
+                    f"to the embedding")
+        del found["lm_head.weight"]  # a tied head saved twice: the embedding's copy
+    mismatched = [f"{k}: expected {expected[k]}, found {found[k]}"
+                  for k in expected if k in found and expected[k] != found[k]]
+    if mismatched:
+        return f"architecture mismatch with {source}: {_more(mismatched)}"
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    if missing or unexpected:
+        parts = ([f"missing keys {_more(missing)}"] if missing else []) + \
+                ([f"unexpected keys {_more(unexpected)}"] if unexpected else [])
+        return f"{source} does not match the model: " + "; ".join(parts)
+    return None
+
+
 def load_weights(model: torch.nn.Module | CompiledModel, state: dict[str, torch.Tensor],
                  source: str = "checkpoint") -> None:
     """Copy ``state`` into ``model`` (plain, compiled whole or per block, or DDP), all or nothing.

@@ -28,9 +28,10 @@ from core.runs import CONFIG_FILE, library_versions
 from core.tokenizer import BPETokenizer
 
 
-def _is_speedboard_checkpoint(folder: Path) -> bool:
+def is_speedboard_checkpoint(folder: str | Path) -> bool:
+    """``folder`` holds a Speedboard checkpoint (its config.json says so): a save may replace it."""
     try:
-        return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
+        return json.loads((Path(folder) / CONFIG_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -41,7 +42,7 @@ def _check_replaceable(target: Path, what: str) -> None:
         return
     if not target.is_dir():
         raise CheckpointError(f"cannot write the {what} to {target}: a file of that name exists")
-    if any(target.iterdir()) and not _is_speedboard_checkpoint(target):
+    if any(target.iterdir()) and not is_speedboard_checkpoint(target):
         raise CheckpointError(f"refusing to write the {what} to {target}: the folder exists, is not empty "
                               f"and is not a Speedboard checkpoint")
 

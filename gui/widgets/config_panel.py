@@ -8,6 +8,7 @@ under the control it is about, before Start, not after a crash.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ from PySide6.QtWidgets import (
 )
 
 from core.config import BUILTIN_CORPUS, COMPILE_MODES, LAYOUTS, PRECISIONS, ModelConfig, RunConfig, config_from_preset
-from core.errors import SpeedboardError
-from core.launch import check_data_source, check_nproc, process_capacity
+from core.errors import DataError, SpeedboardError
+from core.launch import check_nproc, process_capacity
+from core.prepare import SourceInfo, describe_source, too_little_text
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
                      "max-autotune": "max-autotune", "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
@@ -89,6 +91,10 @@ class ConfigPanel(QWidget):
         super().__init__(parent)
         self._presets = presets
         self._source = BUILTIN_CORPUS
+        self._source_info: SourceInfo | None = None
+        self._source_problem: str | None = None
+        self._data_dir = str(Path.home())
+        """Why the chosen data cannot be used (missing, unreadable, empty), found when it was chosen or at Start."""
         self._start_from: tuple[str, str] | None = None  # (path, "init" | "resume")
         self._start_model: dict | None = None
         self._updating = False
@@ -107,6 +113,10 @@ class ConfigPanel(QWidget):
         self.folder_button.setObjectName("dataFolderButton")
         self.builtin_button = QPushButton("Built-in")
         self.builtin_button.setObjectName("dataBuiltinButton")
+        self.source_info = QLabel()
+        self.source_info.setObjectName("dataInfoLabel")
+        self.source_info.setWordWrap(True)
+        self.source_info.setStyleSheet("color: #606060;")
         self.layout_combo = _combo("layoutCombo", {v: v for v in LAYOUTS})
         self.seq_len = _spin("seqLenSpin", 2, 65536, 16)
         self.micro_batch = _spin("microBatchSpin", 1, 4096)
@@ -186,6 +196,7 @@ class ConfigPanel(QWidget):
             button.setAutoDefault(False)
             row.addWidget(button)
         column.addLayout(row)
+        column.addWidget(self.source_info)
         self._row(form, "source", "Data", source_box)
         self._row(form, "layout", "Layout", self.layout_combo)
         self._row(form, "seq_len", "Sequence length", self.seq_len)
@@ -257,6 +268,10 @@ class ConfigPanel(QWidget):
     def source(self) -> str:
         return self._source
 
+    @property
+    def preset_name(self) -> str:
+        return self.preset.currentData()
+
     def preset_config(self, name: str | None = None) -> RunConfig:
         return self._presets[name or self.preset.currentData()]
 
@@ -265,7 +280,28 @@ class ConfigPanel(QWidget):
         builtin = self._source == BUILTIN_CORPUS
         self.source_edit.setText("built-in corpus (Python documentation)" if builtin else self._source)
         self.source_edit.setToolTip("" if builtin else self._source)
+        self._check_source()
         self._on_changed()
+
+    def recheck_source(self) -> bool:
+        """Look at the chosen data again (at Start: a file may have gone since it was chosen); True when the
+        settings are still valid. A problem is shown under the Data control."""
+        self._check_source()
+        self._on_changed()
+        return self._config is not None
+
+    def _check_source(self) -> None:
+        """What the data is and whether it can be read (``describe_source``: a listing, headers and a sampled
+        fingerprint, no tokenizing). A hub dataset is looked up when the run prepares it (it needs the network)."""
+        self._source_info, self._source_problem = None, None
+        if not self._source.startswith("hf:"):
+            data = self.preset_config().data
+            try:
+                self._source_info = describe_source(replace(data, source=self._source, tokenizer=None))
+            except (SpeedboardError, OSError) as exc:
+                self._source_problem = str(exc)
+        self.source_info.setText(_source_summary(self._source_info, self._source_problem))
+        self.source_info.setVisible(bool(self.source_info.text()))
 
     def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None) -> None:
         """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
@@ -324,6 +360,7 @@ class ConfigPanel(QWidget):
         settings.beginGroup("config")
         settings.setValue("preset", self.preset.currentData())
         settings.setValue("source", self._source)
+        settings.setValue("data_dir", self._data_dir)
         for name in self._SETTINGS_WIDGETS:
             settings.setValue(name, getattr(self, name).currentData())
         for name in self._SETTINGS_SPINS:
@@ -339,6 +376,9 @@ class ConfigPanel(QWidget):
             if preset in self._presets:
                 _set_combo(self.preset, preset)
             self._updating = True
+            data_dir = settings.value("data_dir")
+            if isinstance(data_dir, str) and data_dir:
+                self._data_dir = data_dir
             source = settings.value("source")
             if isinstance(source, str) and source and (source == BUILTIN_CORPUS or Path(source).exists()):
                 self._source = source
@@ -383,18 +423,25 @@ class ConfigPanel(QWidget):
             self._updating = False
         self.set_source(self._source)
 
+    @property
+    def data_dir(self) -> str:
+        """Where the Data File…/Folder… dialogs open: where data was last chosen (remembered across sessions)."""
+        return self._data_dir if Path(self._data_dir).is_dir() else str(Path.home())
+
     def _choose_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Training text", str(Path.home()),
+        path, _ = QFileDialog.getOpenFileName(self, "Training text", self.data_dir,
                                               "Corpora (*.txt *.md *.jsonl *.jsonl.gz *.jsonl.zst *.parquet *.arrow);;"
                                               "All files (*)")
         if path:
+            self._data_dir = str(Path(path).parent)
             self.set_source(path)
 
     def _choose_folder(self) -> None:
         path = QFileDialog.getExistingDirectory(
             self, "Folder of .txt/.md, .jsonl, Parquet or Arrow files, or a Hugging Face dataset folder",
-            str(Path.home()))
+            self.data_dir)
         if path:
+            self._data_dir = str(Path(path).parent)
             self.set_source(path)
 
     def build_config(self) -> RunConfig:
@@ -412,12 +459,19 @@ class ConfigPanel(QWidget):
         }
         overrides: dict[str, Any] = {"data": data, "train": train, "init_from": None, "resume": None}
         if self._start_model is not None:
-            overrides["model"] = ModelConfig.from_dict(self._start_model)  # the checkpoint's architecture
+            overrides["model"] = model = ModelConfig.from_dict(self._start_model)  # the checkpoint's architecture
+            # A tokenizer trained for it (a bare state dict has none) must fit its embedding.
+            data["vocab_size"] = min(base.data.vocab_size, model.vocab_size)
         if self._start_from is not None:
             path, mode = self._start_from
             overrides["resume" if mode == "resume" else "init_from"] = path
         cfg = base.replace(**overrides)
-        check_data_source(self._source)
+        if self._source_problem:
+            raise DataError(self._source_problem)
+        if self._source_info is not None:
+            problem = too_little_text(self._source_info, cfg.data)
+            if problem:
+                raise DataError(problem)
         self._check_device(cfg)
         if self.nproc > 1:
             with _about("nproc"):
@@ -497,6 +551,26 @@ class ConfigPanel(QWidget):
             form.setRowVisible(label, show)
         self.general_error.setText(message if message and target is None else "")
         self.general_error.setVisible(bool(message) and target is None)
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def _source_summary(info: SourceInfo | None, problem: str | None) -> str:
+    """One grey line under the Data control: what the data is, and whether it is tokenized yet."""
+    if problem or info is None:
+        return ""
+    files = f"{info.files:,} files, " if info.files > 1 else ""
+    size = _size(info.bytes) if info.bytes is not None else "size unknown"
+    if info.prepared and info.tokens is not None:
+        return f"{files}{size}; tokenized: {info.tokens:,} tokens, training starts at once"
+    docs = f", {info.documents:,} documents" if info.documents else ""
+    return f"{files}{size}{docs}; tokenized once when a run first starts on it"
 
 
 def presets_with(extra: dict[str, RunConfig] | None = None) -> dict[str, RunConfig]:

@@ -185,6 +185,27 @@ def test_save_replaces_an_old_checkpoint_but_never_other_folders(tmp_path, tok):
     assert a_file.read_text() == "keep me"
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_checkpoint_file_gets_the_same_mode_under_the_umask(micro, tmp_path, tok, umask):
+    """model.safetensors was 0600 while the rest was 0644: a checkpoint copied or shared lost its weights.
+    The trainer's checkpoints (what the CLI and the dashboard write), an explicit save and an export alike."""
+    from core.trainer import train
+
+    before = os.umask(umask)
+    try:
+        result = train(micro(train={"budget": 2}))
+        saved = ck.save_checkpoint(tmp_path / "saved", make_model(0), tokenizer=tok, step=1)
+        exported = ck.export_hf(saved, tmp_path / "exported")
+    finally:
+        os.umask(before)
+    expected = 0o666 & ~umask
+    for folder in (result.checkpoint, saved, exported):
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()}
+        assert "model.safetensors" in modes and set(modes.values()) == {oct(expected)}, (folder, modes)
+        assert not (folder / ".mode-probe").exists()
+
+
 # --------------------------------------------------------------------------- bad input: all or nothing
 def _good_folder(tmp_path: Path, tok, **model_changes) -> Path:
     return ck.save_checkpoint(tmp_path / f"good{len(list(tmp_path.iterdir()))}", make_model(7, **model_changes),

@@ -62,3 +62,35 @@ def test_damaged_or_foreign_files_are_one_line_errors(tmp_path, tok):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(CheckpointError, match="unsupported"):
         tensor_shapes(tmp_path / "notes.txt")
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({}, None),
+    ({"hidden_size": 64, "num_heads": 4, "num_kv_heads": 2}, "architecture mismatch"),
+    ({"intermediate_size": 96}, "mlp.gate_proj.weight: expected (96, 32), found (64, 32)"),
+    ({"num_layers": 3}, "missing keys model.layers.2."),
+    ({"vocab_size": 600}, "model.embed_tokens.weight: expected (600, 32), found (512, 32)"),
+])
+def test_shape_problem_says_before_loading_what_check_compatible_says_when_loading(changes, words, tmp_path, tok):
+    """The fit is checked from the file's shapes alone, naming the first differing keys and shapes."""
+    from tests.core.checkpoint_helpers import micro_model_config
+
+    path = ck.save_checkpoint(tmp_path / "ckpt", make_model(1), tokenizer=tok)
+    target = micro_model_config(**changes)
+    problem = ck.shape_problem(target, tensor_shapes(path), "ckpt")
+    loaded = ck.read_checkpoint(path).state_dict
+    if words is None:
+        assert problem is None
+        ck.check_compatible(make_model(2, **changes), loaded, "ckpt")
+        return
+    assert problem is not None and words in problem, problem
+    with pytest.raises(CheckpointError):
+        ck.check_compatible(make_model(2, **changes), loaded, "ckpt")
+
+
+def test_model_shapes_are_those_of_a_built_model():
+    from tests.core.checkpoint_helpers import micro_model_config
+
+    model = make_model(0)
+    expected = {k: tuple(v.shape) for k, v in ck.model_state_dict(model).items()}
+    assert ck.model_shapes(micro_model_config()) == expected

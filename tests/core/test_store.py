@@ -257,3 +257,36 @@ def test_unwritable_cache_is_one_line_and_creates_nothing(tmp_path, monkeypatch)
         prepare_data(cfg)
     assert not (ro / "tokenizers").exists() or not any((ro / "tokenizers").iterdir())
     assert not (ro / "stores").exists() or not any((ro / "stores").iterdir())
+
+
+def test_too_little_text_is_known_before_preparing_and_exactly_after(tmp_path, cache):
+    """What a data picker tells before Start: an empty or tiny text file surely gives no two samples."""
+    from core.prepare import too_little_text
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("a few words", encoding="utf-8")  # 11 bytes: at most 19 tokens
+    for path, words in ((empty, "is empty"), (tiny, "at most 19 tokens: too little text")):
+        cfg = DataConfig(source=str(path), seq_len=16, vocab_size=300)
+        problem = too_little_text(describe_source(cfg), cfg)
+        assert problem is not None and words in problem, problem
+    cfg = DataConfig(source=str(tiny), seq_len=8, vocab_size=300)  # 19 tokens may be two windows of 9
+    assert too_little_text(describe_source(cfg), cfg) is None
+    one_doc = DataConfig(source=str(tiny), seq_len=8, vocab_size=300, layout="document")
+    with pytest.raises(DataError):
+        prepare_data(one_doc)  # its store is written, then its samples refused
+    assert "has 1 document" in too_little_text(describe_source(one_doc), one_doc)
+
+    big = DataConfig(source=str(corpus(tmp_path)), seq_len=32, vocab_size=300)
+    assert too_little_text(describe_source(big), big) is None
+    data = prepare_data(big)  # prepared: the count is exact
+    tokens = data.store.num_tokens
+    exact = DataConfig(source=big.source, seq_len=(tokens - 1) // 2 + 1, vocab_size=300)
+    problem = too_little_text(describe_source(exact), exact)
+    assert problem is not None and f"has {tokens:,} tokens" in problem
+    fits = DataConfig(source=big.source, seq_len=(tokens - 1) // 2, vocab_size=300)
+    assert too_little_text(describe_source(fits), fits) is None
+    with pytest.raises(DataError):
+        prepare_data(exact)
+    prepare_data(fits)

@@ -28,6 +28,7 @@ class Dialogs:
         self.load_questions: list[str] = []
         self.files: dict[str, str] = {}
         self.file_calls: list[str] = []
+        self.save_dialog: tuple[str, str] | None = None  # what the Save dialog was opened with: folder, name
 
     def warnings(self) -> list[str]:
         return [f"{title}: {text}" for kind, title, text in self.messages if kind in ("warning", "critical")]
@@ -56,6 +57,19 @@ def dialogs(monkeypatch) -> Dialogs:
         return d.load_mode
 
     monkeypatch.setattr(gui_dialogs, "ask_load_mode", ask_load_mode)
+
+    def ask_save_target(parent, folder, name):
+        d.file_calls.append("ask_save_target")
+        d.save_dialog = (folder, name)
+        return d.files.get("ask_save_target") or None
+
+    monkeypatch.setattr(gui_dialogs, "ask_save_target", ask_save_target)
+
+    def pick_run_folders(parent, start):
+        d.file_calls.append("pick_run_folders")
+        return list(d.files.get("pick_run_folders") or [])
+
+    monkeypatch.setattr(gui_dialogs, "pick_run_folders", pick_run_folders)
 
     def file_dialog(name):
         def answer(*args, **kwargs):

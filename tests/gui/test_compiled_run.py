@@ -16,7 +16,7 @@ def test_eager_then_compiled_with_accumulation_and_save_while_compiled(qtbot, wi
     mode.setCurrentIndex(mode.findData("default"))
     child(window, "accumStepsSpin").setValue(2)
     target = tmp_path / "compiled-save"
-    dialogs.files["getSaveFileName"] = str(target)
+    dialogs.files["ask_save_target"] = str(target)
     click(window, "startButton")
     compiled = window.session.records[-1]
     # Save while the compiled model trains: served at the next optimizer step (or right after the run).

@@ -30,7 +30,7 @@ def test_open_a_folder_being_written_and_watch_it_grow(qtbot, window, dialogs, t
     worker.start()
     try:
         qtbot.waitUntil(started.is_set, timeout=60_000)
-        dialogs.files["getExistingDirectory"] = run_dir[0]
+        dialogs.files["pick_run_folders"] = [run_dir[0]]
         window.open_run_folder()
         record = window.session.records[-1]
         assert record.origin == "folder" and record.folder == run_dir[0]
@@ -56,8 +56,78 @@ def test_open_a_folder_being_written_and_watch_it_grow(qtbot, window, dialogs, t
 
 
 def test_a_folder_without_metrics_is_refused_with_a_message(window, dialogs, tmp_path):
-    dialogs.files["getExistingDirectory"] = str(tmp_path)
+    dialogs.files["pick_run_folders"] = [str(tmp_path)]
     window.open_run_folder()
     (message,) = dialogs.warnings()
     assert "no metrics.jsonl" in message
     assert window.session.records == []
+
+
+def _finished_run(tmp_path, name: str, **train) -> str:
+    from core.trainer import train as run
+
+    result = run(micro_config(tmp_path / name, train={"budget": 3, **train}))
+    return str(result.run_dir)
+
+
+def test_several_folders_open_at_once_and_a_runs_folder_opens_its_runs(window, dialogs, tmp_path):
+    first, second = _finished_run(tmp_path, "a"), _finished_run(tmp_path, "b")
+    dialogs.files["pick_run_folders"] = [first, second]
+    records = window.open_run_folders()
+    assert [r.folder for r in records] == [first, second]
+    assert [r.state for r in records] == ["finished", "finished"]
+    assert "(finished)" in window.log.toPlainText()
+
+    third = _finished_run(tmp_path, "c")
+    dialogs.files["pick_run_folders"] = [str(tmp_path / "c" / "runs")]  # the folder that holds it
+    (record,) = window.open_run_folders()
+    assert record.folder == third and len(window.session.records) == 3
+    assert not dialogs.warnings()
+
+
+def test_a_folder_whose_writer_was_killed_says_not_running(window, tmp_path):
+    """No ending recorded and no heartbeat (kill -9): 'not running', not 'following' for ever."""
+    import json
+    import os
+    import time
+    from pathlib import Path
+
+    folder = Path(_finished_run(tmp_path, "killed"))
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    kept = [line for line in lines if json.loads(line)["event"] not in ("finished", "failed")]
+    (folder / "metrics.jsonl").write_text("\n".join(kept) + "\n")
+    assert not (folder / "heartbeat.json").exists()  # a run of long ago: judged by its metrics' age
+    long_ago = time.time() - 3600
+    os.utime(folder / "metrics.jsonl", (long_ago, long_ago))
+    record = window.open_run_folder(str(folder))
+    assert record.state == "not running" and "process is gone" in record.message
+    assert "not running" in window.log.toPlainText()
+    assert not window.session.live  # nothing grows
+
+
+def test_runs_of_the_last_session_come_back(qtbot, make_window, tmp_path):
+    from tests.gui.conftest import run_once
+
+    window = make_window()
+    live = run_once(qtbot, window)
+    opened = window.open_run_folder(_finished_run(tmp_path, "cli"))
+    window.close()
+
+    again = make_window()
+    assert [r.folder for r in again.session.records] == [live.folder, opened.folder]
+    assert [r.state for r in again.session.records] == ["finished", "finished"]
+    assert again.session.records[0].final_loss == live.final_loss
+    assert "from the last session" in again.log.toPlainText()
+    assert again.session.continue_source(set()) is again.session.records[-1]  # they can be continued
+
+
+def test_the_run_folder_dialog_selects_several_folders(qtbot, tmp_path):
+    from PySide6.QtWidgets import QAbstractItemView, QFileDialog
+
+    from gui.dialogs import run_folder_dialog
+
+    dialog = run_folder_dialog(None, str(tmp_path))
+    qtbot.addWidget(dialog)
+    views = dialog.findChildren(QAbstractItemView)
+    assert views and all(v.selectionMode() == QAbstractItemView.SelectionMode.ExtendedSelection for v in views)
+    assert dialog.fileMode() == QFileDialog.FileMode.Directory

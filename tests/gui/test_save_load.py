@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from PySide6.QtWidgets import QMessageBox
 from safetensors import safe_open
 
 from tests.gui.conftest import child, click, read_jsonl, run_once, wait_idle, wait_steps
@@ -23,6 +24,11 @@ def _tensors(folder) -> dict[str, torch.Tensor]:
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
+def _same_weights(a: Path, b: Path) -> bool:
+    first, second = _tensors(a), _tensors(b)
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
 def _assert_plain_keys(keys: set[str]) -> None:
     assert "model.embed_tokens.weight" in keys and "lm_head.weight" in keys
     assert "model.layers.1.self_attn.q_proj.weight" in keys
@@ -32,7 +38,7 @@ def _assert_plain_keys(keys: set[str]) -> None:
 def test_save_after_a_run_then_load_its_weights_into_the_next_run(qtbot, window, dialogs, tmp_path):
     first = run_once(qtbot, window)
     target = tmp_path / "saved"
-    dialogs.files["getSaveFileName"] = str(target)
+    dialogs.files["ask_save_target"] = str(target)
     click(window, "saveButton")
     qtbot.waitUntil(lambda: window.session.pending_save is None)
     assert not dialogs.warnings()
@@ -106,7 +112,7 @@ def test_save_during_a_run_happens_at_the_next_step_and_the_run_goes_on(qtbot, m
     click(window, "startButton")
     record = wait_steps(qtbot, window, 1)
     target = tmp_path / "mid-run"
-    dialogs.files["getSaveFileName"] = str(target)
+    dialogs.files["ask_save_target"] = str(target)
     click(window, "saveButton")
     qtbot.waitUntil(lambda: window.session.pending_save is None)
     _assert_plain_keys(_keys(target))
@@ -123,8 +129,145 @@ def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path
     busy = tmp_path / "documents"
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
-    dialogs.files["getSaveFileName"] = str(busy)
+    dialogs.files["ask_save_target"] = str(busy)
     click(window, "saveButton")
     (message,) = dialogs.warnings()
     assert "other files" in message
     assert (busy / "notes.txt").read_text() == "mine"
+
+
+# --------------------------------------------------------------------------- the fit, checked at Load
+def _state_dict_file(path: Path, rotary: bool = False, **model_changes) -> Path:
+    """A bare state dict (``.pth``) of a micro model; ``rotary`` saves its rotary tables beside the weights
+    (as the article series does), which tell the head size and so the whole architecture."""
+    from tests.core.checkpoint_helpers import make_model
+
+    model = make_model(3, **model_changes)
+    state = dict(model.state_dict())
+    if rotary:
+        state["model.rotary_emb.cos"] = model.model.rotary_emb.cos.clone()
+        state["model.rotary_emb.sin"] = model.model.rotary_emb.sin.clone()
+    torch.save(state, path)
+    return path
+
+
+def _load(qtbot, window, dialogs, path: Path) -> None:
+    count = len(dialogs.messages)
+    before = window.config_panel.start_from
+    dialogs.files["getOpenFileName"] = str(path)
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: not window.session.inspecting
+                    and (window.config_panel.start_from != before or len(dialogs.messages) > count))
+
+
+def test_load_refuses_weights_of_another_architecture_at_once_and_keeps_the_choice(qtbot, window, dialogs,
+                                                                                     tmp_path):
+    """A state dict of another architecture was accepted ("loaded … 0.46M parameters") and failed only after
+    Start, clearing the choice. Now Load names the first differing keys and shapes, and the earlier choice
+    stays."""
+    good = _state_dict_file(tmp_path / "good.pth")
+    _load(qtbot, window, dialogs, good)
+    assert window.config_panel.start_from == (str(good), "init") and not dialogs.warnings()
+    assert "preset's architecture" in window.log.toPlainText()
+
+    wrong = _state_dict_file(tmp_path / "wrong_arch.pth", intermediate_size=96, num_layers=3)
+    _load(qtbot, window, dialogs, wrong)
+    (message,) = dialogs.warnings()
+    assert message.startswith("These weights do not fit: wrong_arch.pth does not fit the model of the micro preset")
+    assert "mlp.gate_proj.weight: expected (64, 32), found (96, 32)" in message
+    assert window.config_panel.start_from == (str(good), "init")  # the earlier choice is kept
+    assert str(good) in child(window, "startFromLabel").toolTip()
+
+    record = run_once(qtbot, window)  # and it trains from it
+    assert record.state == "finished", record.message
+    assert read_jsonl(record.folder)[0]["config"]["init_from"] == str(good)
+
+
+def test_load_adopts_the_architecture_a_state_dict_shows(qtbot, window, dialogs, tmp_path):
+    """Rotary tables saved with the weights tell the head size: the whole architecture is read from the file
+    and the next run builds that model, whatever the preset's."""
+    other = _state_dict_file(tmp_path / "wider.pth", rotary=True, hidden_size=48, num_heads=6, num_kv_heads=3,
+                             intermediate_size=80)
+    _load(qtbot, window, dialogs, other)
+    assert not dialogs.warnings()
+    assert window.config_panel.start_from == (str(other), "init")
+    cfg = window.config_panel.config
+    assert (cfg.model.hidden_size, cfg.model.num_heads, cfg.model.intermediate_size) == (48, 6, 80)
+    assert "read from its tensors" in window.log.toPlainText()
+    record = run_once(qtbot, window)
+    assert record.state == "finished", record.message
+    assert read_jsonl(record.folder)[0]["config"]["model"]["hidden_size"] == 48
+
+
+def test_a_run_that_cannot_read_its_checkpoint_keeps_the_choice(qtbot, window, dialogs, tmp_path):
+    """The file went away between Load and Start: the run fails, and the choice is still there to fix."""
+    good = _state_dict_file(tmp_path / "good.pth")
+    _load(qtbot, window, dialogs, good)
+    good.unlink()
+    record = run_once(qtbot, window)
+    assert record.state == "failed"
+    assert window.config_panel.start_from == (str(good), "init")
+
+
+def test_the_load_question_names_the_run(qtbot, window, dialogs):
+    first = run_once(qtbot, window)
+    dialogs.files["getOpenFileName"] = str(Path(first.checkpoint) / "config.json")
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: window.config_panel.start_from is not None)
+    (question,) = dialogs.load_questions
+    assert question.startswith(f"{first.run_id} / {Path(first.checkpoint).name} (Speedboard checkpoint")
+
+
+# --------------------------------------------------------------------------- Save over an existing checkpoint
+def test_save_over_an_existing_checkpoint_asks_then_replaces_it(qtbot, window, dialogs, tmp_path):
+    """Typing an existing checkpoint folder's name in the old file dialog opened that folder instead of
+    choosing it; now the folder is a target like any other, and replacing it is confirmed first."""
+    first = run_once(qtbot, window)
+    target = tmp_path / "keep"
+    dialogs.files["ask_save_target"] = str(target)
+    click(window, "saveButton")
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    assert not dialogs.questions()
+    assert _same_weights(target, Path(first.checkpoint))
+
+    second = run_once(qtbot, window)
+    dialogs.question_answer = QMessageBox.StandardButton.No
+    click(window, "saveButton")
+    assert dialogs.save_dialog == (str(tmp_path), f"{second.run_id}-step{second.step}")  # where it saved last
+    (question,) = dialogs.questions()
+    assert str(target) in question and "Replace" in question
+    assert window.session.pending_save is None  # declined: nothing written
+    assert _same_weights(target, Path(first.checkpoint))
+
+    dialogs.question_answer = QMessageBox.StandardButton.Yes
+    click(window, "saveButton")
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    assert len(dialogs.questions()) == 2 and not dialogs.warnings()
+    assert _same_weights(target, Path(second.checkpoint))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".keep")] == []  # no leftovers
+
+
+def test_the_save_dialog_chooses_a_folder_and_a_name_and_never_opens_the_target(qtbot, dialogs, tmp_path):
+    from gui.dialogs import SaveTargetDialog
+
+    existing = tmp_path / "ckpt"
+    existing.mkdir()
+    (existing / "config.json").write_text("{}")
+    dialog = SaveTargetDialog(None, str(tmp_path), "ckpt")
+    qtbot.addWidget(dialog)
+    save = dialog.buttons.button(dialog.buttons.StandardButton.Save)
+    assert dialog.target() == str(existing) and save.isEnabled()
+    assert "Replaces" in dialog.target_label.text()
+
+    dialog.name.setText("new-name")
+    assert dialog.target() == str(tmp_path / "new-name") and "Writes" in dialog.target_label.text()
+    for bad in ("", "a/b", ".."):
+        dialog.name.setText(bad)
+        assert dialog.target() is None and not save.isEnabled()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dialogs.files["getExistingDirectory"] = str(elsewhere)
+    dialog.name.setText("model")
+    dialog.browse.click()
+    assert dialog.target() == str(elsewhere / "model")

@@ -1,0 +1,107 @@
+"""The Data control: what is chosen is checked before Start, again at Start, and its preparation is shown
+and can be stopped."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtWidgets import QFileDialog
+
+from tests.gui.conftest import child, click, wait_idle
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
+
+
+def _corpus(path, n: int = 80):
+    docs = [f"doc {i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(5 + i % 40)) + "." for i in range(n)]
+    path.write_text("\n\n".join(docs), encoding="utf-8")
+    return path
+
+
+def _choose(window, dialogs, path) -> None:
+    dialogs.files["getOpenFileName"] = str(path)
+    child(window, "dataFileButton").click()
+
+
+def test_too_little_text_is_said_under_the_data_control_before_start(window, dialogs, tmp_path):
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("just a few words", encoding="utf-8")
+    _choose(window, dialogs, tiny)
+    error = child(window, "sourceError")
+    assert error.isVisibleTo(window) and "too little text" in error.text()
+    assert not child(window, "startButton").isEnabled()
+    assert window.session.records == []  # no failed row
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    _choose(window, dialogs, empty)
+    assert "is empty" in error.text() and not child(window, "startButton").isEnabled()
+
+    good = _corpus(tmp_path / "good.txt")
+    _choose(window, dialogs, good)
+    assert not error.isVisibleTo(window) and child(window, "startButton").isEnabled()
+    info = child(window, "dataInfoLabel")
+    assert "KB" in info.text() and "tokenized once" in info.text()
+
+
+def test_a_file_deleted_after_choosing_is_caught_at_start(window, dialogs, tmp_path):
+    good = _corpus(tmp_path / "notes.txt")
+    _choose(window, dialogs, good)
+    assert child(window, "startButton").isEnabled()
+    good.unlink()
+    click(window, "startButton")
+    assert window.session.records == [] and not window.session.running  # nothing started, no failed row
+    error = child(window, "sourceError")
+    assert error.isVisibleTo(window) and "does not exist" in error.text()
+    assert not dialogs.warnings()  # said under the control, not in a dialog
+    assert not child(window, "startButton").isEnabled()
+
+
+def test_data_preparation_shows_its_progress_and_stop_cancels_it(qtbot, window, dialogs, tmp_path, monkeypatch):
+    """A corpus that never ends: only Stop ends its preparation, and the run ends stopped, not failed."""
+    from core.sources import Source
+
+    release = threading.Event()
+
+    def endless(self, batch_chars=1 << 22):
+        done = 0
+        while True:
+            done += 64
+            yield [" ".join(WORDS)], done
+            release.wait(0.005)  # a slow disk, on the torch thread
+
+    monkeypatch.setattr(Source, "iter_documents", endless)
+    _choose(window, dialogs, _corpus(tmp_path / "slow.txt"))
+    click(window, "startButton")
+    record = window.session.records[-1]
+    qtbot.waitUntil(lambda: record.preparing and record.preparation != "")
+    assert "reading the tokenizer's training documents" in child(window, "stateLabel").text()
+    assert record.progress_text().startswith("preparing data")
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    release.set()
+    assert record.state == "stopped" and not record.checkpoint
+    assert "data preparation stopped" in record.message
+    assert "stopped before training" in window.log.toPlainText()
+    assert window.session.continue_source(set()) is None  # nothing to continue from
+
+
+def test_the_data_dialogs_open_where_data_was_last_chosen(make_window, dialogs, tmp_path, monkeypatch):
+    folder = tmp_path / "corpora"
+    folder.mkdir()
+    window = make_window()
+    _choose(window, dialogs, _corpus(folder / "a.txt"))
+    opened: list[str] = []
+
+    def record_open(parent, caption, directory, *args, **kwargs):
+        opened.append(directory)
+        return "", ""
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(record_open))
+    child(window, "dataFileButton").click()
+    assert opened == [str(folder)]
+    window.close()
+
+    again = make_window()  # the next session too
+    child(again, "dataFileButton").click()
+    assert opened == [str(folder), str(folder)]
