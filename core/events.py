@@ -46,6 +46,9 @@ class RunStarted(Event):
     parent: str | None = None
     world_size: int = 1
     versions: dict[str, str] = field(default_factory=dict)
+    mem_baseline_gib: float = 0.0
+    """Memory in use before the model existed (CUDA allocated, or the process's resident set on CPU);
+    memory figures minus this are the training's own, as ``speedboard bench`` reports them."""
 
 
 @dataclass(frozen=True)
