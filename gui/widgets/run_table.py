@@ -349,6 +349,13 @@ class RunTable(QTableWidget):
         if keys:
             self.remove_requested.emit(keys)
 
+    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if event.key() in (Qt.Key.Key_Delete, Qt.Key.Key_Backspace) and self.selected_keys():
+            self._remove_selected()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
     def _context_menu(self, pos) -> None:
         menu = self.context_menu()
         menu.exec(self.viewport().mapToGlobal(pos))
