@@ -51,7 +51,7 @@ class RunLegend(QListWidget):
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setToolTip("Tick or untick a run to show or hide its curves in every plot")
-        self.setStyleSheet("QListWidget { border: none; background: transparent; }")
+        self.setFrameShape(QListWidget.Shape.NoFrame)
         self._items: dict[Hashable, QListWidgetItem] = {}
         self._filling = False
         self.itemChanged.connect(self._on_item_changed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidget, QTableWidgetItem, QWidget
 
@@ -26,8 +26,9 @@ _NOT_COMPARABLE_COLOR = "#8a6d00"
 PRIORITY = ("Base", "Run", "State", "Tokens/s", "Speedup", "Loss", "Compile s", "Train GiB", "Accum", "Compile",
             "Val loss", "Micro", "Started from", "Precision", "Device", "Procs")
 """Columns in the order they give way when the table is narrow (the last first)."""
-STATE_CHARS = 48
-"""A failed run's reason is cut here in its row; the tooltip has all of it."""
+STATE_CHARS = 80
+"""A failed run's reason is cut here in its row (and elided to the column); the tooltip has all of it."""
+STATE_MAX_PX = 190
 MIN_STEPS_FOR_RANGE = 4
 """Steady steps a run needs before its spread says anything."""
 COMPARED = (("precision", "precision"), ("device", "device"), ("preset", "preset"), ("seq_len", "sequence length"))
@@ -86,11 +87,12 @@ class RunTable(QTableWidget):
         self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.setAlternatingRowColors(True)
         self.setWordWrap(False)
-        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(28)
+        header.setSectionResizeMode(COLUMNS.index("State"), QHeaderView.ResizeMode.Interactive)
+        self.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.horizontalHeaderItem(0).setToolTip("Tick the run that speedups are measured against")
         tips = {"Micro": "Micro-batch: sequences per forward/backward pass",
@@ -117,6 +119,8 @@ class RunTable(QTableWidget):
         self._filling = False
         self.itemChanged.connect(self._on_item_changed)
         self.itemSelectionChanged.connect(self._on_selection)
+        self._fit_pending = False
+        header.sectionResized.connect(self._schedule_fit)  # a column grew with its content
 
         self.remove_action = QAction("Remove from the table", self)
         self.remove_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
@@ -231,17 +235,35 @@ class RunTable(QTableWidget):
     def fit_columns(self) -> None:
         """Show the columns that fit the width, most useful first; the others give way until it widens
         (their figures stay in the tooltips and the log)."""
-        available = self.viewport().width() or self.width()
+        # Room for a vertical scroll bar is kept: its appearing does not resize the table.
+        available = self.width() - 2 * self.frameWidth() - self.verticalScrollBar().sizeHint().width()
         header = self.horizontalHeader()
-        used = 0
+        state = self.column("State")
+        content = max(self.sizeHintForColumn(state), header.sectionSizeHint(state))
+        self.setColumnWidth(state, min(STATE_MAX_PX, content))
+        used, room = 0, True
         for name in PRIORITY:
             col = self.column(name)
-            width = max(self.sizeHintForColumn(col), header.sectionSizeHint(col))
-            fits = used + width <= available or name in ("Base", "Run", "State")
+            if col == state:
+                width = self.columnWidth(col)
+            else:
+                width = max(self.sizeHintForColumn(col), header.sectionSizeHint(col))
+            fits = room and (used + width <= available or name in ("Base", "Run", "State"))
             if fits:
                 used += width
+            else:
+                room = False  # strictly in order of use: a later, narrower column does not jump the queue
             if self.isColumnHidden(col) == fits:
                 self.setColumnHidden(col, not fits)
+
+    def _schedule_fit(self, *_) -> None:
+        if not self._fit_pending:
+            self._fit_pending = True
+            QTimer.singleShot(0, self._fit_now)
+
+    def _fit_now(self) -> None:
+        self._fit_pending = False
+        self.fit_columns()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
@@ -281,6 +303,7 @@ class RunTable(QTableWidget):
     def _refresh_speedups(self) -> None:
         col = self.column("Speedup")
         base = self._base()
+        before = [self.item(row, col).text() for row in range(self.rowCount())]
         self._filling = True
         try:
             for row, record in enumerate(self._records):
@@ -317,6 +340,8 @@ class RunTable(QTableWidget):
                 item.setToolTip(tip)
         finally:
             self._filling = False
+        if [self.item(row, col).text() for row in range(self.rowCount())] != before:
+            self.fit_columns()  # a range appeared: other columns may have to give way
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if self._filling or item.column() != 0:

@@ -39,10 +39,22 @@ class ElidedLabel(QLabel):
     def full_text(self) -> str:
         return self._full
 
+    def sizeHint(self):  # noqa: N802 (Qt's name)
+        """As wide as the whole text (up to the maximum width): the elided text must not shrink it."""
+        hint = super().sizeHint()
+        hint.setWidth(min(self.maximumWidth(), self.fontMetrics().horizontalAdvance(self._full) + GAP_PX + 4))
+        return hint
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt's name)
+        hint = super().minimumSizeHint()
+        hint.setWidth(self.minimumWidth())
+        return hint
+
     def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
         self._full = " ".join(text.split())  # one line: a multi-line reason reads as one
         self.setToolTip(text if self._full else "")
         self._elide()
+        self.updateGeometry()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
