@@ -119,7 +119,10 @@ class RunTable(QTableWidget):
         self._filling = False
         self.itemChanged.connect(self._on_item_changed)
         self.itemSelectionChanged.connect(self._on_selection)
-        self._fit_pending = False
+        self._fit_timer = QTimer(self)  # owned: it dies with the table
+        self._fit_timer.setSingleShot(True)
+        self._fit_timer.setInterval(0)
+        self._fit_timer.timeout.connect(self.fit_columns)
         header.sectionResized.connect(self._schedule_fit)  # a column grew with its content
 
         self.remove_action = QAction("Remove from the table", self)
@@ -257,13 +260,8 @@ class RunTable(QTableWidget):
                 self.setColumnHidden(col, not fits)
 
     def _schedule_fit(self, *_) -> None:
-        if not self._fit_pending:
-            self._fit_pending = True
-            QTimer.singleShot(0, self._fit_now)
-
-    def _fit_now(self) -> None:
-        self._fit_pending = False
-        self.fit_columns()
+        if not self._fit_timer.isActive():
+            self._fit_timer.start()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
