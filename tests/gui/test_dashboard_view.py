@@ -21,7 +21,6 @@ from core.events import (
     RunStarted,
     StepMetrics,
 )
-from core.step_times import StepTimes
 from gui.run_record import DASHES, PALETTE
 from gui.widgets.plot_panel import MIN_MEMORY_SPAN_GIB
 from tests.gui.conftest import child, click, run_once, wait_idle, wait_steps
@@ -85,16 +84,6 @@ def cell(window, key: int, column: str):
 
 
 # --------------------------------------------------------------------------- bug 1: one compile figure
-def test_compile_time_is_not_decided_by_one_slow_steady_step():
-    """The issue's steps: warm-up 8.35, 1.95, 0.13 s, then a slow first steady step of 3.38 s."""
-    times = StepTimes(3)
-    for seconds in (8.35, 1.95, 0.13, 3.38, 0.13, 0.12, 0.14, 0.13):
-        times.add(seconds)
-    assert times.compile_time_known
-    # 10.43 s of warm-up minus 3 × the median steady step (0.13 s), not minus 3 × 3.38 s (which read 0.3 s).
-    assert abs(times.compile_seconds() - (8.35 + 1.95 + 0.13 - 3 * 0.13)) < 1e-9
-
-
 def test_table_log_and_shaded_region_show_one_compile_figure(window, tmp_path):
     steps = (8.35, 1.95, 0.13, 3.38, 0.13, 0.12, 0.14, 0.13, 0.13)
     (record,) = open_runs(window, tmp_path, 1, step_times=steps, warmup=3, compile_mode="default",
