@@ -160,7 +160,7 @@ class MainWindow(QMainWindow):
         self._update_settings_button()
 
     def _update_settings_button(self) -> None:
-        shown = self.settings_shown() if self.main_splitter.sizes()[0] or self.isVisible() else True
+        shown = self.settings_shown()
         self.settings_button.blockSignals(True)
         self.settings_button.setChecked(shown)
         self.settings_button.blockSignals(False)
@@ -228,6 +228,7 @@ class MainWindow(QMainWindow):
             state = s.value(f"window/{name}")
             if state is not None:
                 getattr(self, name).restoreState(state)
+        self._update_settings_button()  # the settings column may come back collapsed
 
     def save_settings(self) -> None:
         s = self.settings

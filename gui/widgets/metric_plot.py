@@ -88,6 +88,8 @@ class MetricPlot(pg.PlotWidget):
         self.min_y_span = min_y_span
         self.outlier_series = set(outlier_series)
         self._raw: dict[tuple[Hashable, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._edges: dict[tuple[Hashable, str], pg.PlotDataItem] = {}
+        """Per outlier series: its points beyond the y range, at the edge."""
         self.hint = QLabel(hint, self)
         self.hint.setObjectName(f"{name}Hint")
         self.hint.setWordWrap(True)
@@ -157,6 +159,9 @@ class MetricPlot(pg.PlotWidget):
             self._bounds.pop((k, series), None)
             self._raw.pop((k, series), None)
             self._hidden_series.discard((k, series))
+            edge = self._edges.pop((k, series), None)
+            if edge is not None:
+                item.removeItem(edge)
         region = self._regions.pop(key, None)
         if region is not None:
             item.removeItem(region)
@@ -176,9 +181,9 @@ class MetricPlot(pg.PlotWidget):
         return key not in self._hidden and (key, series) not in self._hidden_series
 
     def _update_visibility(self, key: Hashable, series: str) -> None:
-        curve = self._curves.get((key, series))
-        if curve is not None:
-            curve.setVisible(self._shown(key, series))
+        for item in (self._curves.get((key, series)), self._edges.get((key, series))):
+            if item is not None:
+                item.setVisible(self._shown(key, series))
 
     def set_region(self, key: Hashable, x0: float, x1: float, color: str, text: str = "",
                    tooltip: str = "compile warm-up") -> None:
@@ -268,18 +273,31 @@ class MetricPlot(pg.PlotWidget):
             self._draw_outliers(key, series)
 
     def _draw_outliers(self, key: Hashable, series: str) -> None:
-        """Points of an outlier series inside the y range as they are; those beyond it at its edge, as triangles."""
+        """Points of an outlier series inside the y range as they are; those beyond it at its edge, as
+        triangles (a second curve: per-point symbols would not survive the plot's clipping to the view)."""
         x, y = self._raw[(key, series)]
         curve = self._curves[(key, series)]
+        edge = self._edges.get((key, series))
         if self._range is None or self._log_y or not len(y):
             curve.setData(x, y)
+            if edge is not None:
+                edge.setData([], [])
             return
         lo, hi = self._range[2:]
-        inset = (hi - lo) * 0.03  # just inside, so the marker is not cut in half
-        clipped = np.clip(y, lo + inset, hi - inset)
         beyond = (y > hi) | (y < lo)
-        symbols = np.where(y > hi, EDGE_SYMBOL, np.where(y < lo, "t", "x")).tolist()
-        curve.setData(x, clipped if beyond.any() else y, symbol=symbols)
+        curve.setData(x[~beyond], y[~beyond])
+        if edge is None:
+            if not beyond.any():
+                return
+            pen = curve.opts["symbolPen"]
+            edge = pg.PlotDataItem(pen=None, symbol=EDGE_SYMBOL, symbolSize=9, symbolPen=pen,
+                                   symbolBrush=curve.opts["symbolBrush"])
+            edge.setToolTip("warm-up steps beyond the axis, drawn at its edge")
+            self.getPlotItem().addItem(edge)
+            edge.setVisible(self._shown(key, series))
+            self._edges[(key, series)] = edge
+        inset = (hi - lo) * 0.03  # just inside, so the marker is not cut in half
+        edge.setData(x[beyond], np.clip(y[beyond], lo + inset, hi - inset))
 
     def data(self, key: Hashable, series: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The points handed in for ``series`` (an outlier series draws some of them at the edge)."""
@@ -287,6 +305,10 @@ class MetricPlot(pg.PlotWidget):
             return self._raw[(key, series)]
         curve = self._curves.get((key, series))
         return None if curve is None else (curve.xData, curve.yData)
+
+    def edge_points(self, key: Hashable, series: str) -> tuple[np.ndarray, np.ndarray] | None:
+        edge = self._edges.get((key, series))
+        return None if edge is None else edge.getData()
 
     def outliers(self, key: Hashable, series: str) -> int:
         """How many points of ``series`` lie beyond the y range (drawn at its edge)."""
