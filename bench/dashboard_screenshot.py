@@ -1,6 +1,7 @@
 """Take the README's dashboard screenshot: two runs (eager, then compiled with accumulation 4).
 
-    xvfb-run -s "-screen 0 1920x1200x24" python -m bench.dashboard_screenshot --out docs/dashboard.png
+    xvfb-run -s "-screen 0 1920x1200x24" python -m bench.dashboard_screenshot --out docs/dashboard.png \
+        --small-out docs/dashboard-1024x640.png
 
 Drives the real window: sets the controls, clicks Start, waits for each run to
 end, then grabs the window. Runs go to a temporary folder and the window's
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help="warmup, percent of the budget")
     parser.add_argument("--compile-mode", default="default", help="compile mode of the second run")
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
+    parser.add_argument("--small-out", help="also grab the same window at --small-size into this file")
+    parser.add_argument("--small-size", default="1024x640", help="window size WxH of --small-out")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")
     parser.add_argument("--threads", type=int, help="torch CPU threads (steadier curves on a busy machine)")
     args = parser.parse_args(argv)
@@ -102,6 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     if not window.grab().save(str(out)):
         raise SystemExit(f"could not write {out}")
     print(f"wrote {out}")
+    if args.small_out:
+        width, height = (int(v) for v in args.small_size.split("x"))
+        window.resize(width, height)
+        for _ in range(30):
+            app.processEvents()
+            time.sleep(0.02)
+        window.plots.refresh(force=True)
+        app.processEvents()
+        small = Path(args.small_out)
+        if not window.grab().save(str(small)):
+            raise SystemExit(f"could not write {small}")
+        print(f"wrote {small} at {window.width()}x{window.height()}")
     window.close()
     return 0
 

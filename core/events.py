@@ -52,6 +52,9 @@ class RunStarted(Event):
     """The MFU denominator per process: the best GEMM FLOP/s in the run's precision on this machine."""
     flops_per_token: float = 0.0
     """Training FLOPs per token, the MFU numerator per token."""
+    mem_baseline_gib: float = 0.0
+    """Memory in use before the model existed (CUDA allocated, or the process's resident set on CPU);
+    memory figures minus this are the training's own, as ``speedboard bench`` reports them."""
 
 
 @dataclass(frozen=True)

@@ -208,6 +208,7 @@ class Trainer:
         self.peak_flops = 0.0
         self.flops_per_token = 0.0
         self.peak_rss = 0.0
+        self.mem_baseline = 0.0
         # Loop state.
         self._periodic_step = -1
         """The step of the last periodic checkpoint (the final save skips a step just saved)."""
@@ -327,6 +328,9 @@ class Trainer:
         self._check_output()
         loaded, trainer_state = self._read_start_checkpoint()
         self._prepare_data(loaded)
+        # Libraries loaded, data ready, no model yet: what the process holds apart from training
+        # (in the dashboard also the window and earlier runs' leftovers). Allocator stats on CUDA: no sync.
+        self.mem_baseline = memory_gib(self.device)
         self._build_model(loaded)
         self._start_position(trainer_state)
         self._create_run_folder()
@@ -553,7 +557,7 @@ class Trainer:
             tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens,
             total_steps=self.total_steps, start_step=self.step, start_tokens=self.tokens,
             start_time=self.start_time, parent=self.parent, world_size=self.dist.world_size,
-            versions=library_versions()))
+            versions=library_versions(), mem_baseline_gib=self.mem_baseline))
         for change in self.split_changes:  # chosen before the run folder existed
             self.emit(MicroBatchChanged(self.run_id, self.now(), **{k: v for k, v in change.items() if k != "time"}))
         if tc.fsdp and not self.dist.enabled:

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QMainWindow,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from core.checkpoint import is_speedboard_checkpoint
 from core.config import RunConfig
@@ -56,6 +65,8 @@ MAX_PLOT_GAP_S = 1.0
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
 MAX_REOPENED = 50
 """Runs of the last session shown again at start (the newest)."""
+SETTINGS_MIN_WIDTH = 250
+"""The settings scroll sideways below this; the window fits 1024 px (half of a 1920 screen)."""
 
 
 class MainWindow(QMainWindow):
@@ -97,9 +108,8 @@ class MainWindow(QMainWindow):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.config_panel)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(self.config_panel.minimumSizeHint().width()
-                               + scroll.verticalScrollBar().sizeHint().width() + 4)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        scroll.setMinimumWidth(SETTINGS_MIN_WIDTH)
         settings = QWidget()
         settings_layout = QVBoxLayout(settings)
         settings_layout.setContentsMargins(0, 0, 0, 0)
@@ -124,12 +134,55 @@ class MainWindow(QMainWindow):
         self.main_splitter.addWidget(self.left_splitter)
         self.main_splitter.addWidget(self.right_splitter)
         self.main_splitter.setStretchFactor(1, 1)
+        self.main_splitter.setCollapsible(0, True)  # drag the handle to the left edge, or the button
+        self.main_splitter.setCollapsible(1, False)
+        self.right_splitter.setCollapsible(0, False)
+        self.settings_button = QToolButton()
+        self.settings_button.setObjectName("settingsToggle")
+        self.settings_button.setCheckable(True)
+        self.settings_button.setChecked(True)
+        self.settings_button.setAutoRaise(True)
+        self.settings_button.toggled.connect(self.show_settings)
+        self.plots.options.insertWidget(0, self.settings_button)
+        self.main_splitter.splitterMoved.connect(self._on_main_splitter_moved)
+        self._settings_width = 400
+        self._update_settings_button()
         self.setCentralWidget(self.main_splitter)
         self.setStatusBar(self.status)
         self.resize(1500, 950)
         self.main_splitter.setSizes([400, 1100])
         self.right_splitter.setSizes([680, 240])
         self.left_splitter.setSizes([700, 220])
+
+    def settings_shown(self) -> bool:
+        return self.main_splitter.sizes()[0] > 0
+
+    def show_settings(self, shown: bool) -> None:
+        """Show or collapse the settings and log column (the plots take its room)."""
+        sizes = self.main_splitter.sizes()
+        if shown == (sizes[0] > 0):
+            self._update_settings_button()
+            return
+        total = sum(sizes)
+        if shown:
+            left = min(self._settings_width, total // 2)
+            self.main_splitter.setSizes([left, total - left])
+        else:
+            self._settings_width = max(sizes[0], SETTINGS_MIN_WIDTH)
+            self.main_splitter.setSizes([0, total])
+        self._update_settings_button()
+
+    def _on_main_splitter_moved(self, *_) -> None:
+        self._update_settings_button()
+
+    def _update_settings_button(self) -> None:
+        shown = self.settings_shown()
+        self.settings_button.blockSignals(True)
+        self.settings_button.setChecked(shown)
+        self.settings_button.blockSignals(False)
+        self.settings_button.setText("◀ settings" if shown else "▶ settings")
+        self.settings_button.setToolTip("Hide the settings and log (more room for the plots)" if shown
+                                        else "Show the settings and log")
 
     def _build_menus(self) -> None:
         menus = {
@@ -187,6 +240,9 @@ class MainWindow(QMainWindow):
         s.save_failed.connect(self._on_save_failed)
         s.continue_failed.connect(self._on_continue_failed)
         s.job_failed.connect(self._on_job_failed)
+        s.record_removed.connect(self._on_record_removed)
+        self.plots.visibility_changed.connect(self.table.set_hidden)
+        self.table.remove_requested.connect(self._remove_runs)
         self.config_panel.changed.connect(self._update_controls)
         self.controls.start_clicked.connect(self._start)
         self.controls.pause_clicked.connect(self._pause)
@@ -197,6 +253,7 @@ class MainWindow(QMainWindow):
         self.controls.load_clicked.connect(self._load)
         self.table.selection_changed.connect(self.plots.set_visible_runs)
         self.table.selection_changed.connect(self._update_controls)
+        self.table.selection_changed.connect(self._show_focus)
 
     # ------------------------------------------------------------------ settings
     def _restore_settings(self) -> None:
@@ -210,6 +267,7 @@ class MainWindow(QMainWindow):
             state = s.value(f"window/{name}")
             if state is not None:
                 getattr(self, name).restoreState(state)
+        self._update_settings_button()  # the settings column may come back collapsed
 
     def save_settings(self) -> None:
         s = self.settings
@@ -237,11 +295,11 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ what the session reports
     def _on_record_added(self, record: RunRecord) -> None:
         self.table.add_record(record)
-        self.plots.add_run(record.key, record.color, record.label)
+        self.plots.add_run(record.key, record.color, record.label, record.dash)
         if record.origin == "live":
             what = f"starting {record.nproc} processes through torchrun" if record.nproc > 1 else "starting"
             self.log.add(f"{record.label}: {what} …")
-            self.status.show_idle(f"{record.label}: {what}")
+        self._show_focus()
         self._update_controls()
 
     def _on_record_changed(self, record: RunRecord) -> None:
@@ -253,8 +311,44 @@ class MainWindow(QMainWindow):
             if record.run_id and self.config_panel.start_from == start_from:
                 self.config_panel.clear_start_from()
         self.table.update_record(record)
-        self.plots.add_run(record.key, record.color, record.label)  # its label may now name the parent
+        self.table.fit_columns()
+        self.plots.add_run(record.key, record.color, record.label, record.dash)  # its label may name the parent
+        self._show_focus()
         self._update_controls()
+
+    def _on_record_removed(self, record: RunRecord) -> None:
+        self.table.remove_record(record.key)
+        self.plots.remove_run(record.key)
+        self._show_focus()
+        self._update_controls()
+
+    def _remove_runs(self, keys: set[int]) -> None:
+        """Remove rows and curves (the Delete key, the table's context menu); the run folders stay on disk."""
+        kept = {key for key in keys if not self.session.removable(key)}
+        removed = self.session.remove(keys)
+        if removed:
+            self.log.add(f"removed {', '.join(r.label for r in removed)} from the table (folders kept on disk)")
+        if kept:
+            self.status.showMessage("A run that trains or is followed cannot be removed: stop it first", 8_000)
+
+    def focus_record(self) -> RunRecord | None:
+        """The run the status bar follows: the one that trains, else the one selected, else the latest."""
+        session = self.session
+        if session.active is not None:
+            return session.active
+        selected = [k for k in self.table.selected_keys()]
+        if len(selected) == 1:
+            return session.record(selected[0])
+        shown = self.table.keys
+        return session.record(shown[-1]) if shown else None
+
+    def _show_focus(self, *_) -> None:
+        record = self.focus_record()
+        if record is None:
+            self.status.show_idle("idle")
+        else:
+            self.status.show_run(record, self.store.recent_step_time(record.key) if record.key in self.store
+                                 else None)
 
     def _on_event_applied(self, record: RunRecord, event: object) -> None:
         if isinstance(event, SampleGenerated):
@@ -287,7 +381,7 @@ class MainWindow(QMainWindow):
         if self.session.closing:
             QTimer.singleShot(0, self.close)
         else:
-            self.status.show_idle("idle")
+            self._show_focus()
 
     def _on_continue_failed(self, message: str) -> None:
         dialogs.show_error(self, "Cannot continue", message)
@@ -521,11 +615,14 @@ class MainWindow(QMainWindow):
         if self._gui_cpu_share <= GUI_CPU_BUDGET or now - self._last_plot_refresh >= MAX_PLOT_GAP_S:
             self.plots.refresh(budget=PLOTS_PER_TICK)
             self._last_plot_refresh = now
-        for record in self.session.take_progressed():
-            self.table.update_record(record)
+        progressed = self.session.take_progressed()
         active = self.session.active
-        if active is not None and active.run_id:
-            self.status.show_run(active, self.store.recent_step_time(active.key))
+        if active is not None and active.state == "compiling" and active not in progressed:
+            progressed.append(active)  # its elapsed compile time moves without events
+        for record in progressed:
+            if not record.removed:
+                self.table.update_record(record)
+        self._show_focus()
 
     def _update_controls(self, *_) -> None:
         session = self.session

@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterable
 
 import numpy as np
 
-from core.events import CompileFinished, CompileStarted, Event, RunStarted, StepMetrics, ValidationDone
+from core.events import CompileFinished, CompileStarted, Event, RunFinished, RunStarted, StepMetrics, ValidationDone
 
 X_AXES = ("step", "tokens", "time")
 STEP_FIELDS = ("step", "tokens", "time", "loss", "lr", "grad_norm", "tokens_per_s", "step_time",
@@ -67,6 +67,10 @@ class RunSeries:
         """Where the run begins on each x-axis (a continued run begins where its parent ended)."""
         self.version = 0
         """Bumped on every change, so a redraw can skip runs that did not change."""
+        self.compile_seconds: float | None = None
+        """The run's compile figure (``CompileFinished``, then ``RunFinished``): the table's and the log's."""
+        self.mem_baseline = 0.0
+        """Memory before the model existed (``RunStarted``): subtracted, so memory is the training's own."""
 
     def table(self, name: str) -> Columns:
         return self.steps if name == "steps" else self.val
@@ -87,22 +91,30 @@ class MetricStore:
     def __contains__(self, key: Hashable) -> bool:
         return key in self._runs
 
+    def remove(self, key: Hashable) -> None:
+        self._runs.pop(key, None)
+
     def add(self, key: Hashable, event: Event) -> bool:
         """Record one event of run ``key``; True when it changed a series."""
         series = self.run(key)
         if isinstance(event, StepMetrics):
             series.steps.append((event.step, event.tokens, event.time, event.loss, event.lr, event.grad_norm,
-                                 event.tokens_per_s, event.step_time, event.mem_gib, event.peak_mem_gib,
+                                 event.tokens_per_s, event.step_time, event.mem_gib - series.mem_baseline,
+                                 event.peak_mem_gib - series.mem_baseline,
                                  1.0 if event.warmup else 0.0))
         elif isinstance(event, ValidationDone):
             series.val.append((event.step, event.tokens, event.time, event.loss))
         elif isinstance(event, RunStarted):
             series.start = {"step": float(event.start_step), "tokens": float(event.start_tokens),
                             "time": float(event.start_time)}
+            series.mem_baseline = event.mem_baseline_gib
         elif isinstance(event, CompileStarted):
             series.compiled = True
-        elif isinstance(event, CompileFinished) and event.fallback:
-            series.compiled = False
+        elif isinstance(event, CompileFinished):
+            series.compiled = not event.fallback
+            series.compile_seconds = None if event.fallback else event.seconds
+        elif isinstance(event, RunFinished) and series.compiled and event.compile_seconds is not None:
+            series.compile_seconds = event.compile_seconds
         else:
             return False
         series.version += 1

@@ -17,6 +17,7 @@ records no ending and no process writes it any more (killed).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +38,11 @@ from core.events import (
     ValidationDone,
 )
 
-# Distinct, readable on white; a run keeps its colour for the whole session.
+# Distinct, readable on white; a run keeps its colour and dash for the whole session.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f")
+DASHES = ("solid", "dash", "dot", "dashdot")
+"""Line patterns: each round of ten colours gets the next, so 40 runs stay distinguishable."""
 
 ACTIVE_STATES = ("starting", "compiling", "training", "paused", "stopping", "following")
 ENDED_STATES = ("finished", "stopped", "failed")
@@ -135,11 +138,41 @@ class RunRecord:
     """Its data preparation as one line (``core.event_text.data_progress_line``), while it runs."""
     preparation_share: float | None = None
     """Share of the current preparation stage done (None: its size is unknown)."""
+    slot: int = -1
+    """Its place in the colour × dash sequence (``RunSession`` gives each new run the lowest free one);
+    -1: by its number."""
+    removed: bool = False
+    """The user removed its row: it is no longer drawn or listed."""
+    started_from: str = ""
+    """The weights it began with: a loaded file (``init_from`` or ``resume``), or empty."""
+    mem_baseline_gib: float = 0.0
+    """Memory of the process before the model existed (``RunStarted``): subtracted from every memory
+    figure, so on CPU they show the training's own resident memory, not the whole window's."""
+    step_seconds: list[float] = field(default_factory=list, repr=False)
+    """Every steady optimizer step's time (the spread behind the speedup's uncertainty)."""
+    compile_started: float | None = None
+    """``time.monotonic()`` when its compile warm-up began, while it compiles (the elapsed time shown)."""
+    compile_what: str = ""
+    """What torch.compile compiles: its mode and scope, in words."""
     _before_pause: str = field(default="training", repr=False)
 
     @property
+    def style_index(self) -> int:
+        return self.slot if self.slot >= 0 else self.number - 1
+
+    @property
     def color(self) -> str:
-        return PALETTE[(self.number - 1) % len(PALETTE)]
+        return PALETTE[self.style_index % len(PALETTE)]
+
+    @property
+    def dash(self) -> str:
+        return DASHES[(self.style_index // len(PALETTE)) % len(DASHES)]
+
+    @property
+    def holds_style(self) -> bool:
+        """It keeps its colour and dash from new runs: a removed run, or one that failed before its
+        first step (nothing of it is drawn), gives them back."""
+        return not self.removed and not (self.state == "failed" and self.last_loss is None)
 
     @property
     def train(self) -> dict[str, Any]:
@@ -204,8 +237,11 @@ class RunRecord:
             self.preparation_share = event.bytes_done / event.bytes_total if event.bytes_total else None
             return False
         if isinstance(event, StepMetrics):
-            self.step, self.tokens, self.last_loss, self.mem_gib = event.step, event.tokens, event.loss, event.mem_gib
-            self.peak_mem_gib = event.peak_mem_gib
+            self.step, self.tokens, self.last_loss = event.step, event.tokens, event.loss
+            self.mem_gib = event.mem_gib - self.mem_baseline_gib
+            self.peak_mem_gib = event.peak_mem_gib - self.mem_baseline_gib
+            if not event.warmup:
+                self.step_seconds.append(event.step_time)
             if self.state in ("starting", "compiling") and not event.warmup:
                 self.state = "training"
             return False
@@ -222,6 +258,9 @@ class RunRecord:
             self.start_step = self.step = event.start_step
             self.tokens = event.start_tokens
             self.total_steps = event.total_steps
+            self.mem_baseline_gib = event.mem_baseline_gib
+            source = self.config.get("resume") or self.config.get("init_from")
+            self.started_from = str(source) if source else ""
             if self.state == "starting":
                 self.state = "training"
         elif isinstance(event, DataPreparationStarted):
@@ -229,9 +268,13 @@ class RunRecord:
         elif isinstance(event, DataPrepared):
             self.preparing, self.preparation, self.preparation_share = False, "", None
         elif isinstance(event, CompileStarted):
+            self.compile_started = time.monotonic()
+            what = "each decoder block" if event.scope == "block" else "the whole model"
+            self.compile_what = f"{what}, mode {event.mode}"
             if self.state in ("starting", "training"):
                 self.state = "compiling"
         elif isinstance(event, CompileFinished):
+            self.compile_started = None
             self.compile_fallback = event.fallback
             self.compile_seconds = None if event.fallback else event.seconds
             if self.state == "compiling":
@@ -252,13 +295,14 @@ class RunRecord:
             self.median_tokens_per_s = event.median_tokens_per_s
             if event.compile_seconds is not None and not self.compile_fallback:
                 self.compile_seconds = event.compile_seconds
-            self.peak_mem_gib = event.peak_mem_gib
+            self.peak_mem_gib = event.peak_mem_gib - self.mem_baseline_gib
             self.checkpoint = event.checkpoint
         elif isinstance(event, RunFailed):
             # Stopped before it started: its data preparation was cancelled, nothing was kept.
             self.state = "stopped" if self.state == "stopping" and not self.run_id else "failed"
             self.message = event.message
             self.preparing, self.preparation, self.preparation_share = False, "", None
+            self.compile_started = None
         else:
             return False
         return True
@@ -269,11 +313,25 @@ class RunRecord:
         self.state = state
         return True
 
+    def compile_progress(self, now: float | None = None) -> str:
+        """While it compiles: how long it has, and what (the first steps of a compiled model run
+        the compiler: seconds to minutes with nothing else to show)."""
+        if self.state != "compiling" or self.compile_started is None:
+            return ""
+        elapsed = (time.monotonic() if now is None else now) - self.compile_started
+        minutes, seconds = divmod(int(max(0.0, elapsed)), 60)
+        return f"compiling {self.compile_what} {minutes}:{seconds:02d}"
+
     def progress_text(self) -> str:
+        if self.state == "compiling" and self.compile_started is not None:
+            return self.compile_progress()
         if self.state in ("training", "following") and self.total_steps:
             return f"{self.state} {self.step}/{self.total_steps}"
+        if self.state == "stopping":
+            return "stopping…"
         if self.state == "failed":
-            return "failed"
+            first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+            return f"failed: {first}" if first else "failed"
         if self.preparing and self.state == "starting":
             share = f" {100 * self.preparation_share:.0f}%" if self.preparation_share is not None else ""
             return f"preparing data{share}"

@@ -69,6 +69,8 @@ class RunSession(QObject):
     tune_failed = Signal(str)
     tuning_changed = Signal(bool)
     """The speed advisor took the torch thread, or gave it back."""
+    record_removed = Signal(object)
+    """The user removed a ``RunRecord``'s row: its curves and buffers are gone."""
 
     def __init__(self, out_dir: str | None = None, parent: QObject | None = None) -> None:
         """``out_dir`` overrides where runs started here write their folders."""
@@ -174,7 +176,7 @@ class RunSession(QObject):
 
     def continue_source(self, selected: set[int]) -> RunRecord | None:
         """The selected run if exactly one is selected and can be continued, else the latest that can."""
-        candidates = [r for r in self.records if r.ended and r.checkpoint]
+        candidates = [r for r in self.records if r.ended and r.checkpoint and not r.removed]
         chosen = [r for r in candidates if r.key in selected]
         if len(chosen) == 1:
             return chosen[0]
@@ -292,6 +294,25 @@ class RunSession(QObject):
         if state.state == "not running":
             self._route(record, WriterGone(state.message))
 
+    def removable(self, key: int) -> bool:
+        """A run can be removed once nothing writes it any more (ended, and not followed)."""
+        record = self.record(key)
+        return not record.removed and record is not self._active and key not in self._tails and not record.active
+
+    def remove(self, keys: set[int]) -> list[RunRecord]:
+        """Remove the rows and curves of the ``keys`` that are removable; their folders stay on disk."""
+        removed = []
+        for key in sorted(keys):
+            if not self.removable(key):
+                continue
+            record = self.record(key)
+            record.removed = True
+            self.store.remove(key)
+            self._progressed.discard(key)
+            removed.append(record)
+            self.record_removed.emit(record)
+        return removed
+
     def shutdown(self) -> None:
         """Stop following folders; stop any run at its next step and end the torch thread (waits for it)."""
         self._tail_timer.stop()
@@ -301,8 +322,10 @@ class RunSession(QObject):
     def _new_record(self, config: dict, origin: str, folder: str | None = None, parent: RunRecord | None = None,
                     nproc: int = 1) -> RunRecord:
         number = len(self.records) + 1
+        held = {r.slot for r in self.records if r.holds_style}
+        slot = next(i for i in range(len(held) + 1) if i not in held)  # the lowest free colour × dash
         record = RunRecord(key=number, number=number, config=config, origin=origin, folder=folder, nproc=nproc,
-                           state="following" if origin == "folder" else "starting")
+                           state="following" if origin == "folder" else "starting", slot=slot)
         if parent is not None:
             record.parent_id, record.parent_number = parent.run_id, parent.number
         self.records.append(record)

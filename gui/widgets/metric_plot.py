@@ -9,7 +9,13 @@ refits on every new point, and each refit re-lays out the axes and repaints the
 plot twice, most of a redraw's cost. Here the x range grows in 25 % steps and
 the y range changes only when the data leave it or fill less than half of it,
 so the axes stay still between those moments. Zooming or panning by hand hands
-the range to the user; the plot's "A" button gives it back.
+the range to the user; the plot's "A" button gives it back. ``min_y_span`` keeps
+noise from filling the plot (a 60 KB change in memory is not a cliff), and
+``outlier_series`` (compile warm-up steps) do not set the y range: points beyond
+it are drawn at the edge as triangles.
+
+An empty plot shows a hint of what to do; the legend lives outside the plots
+(``gui/widgets/run_legend.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QLabel, QWidget
 
 X_HEADROOM = 0.25
 X_PAD = 0.02
@@ -36,15 +42,21 @@ def configure_pyqtgraph() -> None:
     pg.setConfigOptions(background="w", foreground="#202020", antialias=False)
 
 
-def _pen(color: str, style: str):
+DASH_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
+               "dashdot": Qt.PenStyle.DashDotLine}
+EDGE_SYMBOL = "t1"  # a triangle pointing up: a point above the range, drawn at its edge
+MIN_PLOT_WIDTH, MIN_PLOT_HEIGHT = 150, 110
+
+
+def _pen(color: str, style: str, dash: str = "solid", width: float = 1.0):
+    """``style``: line, faint (the raw curve under a smoothed one), marked (line with dots), points."""
     if style == "points":
         return None
     c = QColor(color)
     if style == "faint":
         c.setAlpha(70)
-    pen = pg.mkPen(c, width=1)
-    if style == "dash":
-        pen.setStyle(Qt.PenStyle.DashLine)
+    pen = pg.mkPen(c, width=width)
+    pen.setStyle(DASH_STYLES.get(dash, Qt.PenStyle.SolidLine))
     return pen
 
 
@@ -60,8 +72,8 @@ def _bounds(x: np.ndarray, y: np.ndarray) -> tuple[Bounds, float] | None:
 
 
 class MetricPlot(pg.PlotWidget):
-    def __init__(self, name: str, title: str, y_label: str, legend: bool = False,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, name: str, title: str, y_label: str, hint: str = "", min_y_span: float = 0.0,
+                 outlier_series: tuple[str, ...] = (), parent: QWidget | None = None) -> None:
         super().__init__(parent=parent)
         self.setObjectName(name)
         item = self.getPlotItem()
@@ -71,10 +83,20 @@ class MetricPlot(pg.PlotWidget):
         item.setDownsampling(auto=True, mode="peak")
         item.setClipToView(True)
         item.setMenuEnabled(True)
-        self.setMinimumSize(200, 150)
-        # Bottom left: where falling loss curves leave room.
-        self.legend = item.addLegend(offset=(8, -8), labelTextSize="8pt") if legend else None
-        self._legend_samples: dict[Hashable, pg.PlotDataItem] = {}
+        self.setMinimumSize(MIN_PLOT_WIDTH, MIN_PLOT_HEIGHT)
+        self.title = title
+        self.min_y_span = min_y_span
+        self.outlier_series = set(outlier_series)
+        self._raw: dict[tuple[Hashable, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._edges: dict[tuple[Hashable, str], pg.PlotDataItem] = {}
+        """Per outlier series: its points beyond the y range, at the edge."""
+        self.hint = QLabel(hint, self)
+        self.hint.setObjectName(f"{name}Hint")
+        self.hint.setWordWrap(True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setStyleSheet("color: #707070; background: transparent;")
+        self.hint.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.hint.setVisible(bool(hint))
         self._curves: dict[tuple[Hashable, str], pg.PlotDataItem] = {}
         self._bounds: dict[tuple[Hashable, str], tuple[Bounds, float]] = {}
         self._regions: dict[Hashable, pg.LinearRegionItem] = {}
@@ -98,11 +120,11 @@ class MetricPlot(pg.PlotWidget):
         return {s: c for (k, s), c in self._curves.items() if k == key}
 
     def set_curve(self, key: Hashable, series: str, x: np.ndarray, y: np.ndarray, *, color: str,
-                  style: str = "line", legend_label: str | None = None) -> pg.PlotDataItem:
+                  style: str = "line", dash: str = "solid") -> pg.PlotDataItem:
         curve = self._curves.get((key, series))
         if curve is None:
-            curve = pg.PlotDataItem(pen=_pen(color, style))
-            if style == "dash":
+            curve = pg.PlotDataItem(pen=_pen(color, style, dash, width=1.5 if style == "line" else 1.0))
+            if style == "marked":
                 curve.setSymbol("o")
                 curve.setSymbolSize(5)
                 curve.setSymbolBrush(pg.mkBrush(color))
@@ -111,26 +133,45 @@ class MetricPlot(pg.PlotWidget):
                 curve.setSymbol("x")
                 curve.setSymbolSize(8)
                 curve.setSymbolPen(pg.mkPen(color, width=1))
+                curve.setSymbolBrush(pg.mkBrush(color))
             self.getPlotItem().addItem(curve)
             self._curves[(key, series)] = curve
             self._update_visibility(key, series)
-            if legend_label and self.legend is not None and key not in self._legend_samples:
-                # A stand-in with the run's full pen: the curve itself may be drawn faint.
-                sample = pg.PlotDataItem(pen=_pen(color, "line"))
-                self._legend_samples[key] = sample
-                self.legend.addItem(sample, legend_label)
-        curve.setData(x, y)
-        found = _bounds(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+            self.hint.setVisible(False)
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        if series in self.outlier_series:
+            self._raw[(key, series)] = (x, y)
+            self._draw_outliers(key, series)
+        else:
+            curve.setData(x, y)
+        found = _bounds(x, y)
         if found is None:
             self._bounds.pop((key, series), None)
         else:
             self._bounds[(key, series)] = found
         return curve
 
-    def set_style(self, key: Hashable, series: str, style: str, color: str) -> None:
+    def remove_run(self, key: Hashable) -> None:
+        """Forget every curve and region of run ``key``."""
+        item = self.getPlotItem()
+        for k, series in [c for c in self._curves if c[0] == key]:
+            item.removeItem(self._curves.pop((k, series)))
+            self._bounds.pop((k, series), None)
+            self._raw.pop((k, series), None)
+            self._hidden_series.discard((k, series))
+            edge = self._edges.pop((k, series), None)
+            if edge is not None:
+                item.removeItem(edge)
+        region = self._regions.pop(key, None)
+        if region is not None:
+            item.removeItem(region)
+        self._hidden.discard(key)
+        self.hint.setVisible(not self._curves and bool(self.hint.text()))
+
+    def set_style(self, key: Hashable, series: str, style: str, color: str, dash: str = "solid") -> None:
         curve = self._curves.get((key, series))
         if curve is not None and style != "points":
-            curve.setPen(_pen(color, style))
+            curve.setPen(_pen(color, style, dash, width=1.5 if style == "line" else 1.0))
 
     def hide_series(self, key: Hashable, series: str, hidden: bool) -> None:
         (self._hidden_series.add if hidden else self._hidden_series.discard)((key, series))
@@ -140,12 +181,13 @@ class MetricPlot(pg.PlotWidget):
         return key not in self._hidden and (key, series) not in self._hidden_series
 
     def _update_visibility(self, key: Hashable, series: str) -> None:
-        curve = self._curves.get((key, series))
-        if curve is not None:
-            curve.setVisible(self._shown(key, series))
+        for item in (self._curves.get((key, series)), self._edges.get((key, series))):
+            if item is not None:
+                item.setVisible(self._shown(key, series))
 
-    def set_region(self, key: Hashable, x0: float, x1: float, color: str) -> None:
-        """Shade ``[x0, x1]`` for run ``key`` (its compile warm-up)."""
+    def set_region(self, key: Hashable, x0: float, x1: float, color: str, text: str = "",
+                   tooltip: str = "compile warm-up") -> None:
+        """Shade ``[x0, x1]`` for run ``key`` (its compile warm-up), ``text`` written at its right edge."""
         region = self._regions.get(key)
         if region is None:
             fill = QColor(color)
@@ -153,12 +195,14 @@ class MetricPlot(pg.PlotWidget):
             region = pg.LinearRegionItem(values=(x0, x1), movable=False, brush=pg.mkBrush(fill),
                                          pen=pg.mkPen(fill))
             region.setZValue(-10)
-            region.setToolTip("compile warm-up")
+            region.label = pg.InfLineLabel(region.lines[1], "", position=0.92, anchor=(1, 0), color=color)
             self.getPlotItem().addItem(region, ignoreBounds=True)
             region.setVisible(key not in self._hidden)
             self._regions[key] = region
         else:
             region.setRegion((x0, x1))
+        region.label.setFormat(text)
+        region.setToolTip(tooltip)
 
     def region(self, key: Hashable) -> pg.LinearRegionItem | None:
         return self._regions.get(key)
@@ -170,8 +214,13 @@ class MetricPlot(pg.PlotWidget):
                 self._update_visibility(k, series)
         if key in self._regions:
             self._regions[key].setVisible(visible)
-        if key in self._legend_samples:
-            self._legend_samples[key].setVisible(visible)
+
+    def run_visible(self, key: Hashable) -> bool:
+        return key not in self._hidden
+
+    def curve_visible(self, key: Hashable, series: str) -> bool:
+        curve = self._curves.get((key, series))
+        return curve is not None and curve.isVisible()
 
     def set_x_label(self, text: str) -> None:
         self.getPlotItem().setLabel("bottom", text)
@@ -187,12 +236,14 @@ class MetricPlot(pg.PlotWidget):
 
     # ------------------------------------------------------------------ view range
     def data_bounds(self) -> Bounds | None:
-        """Bounds of the shown curves, in view coordinates (log10 of y on a log scale)."""
-        shown = [b for (key, series), b in self._bounds.items() if self._shown(key, series)]
-        if not shown:
+        """Bounds of the shown curves, in view coordinates (log10 of y on a log scale); outlier
+        series count for x only (unless nothing else is shown)."""
+        everything = [(s, b) for (key, s), b in self._bounds.items() if self._shown(key, s)]
+        if not everything:
             return None
-        x0 = min(b[0][0] for b in shown)
-        x1 = max(b[0][1] for b in shown)
+        x0 = min(b[0][0] for _, b in everything)
+        x1 = max(b[0][1] for _, b in everything)
+        shown = [b for s, b in everything if s not in self.outlier_series] or [b for _, b in everything]
         if self._log_y:
             lo = min(b[1] for b in shown)
             hi = max(b[0][3] for b in shown)
@@ -213,11 +264,65 @@ class MetricPlot(pg.PlotWidget):
         x0, x1, y0, y1 = bounds
         old = None if force else self._range
         rx = _fit_x(x0, x1, None if old is None else old[:2], X_PAD if tight else X_HEADROOM)
-        ry = _fit_y(y0, y1, None if old is None else old[2:])
+        ry = _fit_y(y0, y1, None if old is None else old[2:], 0.0 if self._log_y else self.min_y_span)
         if old is not None and rx == old[:2] and ry == old[2:]:
             return
         self._range = (*rx, *ry)
         self.getPlotItem().getViewBox().setRange(xRange=rx, yRange=ry, padding=0)
+        for key, series in self._raw:
+            self._draw_outliers(key, series)
+
+    def _draw_outliers(self, key: Hashable, series: str) -> None:
+        """Points of an outlier series inside the y range as they are; those beyond it at its edge, as
+        triangles (a second curve: per-point symbols would not survive the plot's clipping to the view)."""
+        x, y = self._raw[(key, series)]
+        curve = self._curves[(key, series)]
+        edge = self._edges.get((key, series))
+        if self._range is None or self._log_y or not len(y):
+            curve.setData(x, y)
+            if edge is not None:
+                edge.setData([], [])
+            return
+        lo, hi = self._range[2:]
+        beyond = (y > hi) | (y < lo)
+        curve.setData(x[~beyond], y[~beyond])
+        if edge is None:
+            if not beyond.any():
+                return
+            pen = curve.opts["symbolPen"]
+            edge = pg.PlotDataItem(pen=None, symbol=EDGE_SYMBOL, symbolSize=9, symbolPen=pen,
+                                   symbolBrush=curve.opts["symbolBrush"])
+            edge.setToolTip("warm-up steps beyond the axis, drawn at its edge")
+            self.getPlotItem().addItem(edge)
+            edge.setVisible(self._shown(key, series))
+            self._edges[(key, series)] = edge
+        inset = (hi - lo) * 0.03  # just inside, so the marker is not cut in half
+        edge.setData(x[beyond], np.clip(y[beyond], lo + inset, hi - inset))
+
+    def data(self, key: Hashable, series: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The points handed in for ``series`` (an outlier series draws some of them at the edge)."""
+        if (key, series) in self._raw:
+            return self._raw[(key, series)]
+        curve = self._curves.get((key, series))
+        return None if curve is None else (curve.xData, curve.yData)
+
+    def edge_points(self, key: Hashable, series: str) -> tuple[np.ndarray, np.ndarray] | None:
+        edge = self._edges.get((key, series))
+        return None if edge is None else edge.getData()
+
+    def outliers(self, key: Hashable, series: str) -> int:
+        """How many points of ``series`` lie beyond the y range (drawn at its edge)."""
+        raw = self._raw.get((key, series))
+        if raw is None or self._range is None:
+            return 0
+        lo, hi = self._range[2:]
+        return int(((raw[1] > hi) | (raw[1] < lo)).sum())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        hint = self.__dict__.get("hint")  # pyqtgraph resizes before __init__ has made it
+        if hint is not None:
+            hint.setGeometry(self.rect().adjusted(40, 30, -12, -36))
 
     def _on_manual_range(self, *_) -> None:
         self.follow = False
@@ -241,11 +346,20 @@ def _fit_x(x0: float, x1: float, current: tuple[float, float] | None, headroom: 
     return x0 - span * X_PAD, x1 + span * headroom
 
 
-def _fit_y(y0: float, y1: float, current: tuple[float, float] | None) -> tuple[float, float]:
+def _fit_y(y0: float, y1: float, current: tuple[float, float] | None,
+           min_span: float = 0.0) -> tuple[float, float]:
+    """``min_span``: the range is never narrower (centred on the data, not below 0 for data that is not)."""
     if current is not None:
         c0, c1 = current
-        if c0 <= y0 and y1 <= c1 and (y1 - y0) >= MIN_FILL * (c1 - c0):
+        if c0 <= y0 and y1 <= c1 and ((y1 - y0) >= MIN_FILL * (c1 - c0) or c1 - c0 <= min_span * 1.0001):
             return current
     span = y1 - y0
     pad = span * Y_PAD if span > 0 else max(abs(y0) * 0.05, 1e-6)
-    return y0 - pad, y1 + pad
+    lo, hi = y0 - pad, y1 + pad
+    if hi - lo < min_span:
+        middle = (y0 + y1) / 2
+        lo = middle - min_span / 2
+        if y0 >= 0 > lo:
+            lo = 0.0
+        hi = lo + min_span
+    return lo, hi

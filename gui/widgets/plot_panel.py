@@ -2,28 +2,51 @@
 
 ``refresh()`` is called by the window's timer (10–20 Hz), never per event: it
 redraws only the runs whose buffers changed since the last call.
+
+Each run is visible or hidden, one notion for every plot: the legend's ticks and
+the run table's selection (``set_visible_runs``) both change it, and
+``visibility_changed`` tells the window. Runs are told apart by colour and dash.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 
-from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gui.metric_store import MetricStore, moving_average
 from gui.widgets.metric_plot import MetricPlot, configure_pyqtgraph
+from gui.widgets.run_legend import RunLegend
 
 X_AXIS_TEXT = {"step": "optimizer step", "tokens": "tokens seen", "time": "wall time (s)"}
 MAX_SMOOTHING = 100
+MIN_MEMORY_SPAN_GIB = 0.1
+"""The memory plot never spans less: a change of a few megabytes is not a cliff."""
+EMPTY_HINT = ("No runs yet.\nChoose settings on the left and press Start,\n"
+              "or open a run folder (File ▸ Open run folder…).")
 
 
 class PlotPanel(QWidget):
+    visibility_changed = Signal(object)
+    """The set of hidden run keys, after the legend or the table's selection changed it."""
+
     def __init__(self, store: MetricStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         configure_pyqtgraph()
         self.store = store
-        self._runs: dict[Hashable, tuple[str, str]] = {}  # key -> (colour, legend label)
+        self._runs: dict[Hashable, tuple[str, str, str]] = {}  # key -> (colour, dash, legend label)
+        self._hidden: set[Hashable] = set()
         self._drawn: dict[tuple[str, Hashable], int] = {}  # (plot, run) -> store version drawn
         self._counts: dict[tuple, int] = {}
         self._next = 0
@@ -37,31 +60,43 @@ class PlotPanel(QWidget):
         self.smoothing = QSlider(Qt.Orientation.Horizontal)
         self.smoothing.setObjectName("smoothingSlider")
         self.smoothing.setRange(0, MAX_SMOOTHING)
-        self.smoothing.setFixedWidth(140)
+        self.smoothing.setMinimumWidth(50)
+        self.smoothing.setMaximumWidth(140)
+        self.smoothing.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.smoothing_label = QLabel()
-        self.smoothing_label.setMinimumWidth(60)
+        self.smoothing_label.setMinimumWidth(52)
         self.log_scale = QCheckBox("log-scale loss")
         self.log_scale.setObjectName("logScaleCheck")
         self.grid = QCheckBox("grid")
         self.grid.setObjectName("gridCheck")
 
-        self.loss = MetricPlot("lossPlot", "Loss (train, validation dashed)", "loss", legend=True)
-        self.lr = MetricPlot("lrPlot", "Learning rate", "lr")
-        self.throughput = MetricPlot("throughputPlot", "Throughput (× warm-up step, shaded: compile warm-up)",
-                                     "tokens/s")
-        self.memory = MetricPlot("memoryPlot", "Memory in use", "GiB")
+        self.legend = RunLegend()
+        self.loss = MetricPlot("lossPlot", "Loss (train; validation: dots)", "loss", hint=EMPTY_HINT)
+        self.lr = MetricPlot("lrPlot", "Learning rate", "lr", hint="The schedule: warm-up, then cosine decay.")
+        self.throughput = MetricPlot("throughputPlot", "Throughput (×: warm-up steps)", "tokens/s",
+                                     hint="Tokens per second of every optimizer step.", outlier_series=("warmup",))
+        self.throughput.setToolTip("The y axis fits the steps after warm-up; warm-up steps beyond it are drawn "
+                                   "at its edge as triangles. Shaded: the compile warm-up, labelled with the "
+                                   "same compile seconds as the run table and the log.")
+        self.memory = MetricPlot("memoryPlot", "Training memory", "GiB", min_y_span=MIN_MEMORY_SPAN_GIB,
+                                 hint="Memory the training itself holds.")
+        self.memory.setToolTip("Memory above what the process held before the model existed: CUDA allocated, "
+                               f"or the resident set on CPU. The axis spans at least {MIN_MEMORY_SPAN_GIB} GiB.")
 
         options = QHBoxLayout()
         options.setContentsMargins(4, 0, 4, 0)
-        options.addWidget(QLabel("x-axis:"))
+        options.setSpacing(4)
+        self.options = options
+        """The options row (the window adds its own buttons at its start)."""
+        options.addWidget(QLabel("x:"))
         options.addWidget(self.x_axis_combo)
-        options.addSpacing(16)
-        options.addWidget(QLabel("loss smoothing:"))
-        options.addWidget(self.smoothing)
+        options.addSpacing(8)
+        options.addWidget(QLabel("smoothing:"))
+        options.addWidget(self.smoothing, 1)
         options.addWidget(self.smoothing_label)
-        options.addSpacing(16)
+        options.addSpacing(8)
         options.addWidget(self.log_scale)
-        options.addSpacing(16)
+        options.addSpacing(8)
         options.addWidget(self.grid)
         options.addStretch(1)
         grid = QGridLayout()
@@ -73,7 +108,9 @@ class PlotPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(options)
+        layout.addWidget(self.legend)
         layout.addLayout(grid, 1)
+        self.legend.toggled.connect(self.set_run_visible)
 
         self.x_axis_combo.currentIndexChanged.connect(self._on_x_axis)
         self.smoothing.valueChanged.connect(self._on_smoothing)
@@ -96,22 +133,52 @@ class PlotPanel(QWidget):
             self.x_axis_combo.setCurrentIndex(index)
 
     # ------------------------------------------------------------------ runs
-    def add_run(self, key: Hashable, color: str, label: str) -> None:
-        """A run to draw, or a run's new label (it is redrawn); the same colour and label again change nothing."""
-        if self._runs.get(key) == (color, label):
+    def add_run(self, key: Hashable, color: str, label: str, dash: str = "solid") -> None:
+        """A run to draw, or a run's new label (it is redrawn); the same mark and label again change nothing."""
+        if self._runs.get(key) == (color, dash, label):
             return
-        self._runs[key] = (color, label)
+        self._runs[key] = (color, dash, label)
+        self.legend.set_run(key, color, dash, label, visible=key not in self._hidden)
         for plot in self.plots:
             self._drawn.pop((plot.objectName(), key), None)
 
+    def remove_run(self, key: Hashable) -> None:
+        """Forget run ``key``: its curves, legend entry and visibility."""
+        self._runs.pop(key, None)
+        self._hidden.discard(key)
+        self.legend.remove_run(key)
+        for plot in self.plots:
+            plot.remove_run(key)
+            self._drawn.pop((plot.objectName(), key), None)
+        self._counts = {tag: n for tag, n in self._counts.items() if tag[1] != key}
+
+    @property
+    def hidden_runs(self) -> set[Hashable]:
+        return set(self._hidden)
+
+    def run_visible(self, key: Hashable) -> bool:
+        return key not in self._hidden
+
+    def set_run_visible(self, key: Hashable, visible: bool) -> None:
+        """Show or hide one run in every plot and the legend."""
+        self._apply_visibility({k for k in self._hidden if k != key} | (set() if visible else {key}))
+
     def set_visible_runs(self, keys: set[Hashable] | None) -> None:
-        """Show only ``keys`` (None: every run)."""
+        """Show only ``keys`` (None: every run): the table's selection."""
+        self._apply_visibility(set() if keys is None else {k for k in self._runs if k not in keys})
+
+    def _apply_visibility(self, hidden: set[Hashable]) -> None:
+        changed = hidden != self._hidden
+        self._hidden = hidden
         for key in self._runs:
-            visible = keys is None or key in keys
+            visible = key not in hidden
+            self.legend.set_visible(key, visible)
             for plot in self.plots:
                 plot.set_run_visible(key, visible)
         for plot in self.plots:
             plot.refit(force=True, tight=not self.live)
+        if changed:
+            self.visibility_changed.emit(set(hidden))
 
     # ------------------------------------------------------------------ drawing
     def refresh(self, force: bool = False, budget: int | None = None) -> None:
@@ -124,13 +191,13 @@ class PlotPanel(QWidget):
             if budget is not None and drawn >= budget:
                 break
             changed = False
-            for key, (color, label) in self._runs.items():
+            for key, (color, dash, _label) in self._runs.items():
                 if key not in self.store:
                     continue
                 version = self.store.run(key).version
                 tag = (plot.objectName(), key)
                 if force or self._drawn.get(tag) != version:
-                    self._draw(plot, key, color, label, force)
+                    self._draw(plot, key, color, dash, force)
                     self._drawn[tag] = version
                     changed = True
             if changed or force:
@@ -153,7 +220,7 @@ class PlotPanel(QWidget):
         self._counts[tag] = len(xy[0])
         plot.set_curve(key, series, *xy, **style)
 
-    def _draw(self, plot: MetricPlot, key: Hashable, color: str, label: str, force: bool) -> None:
+    def _draw(self, plot: MetricPlot, key: Hashable, color: str, dash: str, force: bool) -> None:
         store, x = self.store, self.x_axis
         run = store.run(key)
         if len(run.steps) == 0 and len(run.val) == 0:
@@ -162,25 +229,41 @@ class PlotPanel(QWidget):
             window = self.smoothing.value()
             style = "faint" if window > 1 else "line"
             xs, loss = store.series(key, "train/loss", x)
-            self._set(plot, key, "train", (xs, loss), force, color=color, style=style, legend_label=label)
+            self._set(plot, key, "train", (xs, loss), force, color=color, style=style, dash=dash)
             if force:
-                plot.set_style(key, "train", style, color)
+                plot.set_style(key, "train", style, color, dash)
             if window > 1:
-                self._set(plot, key, "smooth", (xs, moving_average(loss, window)), force, color=color)
+                self._set(plot, key, "smooth", (xs, moving_average(loss, window)), force, color=color, dash=dash)
             plot.hide_series(key, "smooth", window <= 1)
             if len(run.val):
-                self._set(plot, key, "val", store.series(key, "val/loss", x), force, color=color, style="dash")
+                self._set(plot, key, "val", store.series(key, "val/loss", x), force, color=color, style="marked",
+                          dash=dash)
         elif plot is self.lr:
-            self._set(plot, key, "lr", store.series(key, "train/lr", x), force, color=color)
+            self._set(plot, key, "lr", store.series(key, "train/lr", x), force, color=color, dash=dash)
         elif plot is self.throughput:
             self._set(plot, key, "steady", store.series(key, "perf/tokens_per_s", x, warmup=False), force,
-                      color=color)
+                      color=color, dash=dash)
             wx, wy = store.series(key, "perf/tokens_per_s", x, warmup=True)
             self._set(plot, key, "warmup", (wx, wy), force, color=color, style="points")
             if run.compiled and len(wx):
-                plot.set_region(key, run.start[x], float(wx.max()), color)
+                self._mark_compile(key, run, float(wx.max()), color)
         elif plot is self.memory:
-            self._set(plot, key, "mem", store.series(key, "mem/gib", x), force, color=color)
+            self._set(plot, key, "mem", store.series(key, "mem/gib", x), force, color=color, dash=dash)
+
+    def _mark_compile(self, key: Hashable, run, x1: float, color: str) -> None:
+        """Shade the compile warm-up, labelled with the run's one compile figure (the table's and the log's)."""
+        x0 = run.start[self.x_axis]
+        seconds = run.compile_seconds
+        steps = len(run.steps["warmup"][run.steps["warmup"] == 1.0])
+        if seconds is None:
+            text = "compiling"
+            tip = f"Compile warm-up: {steps} step(s) so far; the compile time is known after a few steady steps."
+        else:
+            text = f"compile {seconds:.1f} s"
+            tip = (f"Compile warm-up over {steps} step(s): {seconds:.1f} s of compiling, i.e. their wall time "
+                   f"minus the same steps at steady speed (the median of the first steady steps). The run "
+                   f"table's Compile s and the log show this figure.")
+        self.throughput.set_region(key, x0, x1, color, text, tip)
 
     # ------------------------------------------------------------------ options
     def _on_x_axis(self) -> None:

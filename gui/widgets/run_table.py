@@ -1,28 +1,80 @@
 """One row per run: its settings, results and speedup against a baseline the user ticks.
 
-Selecting rows shows only their curves; with no selection every run is shown.
+Selecting rows shows only their curves (the plots' one notion of visible; a run
+hidden there reads grey here). Speedups are honest about what they compare: each
+comes with a range from both runs' step-time spread, a tooltip naming the medians
+compared, and a "not comparable" mark where precision, device, preset or sequence
+length differ from the baseline. Rows are removed with Delete or the context menu.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
+import statistics
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QKeySequence
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidget, QTableWidgetItem, QWidget
 
 from gui.run_record import RunRecord
+from gui.widgets.run_legend import swatch
 
-COLUMNS = ("Base", "Run", "State", "Compile", "Accum", "Micro", "Precision", "Device", "Compile s",
-           "Tokens/s", "Speedup", "MFU", "Loss", "Val loss", "Peak GiB")
+COLUMNS = ("Base", "Run", "State", "Compile", "Accum", "Micro", "Precision", "Device", "Procs", "Started from",
+           "Compile s", "Tokens/s", "Speedup", "MFU", "Loss", "Val loss", "Train GiB")
 _STATE_COLORS = {"failed": "#b00020", "stopped": "#8a6d00", "finished": "#1b5e20"}
+_HIDDEN_COLOR = "#a0a0a0"
+_NOT_COMPARABLE_COLOR = "#8a6d00"
+PRIORITY = ("Base", "Run", "State", "Tokens/s", "Speedup", "Loss", "Compile s", "Train GiB", "Accum", "Compile",
+            "Val loss", "MFU", "Micro", "Started from", "Precision", "Device", "Procs")
+"""Columns in the order they give way when the table is narrow (the last first)."""
+STATE_CHARS = 80
+"""A failed run's reason is cut here in its row (and elided to the column); the tooltip has all of it."""
+STATE_MAX_PX = 190
+MIN_STEPS_FOR_RANGE = 4
+"""Steady steps a run needs before its spread says anything."""
+COMPARED = (("precision", "precision"), ("device", "device"), ("preset", "preset"), ("seq_len", "sequence length"))
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _quartiles(times: list[float]) -> tuple[float, float] | None:
+    if len(times) < MIN_STEPS_FOR_RANGE:
+        return None
+    q1, _, q3 = statistics.quantiles(times, n=4)
+    return q1, q3
+
+
+def comparison_keys(record: RunRecord) -> dict[str, str]:
+    """What must match for two runs' throughputs to be compared: precision, device, preset, sequence length."""
+    cfg = record.config
+    return {"precision": record.precision or str(record.train.get("precision", "")),
+            "device": record.device or str(record.train.get("device", "")),
+            "preset": str(cfg.get("preset", "")),
+            "seq_len": str(cfg.get("data", {}).get("seq_len", ""))}
+
+
+def not_comparable(record: RunRecord, base: RunRecord) -> list[str]:
+    """The settings of ``record`` that differ from ``base``'s, in words (empty: comparable)."""
+    mine, theirs = comparison_keys(record), comparison_keys(base)
+    return [f"{words} {mine[key]} vs {theirs[key]}" for key, words in COMPARED if mine[key] != theirs[key]]
+
+
+def speedup_range(record: RunRecord, base: RunRecord) -> tuple[float, float] | None:
+    """Speedup with each run's step time at its 25th and 75th percentile (slow vs fast and fast vs slow):
+    the spread of the two measurements, not a confidence interval."""
+    mine, theirs = _quartiles(record.step_seconds), _quartiles(base.step_seconds)
+    if mine is None or theirs is None or not record.tokens_per_step or not base.tokens_per_step:
+        return None
+    ratio = record.tokens_per_step / base.tokens_per_step  # tokens/s = tokens per step / step time
+    return ratio * theirs[0] / mine[1], ratio * theirs[1] / mine[0]
+
+
 class RunTable(QTableWidget):
     selection_changed = Signal(object)
     """The keys of the selected runs (a set), or None when nothing is selected."""
+    remove_requested = Signal(object)
+    """The user asked to remove these runs' rows (a set of keys)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(0, len(COLUMNS), parent)
@@ -32,26 +84,58 @@ class RunTable(QTableWidget):
         self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.verticalHeader().setVisible(False)
+        self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.setAlternatingRowColors(True)
+        self.setWordWrap(False)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setStretchLastSection(False)
+        header.setMinimumSectionSize(28)
+        header.setSectionResizeMode(COLUMNS.index("State"), QHeaderView.ResizeMode.Interactive)
+        self.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.horizontalHeaderItem(0).setToolTip("Tick the run that speedups are measured against")
         tips = {"Micro": "Micro-batch: sequences per forward/backward pass",
-                "Compile s": "Compile warm-up: extra seconds the first steps took",
+                "Procs": "Processes that train the run (more than one: torchrun)",
+                "Started from": "The weights the run began with: its parent run (Continue), a loaded file, "
+                                "or a fresh initialisation (—)",
+                "Compile s": "Compile warm-up: the warm-up steps' wall time minus the same steps at steady "
+                             "speed (median of the first steady steps); the shaded region in the throughput "
+                             "plot shows the same figure",
                 "Tokens/s": "Median tokens per second over the steps after warm-up",
-                "Speedup": "Tokens/s relative to the ticked baseline run",
+                "Speedup": "Median tokens/s relative to the ticked baseline run, with the range from both "
+                           "runs' step-time spread (25th–75th percentile). The runs were measured one after "
+                           "the other, not interleaved: load on the machine between them moves the figure",
                 "MFU": "Model FLOPs utilisation of the median tokens/s, against this machine's measured GEMM peak "
                        "in the run's precision (the figure of the CLI's step lines and of speedboard bench)",
-                "Loss": "Final training loss", "Peak GiB": "Peak memory: CUDA allocated, or process RSS on CPU"}
+                "Loss": "Final training loss",
+                "Train GiB": "Peak memory of the training itself: CUDA max allocated, or on CPU the peak "
+                             "resident set minus what the process held before the model existed (the "
+                             "window and earlier runs excluded), as speedboard bench reports it"}
         for name, tip in tips.items():
             self.horizontalHeaderItem(COLUMNS.index(name)).setToolTip(tip)
         self._records: list[RunRecord] = []
+        self._hidden: set[int] = set()
         self._baseline: int | None = None
         self._user_baseline = False
         self._filling = False
         self.itemChanged.connect(self._on_item_changed)
         self.itemSelectionChanged.connect(self._on_selection)
+        self._fit_timer = QTimer(self)  # owned: it dies with the table
+        self._fit_timer.setSingleShot(True)
+        self._fit_timer.setInterval(0)
+        self._fit_timer.timeout.connect(self.fit_columns)
+        header.sectionResized.connect(self._schedule_fit)  # a column grew with its content
+
+        self.remove_action = QAction("Remove from the table", self)
+        self.remove_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
+        self.remove_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        self.remove_action.triggered.connect(self._remove_selected)
+        self.addAction(self.remove_action)
+        self.clear_failed_action = QAction("Clear failed runs", self)
+        self.clear_failed_action.triggered.connect(self.clear_failed)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._context_menu)
 
     # ------------------------------------------------------------------ rows
     def column(self, name: str) -> int:
@@ -62,6 +146,10 @@ class RunTable(QTableWidget):
 
     def record_at(self, row: int) -> RunRecord:
         return self._records[row]
+
+    @property
+    def keys(self) -> list[int]:
+        return [r.key for r in self._records]
 
     def add_record(self, record: RunRecord) -> None:
         self._records.append(record)
@@ -76,29 +164,57 @@ class RunTable(QTableWidget):
             base = self.item(row, 0)
             base.setFlags(base.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             base.setCheckState(Qt.CheckState.Unchecked)
-            self.item(row, 1).setData(Qt.ItemDataRole.DecorationRole, QColor(record.color))
+            self.item(row, 1).setIcon(swatch(record.color, record.dash))
         finally:
             self._filling = False
         self.update_record(record)
+        self.fit_columns()
+        self.scrollToItem(self.item(row, 1))  # a new run is in view
+
+    def remove_record(self, key: int) -> None:
+        row = self.row_of(key)
+        self._records.pop(row)
+        self._hidden.discard(key)
+        self._filling = True
+        try:
+            self.removeRow(row)
+        finally:
+            self._filling = False
+        self.fit_columns()
+        if key == self._baseline:
+            self._baseline = None
+            self._user_baseline = False
+            fallback = next((r.key for r in self._records if r.median_tokens_per_s is not None), None)
+            self.set_baseline(fallback)
+        else:
+            self._refresh_speedups()
 
     def update_record(self, record: RunRecord) -> None:
         row = self.row_of(record.key)
         tps = record.median_tokens_per_s
         compile_s = "fallback" if record.compile_fallback else _fmt(record.compile_seconds, ".1f")
+        if record.parent_number is not None:
+            started = f"#{record.parent_number}"
+        elif record.parent_id:
+            started = record.parent_id
+        else:
+            started = _short_path(record.started_from) if record.started_from else "—"
         texts = {
             "Run": record.label,
-            "State": record.progress_text(),
+            "State": _cut(record.progress_text(), STATE_CHARS),
             "Compile": record.compile_text,
             "Accum": str(record.train.get("accum_steps", "")),
             "Micro": str(record.train.get("micro_batch", "")),
             "Precision": record.precision or record.train.get("precision", ""),
             "Device": record.device or record.train.get("device", ""),
+            "Procs": str(record.nproc),
+            "Started from": started,
             "Compile s": compile_s,
             "Tokens/s": _fmt(tps, ",.0f"),
             "MFU": _fmt(record.mfu, ".0%"),
             "Loss": _fmt(record.final_loss if record.final_loss is not None else record.last_loss, ".4f"),
             "Val loss": _fmt(record.val_loss, ".4f"),
-            "Peak GiB": _fmt(record.peak_mem_gib, ".2f"),
+            "Train GiB": _fmt(record.peak_mem_gib, ".2f"),
         }
         self._filling = True
         try:
@@ -112,7 +228,13 @@ class RunTable(QTableWidget):
                     f"Changed {record.split_changes}× during the run (out of memory, or fitted before it): "
                     f"the same effective batch; see the Log")
             run_item = self.item(row, self.column("Run"))
-            run_item.setToolTip("\n".join(t for t in (record.run_id, record.folder) if t))
+            hidden = " (hidden in the plots: tick it in the legend or select its row)" \
+                if record.key in self._hidden else ""
+            run_item.setToolTip("\n".join(t for t in (record.run_id, record.folder) if t) + hidden)
+            run_item.setForeground(QColor(_HIDDEN_COLOR if record.key in self._hidden else "#202020"))
+            origin = self.item(row, self.column("Started from"))
+            parent = f"continues run {record.parent_id}" if record.parent_id else ""
+            origin.setToolTip(parent or record.started_from)
             self.item(row, self.column("Precision")).setToolTip(record.precision_reason)
             if record.matmul_peak_flops:
                 self.item(row, self.column("MFU")).setToolTip(
@@ -123,6 +245,44 @@ class RunTable(QTableWidget):
             self.set_baseline(record.key)
         else:
             self._refresh_speedups()
+
+    def fit_columns(self) -> None:
+        """Show the columns that fit the width, most useful first; the others give way until it widens
+        (their figures stay in the tooltips and the log)."""
+        # Room for a vertical scroll bar is kept: its appearing does not resize the table.
+        available = self.width() - 2 * self.frameWidth() - self.verticalScrollBar().sizeHint().width()
+        header = self.horizontalHeader()
+        state = self.column("State")
+        content = max(self.sizeHintForColumn(state), header.sectionSizeHint(state))
+        self.setColumnWidth(state, min(STATE_MAX_PX, content))
+        used, room = 0, True
+        for name in PRIORITY:
+            col = self.column(name)
+            if col == state:
+                width = self.columnWidth(col)
+            else:
+                width = max(self.sizeHintForColumn(col), header.sectionSizeHint(col))
+            fits = room and (used + width <= available or name in ("Base", "Run", "State"))
+            if fits:
+                used += width
+            else:
+                room = False  # strictly in order of use: a later, narrower column does not jump the queue
+            if self.isColumnHidden(col) == fits:
+                self.setColumnHidden(col, not fits)
+
+    def _schedule_fit(self, *_) -> None:
+        if not self._fit_timer.isActive():
+            self._fit_timer.start()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self.fit_columns()
+
+    def set_hidden(self, keys: set[int]) -> None:
+        """The runs hidden in the plots: their names read grey."""
+        self._hidden = set(keys)
+        for record in self._records:
+            self.update_record(record)
 
     # ------------------------------------------------------------------ baseline and speedups
     @property
@@ -140,24 +300,57 @@ class RunTable(QTableWidget):
             self._filling = False
         self._refresh_speedups()
 
+    def _base(self) -> RunRecord | None:
+        return next((r for r in self._records if r.key == self._baseline), None)
+
     def speedup(self, record: RunRecord) -> float | None:
-        base = next((r for r in self._records if r.key == self._baseline), None)
+        base = self._base()
         if base is None or not base.median_tokens_per_s or record.median_tokens_per_s is None:
             return None
         return record.median_tokens_per_s / base.median_tokens_per_s
 
     def _refresh_speedups(self) -> None:
         col = self.column("Speedup")
+        base = self._base()
+        before = [self.item(row, col).text() for row in range(self.rowCount())]
         self._filling = True
         try:
             for row, record in enumerate(self._records):
+                item = self.item(row, col)
                 value = self.speedup(record)
-                text = "—" if value is None else f"{value:.2f}×"
-                if record.key == self._baseline and value is not None:
-                    text += " (base)"
-                self.item(row, col).setText(text)
+                if value is None or base is None:
+                    item.setText("—")
+                    item.setToolTip("")
+                    item.setForeground(QColor("#202020"))
+                    continue
+                if record.key == self._baseline:
+                    item.setText(f"{value:.2f}× (base)")
+                    item.setToolTip(f"The baseline: median {base.median_tokens_per_s:,.0f} tokens/s over "
+                                    f"{len(base.step_seconds)} steady steps")
+                    item.setForeground(QColor("#202020"))
+                    continue
+                span = speedup_range(record, base)
+                text = f"{value:.2f}×" + (f" ({span[0]:.2f}–{span[1]:.2f})" if span else "")
+                differ = not_comparable(record, base)
+                if differ:
+                    text += " ≠"
+                item.setText(text)
+                item.setForeground(QColor(_NOT_COMPARABLE_COLOR if differ else "#202020"))
+                tip = (f"Median tokens/s of {record.label} ({record.median_tokens_per_s:,.0f} over "
+                       f"{len(record.step_seconds)} steady steps) ÷ median of {base.label} "
+                       f"({base.median_tokens_per_s:,.0f} over {len(base.step_seconds)} steady steps).\n"
+                       f"The two runs were measured one after the other, not interleaved: a change in the "
+                       f"machine's load between them moves this figure.")
+                if span:
+                    tip += (f"\nRange {span[0]:.2f}–{span[1]:.2f}×: both runs' step times at their 25th and "
+                            f"75th percentiles.")
+                if differ:
+                    tip += "\nNot comparable with the baseline: " + "; ".join(differ) + "."
+                item.setToolTip(tip)
         finally:
             self._filling = False
+        if [self.item(row, col).text() for row in range(self.rowCount())] != before:
+            self.fit_columns()  # a range appeared: other columns may have to give way
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if self._filling or item.column() != 0:
@@ -169,10 +362,58 @@ class RunTable(QTableWidget):
         elif record.key == self._baseline:
             self.set_baseline(None)
 
-    # ------------------------------------------------------------------ selection
+    # ------------------------------------------------------------------ selection and removal
     def selected_keys(self) -> set[int]:
         return {self._records[index.row()].key for index in self.selectionModel().selectedRows()}
 
     def _on_selection(self) -> None:
         keys = self.selected_keys()
         self.selection_changed.emit(keys or None)
+
+    def failed_keys(self) -> set[int]:
+        return {r.key for r in self._records if r.state == "failed"}
+
+    def clear_failed(self) -> None:
+        failed = self.failed_keys()
+        if failed:
+            self.remove_requested.emit(failed)
+
+    def _remove_selected(self) -> None:
+        keys = self.selected_keys()
+        if keys:
+            self.remove_requested.emit(keys)
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if event.key() in (Qt.Key.Key_Delete, Qt.Key.Key_Backspace) and self.selected_keys():
+            self._remove_selected()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    def _context_menu(self, pos) -> None:
+        menu = self.context_menu()
+        menu.exec(self.viewport().mapToGlobal(pos))
+
+    def context_menu(self) -> QMenu:
+        """Remove the selected rows; clear every failed run."""
+        menu = QMenu(self)
+        selected = len(self.selected_keys())
+        self.remove_action.setText(f"Remove {selected} run(s) from the table" if selected > 1
+                                   else "Remove from the table")
+        self.remove_action.setEnabled(selected > 0)
+        menu.addAction(self.remove_action)
+        failed = len(self.failed_keys())
+        self.clear_failed_action.setText(f"Clear failed runs ({failed})")
+        self.clear_failed_action.setEnabled(failed > 0)
+        menu.addAction(self.clear_failed_action)
+        return menu
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _short_path(path: str) -> str:
+    """The last two parts of a path: enough to recognise a checkpoint."""
+    parts = path.replace("\\", "/").rstrip("/").split("/")
+    return "/".join(parts[-2:])

@@ -1,10 +1,22 @@
-"""Progress with ETA, the device and current memory of the active run."""
+"""The run in focus: its state, progress with ETA, device and memory; and short messages.
+
+The window decides which run is in focus (the one that trains, else the one
+selected, else the latest) and calls ``show_run`` on every tick, so the bar never
+shows another run's step. Messages (``showMessage``) and a long state are elided
+to the room they have, with a gap before the permanent labels, and keep their
+full text in a tooltip.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
 from gui.run_record import RunRecord
+
+GAP_PX = 16
+"""Room between a message and the state label."""
+MAX_STATE_PX = 360
 
 
 def format_duration(seconds: float) -> str:
@@ -14,15 +26,59 @@ def format_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+class ElidedLabel(QLabel):
+    """A one-line label that cuts its text with "…" to fit, the whole text in its tooltip."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(40)
+        self.setText(text)
+
+    def full_text(self) -> str:
+        return self._full
+
+    def sizeHint(self):  # noqa: N802 (Qt's name)
+        """As wide as the whole text (up to the maximum width): the elided text must not shrink it."""
+        hint = super().sizeHint()
+        hint.setWidth(min(self.maximumWidth(), self.fontMetrics().horizontalAdvance(self._full) + GAP_PX + 4))
+        return hint
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt's name)
+        hint = super().minimumSizeHint()
+        hint.setWidth(self.minimumWidth())
+        return hint
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = " ".join(text.split())  # one line: a multi-line reason reads as one
+        self.setToolTip(text if self._full else "")
+        self._elide()
+        self.updateGeometry()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        width = max(0, self.width() - GAP_PX)
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width))
+
+
 class StatusBar(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("statusBar")
-        self.state = QLabel("idle")
+        self.message = ElidedLabel()
+        self.message.setObjectName("messageLabel")
+        self.state = ElidedLabel("idle")
         self.state.setObjectName("stateLabel")
+        self.state.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.state.setMaximumWidth(MAX_STATE_PX)
         self.progress = QProgressBar()
         self.progress.setObjectName("progressBar")
-        self.progress.setFixedWidth(220)
+        self.progress.setMinimumWidth(120)
+        self.progress.setMaximumWidth(220)
         self.progress.setTextVisible(True)
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
@@ -33,22 +89,71 @@ class StatusBar(QStatusBar):
         self.device.setObjectName("deviceLabel")
         self.memory = QLabel()
         self.memory.setObjectName("memoryLabel")
+        self.addWidget(self.message, 1)
         for widget in (self.state, self.progress, self.eta, self.device, self.memory):
             self.addPermanentWidget(widget)
+        self._clear = QTimer(self)
+        self._clear.setSingleShot(True)
+        self._clear.timeout.connect(self.clearMessage)
+        self._shown: tuple | None = None
 
+    # ------------------------------------------------------------------ messages
+    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 (QStatusBar's name)
+        """A message left of the run's state, elided to its room; cleared after ``timeout`` ms (0: kept)."""
+        self.message.setText(text)
+        if timeout > 0:
+            self._clear.start(timeout)
+        else:
+            self._clear.stop()
+
+    def currentMessage(self) -> str:  # noqa: N802 (QStatusBar's name)
+        return self.message.full_text()
+
+    def clearMessage(self) -> None:  # noqa: N802 (QStatusBar's name)
+        self._clear.stop()
+        self.message.setText("")
+
+    # ------------------------------------------------------------------ the run in focus
     def show_run(self, record: RunRecord, step_time: float | None) -> None:
         """``record``'s state and progress; the ETA from ``step_time`` (recent seconds per optimizer step)."""
         step, total = record.step, record.total_steps
-        self.state.setText(f"{record.label}: {record.state}")
+        shown = (record.key, record.state, record.label, step, total, record.mem_gib, record.device,
+                 record.compile_progress(), round(step_time or 0.0, 3))
+        if shown == self._shown:
+            return  # nothing moved: no relayout
+        self._shown = shown
+        if record.state == "stopping":
+            state = "stopping… (after the current optimizer step)"
+        elif record.state == "compiling":
+            state = record.compile_progress() or "compiling"
+        elif record.state == "failed":
+            state = record.progress_text()
+        else:
+            state = record.state
+        self.state.setText(f"{record.label}: {state}")
+        if record.run_id is None:  # set-up: nothing of it is known yet, and nothing of another run is shown
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.progress.setFormat("setting up")
+            self.eta.setText("")
+            self.device.setText("")
+            self.memory.setText("")
+            return
         done, span = max(0, step - record.start_step), max(1, total - record.start_step)
         self.progress.setRange(0, span)
         self.progress.setValue(min(done, span))
         self.progress.setFormat(f"step {step:,} / {total:,}")
-        eta = (total - step) * step_time if step_time and total else None
+        live = record.state in ("training", "compiling", "following")
+        eta = (total - step) * step_time if live and step_time and total else None
         self.eta.setText(f"ETA {format_duration(eta)}" if eta is not None else "")
         self.device.setText(record.device)
         self.memory.setText(f"{record.mem_gib:.2f} GiB" if record.mem_gib is not None else "")
+        self.memory.setToolTip("Memory the training holds now (above the process before the model existed)")
 
     def show_idle(self, text: str = "idle") -> None:
+        self._shown = None
         self.state.setText(text)
         self.eta.setText("")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("no run")

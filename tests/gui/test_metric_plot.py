@@ -54,3 +54,21 @@ def test_hidden_runs_leave_the_range(qtbot):
     plot.set_run_visible(2, False)
     plot.refit(force=True, tight=True)
     assert _view(plot)[3] < 2
+
+
+def test_outliers_go_to_the_edge_even_when_the_view_clips_points(qtbot):
+    """Warm-up points partly outside the x view (a zoom, or another axis): no per-point mismatch."""
+    plot = MetricPlot("testPlot", "test", "tokens/s", outlier_series=("warmup",))
+    qtbot.addWidget(plot)
+    plot.set_curve(1, "steady", np.arange(4.0, 40.0), np.linspace(800.0, 1200.0, 36), color="#1f77b4")
+    plot.set_curve(1, "warmup", np.array([1.0, 2.0, 3.0]), np.array([20.0, 5000.0, 900.0]), color="#1f77b4",
+                   style="points")
+    plot.refit(force=True, tight=True)
+    plot.getPlotItem().getViewBox().setRange(xRange=(2.5, 40), padding=0)  # the user zooms past two of them
+    plot.set_curve(1, "warmup", np.array([1.0, 2.0, 3.0]), np.array([20.0, 5000.0, 900.0]), color="#1f77b4",
+                   style="points")
+    plot.refit(force=True, tight=True)
+    assert plot.outliers(1, "warmup") == 2
+    x, y = plot.edge_points(1, "warmup")
+    lo, hi = plot.getPlotItem().getViewBox().viewRange()[1]
+    assert list(x) == [1.0, 2.0] and all(lo <= v <= hi for v in y)

@@ -1,0 +1,123 @@
+"""The runs' legend, above the plots and outside their curves: one checkable entry per run.
+
+An entry's tick is the run's visibility, the same one the table's selection sets
+(``PlotPanel`` keeps it): unticking hides the run in every plot, ticking brings it
+back. Each entry shows the run's colour and dash pattern, as its curves do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
+from PySide6.QtWidgets import QListView, QListWidget, QListWidgetItem, QWidget
+
+from gui.widgets.metric_plot import DASH_STYLES
+
+SWATCH = QSize(30, 12)
+KEY_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+def swatch(color: str, dash: str, size: QSize = SWATCH) -> QIcon:
+    """A short line in the run's colour and dash pattern: the run's mark in the legend and the table."""
+    pixmap = QPixmap(size)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    pen = QPen(QColor(color), 2.5)
+    pen.setStyle(DASH_STYLES.get(dash, Qt.PenStyle.SolidLine))
+    painter.setPen(pen)
+    painter.drawLine(1, size.height() // 2, size.width() - 1, size.height() // 2)
+    painter.end()
+    return QIcon(pixmap)
+
+
+class RunLegend(QListWidget):
+    toggled = Signal(object, bool)
+    """``(key, visible)``: the user ticked or unticked a run."""
+
+    ROWS = 2
+    """Rows shown before it scrolls: many runs do not push the plots away."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("runLegend")
+        self.setFlow(QListView.Flow.LeftToRight)
+        self.setWrapping(True)
+        self.setResizeMode(QListView.ResizeMode.Adjust)
+        self.setIconSize(SWATCH)
+        self.setSpacing(1)
+        self.setSelectionMode(QListWidget.SelectionMode.NoSelection)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setToolTip("Tick or untick a run to show or hide its curves in every plot")
+        self.setFrameShape(QListWidget.Shape.NoFrame)
+        self._items: dict[Hashable, QListWidgetItem] = {}
+        self._filling = False
+        self.itemChanged.connect(self._on_item_changed)
+        self.setVisible(False)
+
+    def _fit_height(self) -> None:
+        self.setVisible(bool(self._items))
+        if not self._items:
+            return
+        row = self.sizeHintForRow(0) + 2 * self.spacing()
+        rows = 1
+        width = self.viewport().width() or self.width()
+        used = 0
+        for i in range(self.count()):
+            w = self.visualItemRect(self.item(i)).width() + 2 * self.spacing()
+            if used and used + w > width:
+                rows += 1
+                used = 0
+            used += w
+        self.setFixedHeight(min(rows, self.ROWS) * row + 2 * self.frameWidth() + 2)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit_height()
+
+    def set_run(self, key: Hashable, color: str, dash: str, label: str, visible: bool = True) -> None:
+        """Add run ``key``'s entry, or update its mark and label."""
+        self._filling = True
+        try:
+            item = self._items.get(key)
+            if item is None:
+                item = QListWidgetItem(label)
+                item.setData(KEY_ROLE, key)
+                item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable)
+                item.setCheckState(Qt.CheckState.Checked if visible else Qt.CheckState.Unchecked)
+                self.addItem(item)
+                self._items[key] = item
+            item.setText(label)
+            item.setIcon(swatch(color, dash))
+        finally:
+            self._filling = False
+        self._fit_height()
+
+    def remove_run(self, key: Hashable) -> None:
+        item = self._items.pop(key, None)
+        if item is not None:
+            self.takeItem(self.row(item))
+        self._fit_height()
+
+    def set_visible(self, key: Hashable, visible: bool) -> None:
+        item = self._items.get(key)
+        if item is None:
+            return
+        self._filling = True
+        try:
+            item.setCheckState(Qt.CheckState.Checked if visible else Qt.CheckState.Unchecked)
+        finally:
+            self._filling = False
+
+    def is_checked(self, key: Hashable) -> bool:
+        item = self._items.get(key)
+        return item is not None and item.checkState() == Qt.CheckState.Checked
+
+    def item_of(self, key: Hashable) -> QListWidgetItem | None:
+        return self._items.get(key)
+
+    def _on_item_changed(self, item: QListWidgetItem) -> None:
+        if not self._filling:
+            self.toggled.emit(item.data(KEY_ROLE), item.checkState() == Qt.CheckState.Checked)

@@ -1,0 +1,22 @@
+"""Compile time and throughput from a run's step times: robust to one noisy step."""
+
+from __future__ import annotations
+
+from core.step_times import StepTimes
+
+
+def test_compile_time_is_not_decided_by_one_slow_steady_step():
+    """The issue's steps: warm-up 8.35, 1.95, 0.13 s, then a slow first steady step of 3.38 s."""
+    times = StepTimes(3)
+    for seconds in (8.35, 1.95, 0.13, 3.38, 0.13, 0.12, 0.14, 0.13):
+        times.add(seconds)
+    assert times.compile_time_known
+    # 10.43 s of warm-up minus 3 × the median steady step (0.13 s), not minus 3 × 3.38 s (which read 0.3 s).
+    assert abs(times.compile_seconds() - (8.35 + 1.95 + 0.13 - 3 * 0.13)) < 1e-9
+
+
+def test_a_run_that_ends_inside_its_warm_up_counts_all_of_it():
+    times = StepTimes(3)
+    for seconds in (5.0, 1.0):
+        times.add(seconds)
+    assert times.compile_seconds() == 6.0 and times.median_steady() is None

@@ -1,0 +1,307 @@
+"""The dashboard's plots, run table, status bar and layout, as a user reads and clicks them.
+
+Most runs here are run folders written from events (opened as the user opens
+one), so each figure is known exactly; a few are real micro runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QKeySequence
+
+from core.events import (
+    CompileFinished,
+    CompileStarted,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepMetrics,
+)
+from gui.run_record import DASHES, PALETTE
+from gui.widgets.plot_panel import MIN_MEMORY_SPAN_GIB
+from tests.gui.conftest import child, click, run_once, wait_idle, wait_steps
+
+PLOTS = ("lossPlot", "lrPlot", "throughputPlot", "memoryPlot")
+MIB = 1 / 1024
+
+
+def write_run(folder: Path, run_id: str, *, step_times=(0.1,) * 8, warmup: int = 1, compile_mode: str = "off",
+              compile_seconds: float | None = None, precision: str = "fp32", device: str = "cpu",
+              preset: str = "micro", seq_len: int = 32, tokens_per_step: int = 128, baseline_gib: float = 0.5,
+              mem_gib: float = 0.6, fail: str | None = None, init_from: str | None = None) -> Path:
+    """A run folder with the events a trainer writes; ``fail`` ends it failed before its first step."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"preset": preset, "data": {"seq_len": seq_len}, "init_from": init_from,
+              "train": {"compile_mode": compile_mode, "compile_scope": "model", "accum_steps": 1,
+                        "micro_batch": 4, "precision": precision, "device": device}}
+    events = [RunStarted(run_id, 0.0, run_dir=str(folder), config=config, device=device, precision=precision,
+                         num_parameters=1000, tokens_per_step=tokens_per_step,
+                         budget_tokens=tokens_per_step * len(step_times), total_steps=len(step_times),
+                         mem_baseline_gib=baseline_gib)]
+    if fail:
+        events.append(RunFailed(run_id, 0.1, fail))
+    else:
+        if compile_mode != "off":
+            events.append(CompileStarted(run_id, 0.0, compile_mode, "model"))
+        now = 0.0
+        for i, seconds in enumerate(step_times, start=1):
+            now += seconds
+            events.append(StepMetrics(run_id, now, step=i, tokens=tokens_per_step * i, loss=5.0 - 0.1 * i, lr=1e-3,
+                                      grad_norm=1.0, tokens_per_s=tokens_per_step / seconds, step_time=seconds,
+                                      peak_mem_gib=mem_gib + 0.01, mem_gib=mem_gib + 1e-5 * (i % 2), mfu=0.0,
+                                      warmup=i <= warmup))
+            if compile_mode != "off" and i == warmup + 5:
+                events.append(CompileFinished(run_id, now, compile_mode, "model", compile_seconds, warmup))
+        steady = sorted(step_times[warmup:])
+        median = steady[len(steady) // 2]
+        events.append(RunFinished(run_id, now, step=len(step_times), tokens=tokens_per_step * len(step_times),
+                                  stopped=False, final_loss=4.0, val_loss=None,
+                                  median_tokens_per_s=tokens_per_step / median, compile_seconds=compile_seconds,
+                                  peak_mem_gib=mem_gib + 0.01, checkpoint=None))
+    with open(folder / "metrics.jsonl", "w", encoding="utf-8") as f:
+        for event in events:
+            f.write(json.dumps(event.to_dict()) + "\n")
+    return folder
+
+
+def open_runs(window, tmp_path, count: int, **kwargs):
+    records = []
+    for _ in range(count):
+        folder = write_run(tmp_path / "opened" / f"run{len(window.session.records) + 1}",
+                           f"r{len(window.session.records) + 1}", **kwargs)
+        records.append(window.open_run_folder(str(folder)))
+    window.plots.refresh(force=True)
+    return records
+
+
+def cell(window, key: int, column: str):
+    table = window.table
+    return table.item(table.row_of(key), table.column(column))
+
+
+# --------------------------------------------------------------------------- bug 1: one compile figure
+def test_table_log_and_shaded_region_show_one_compile_figure(window, tmp_path):
+    steps = (8.35, 1.95, 0.13, 3.38, 0.13, 0.12, 0.14, 0.13, 0.13)
+    (record,) = open_runs(window, tmp_path, 1, step_times=steps, warmup=3, compile_mode="default",
+                          compile_seconds=10.04)
+    assert cell(window, record.key, "Compile s").text() == "10.0"
+    assert any("compile warm-up 10.0 s" in line for line in window.log.messages())
+    region = window.plots.throughput.region(record.key)
+    assert region is not None and region.label.format == "compile 10.0 s"
+    assert "10.0 s" in region.toolTip() and "run table" in region.toolTip()
+
+
+# --------------------------------------------------------------------------- bug 2: one notion of visible
+def test_legend_table_selection_and_every_plot_share_one_visibility(window, tmp_path):
+    first, second = open_runs(window, tmp_path, 2)
+    legend = child(window, "runLegend")
+    plots = [child(window, name) for name in PLOTS]
+
+    legend.item_of(second.key).setCheckState(Qt.CheckState.Unchecked)  # the user unticks run 2
+    for plot in plots:
+        assert all(c.isVisible() for c in plot.curves_of(first.key).values()), plot.objectName()
+        assert not any(c.isVisible() for c in plot.curves_of(second.key).values()), plot.objectName()
+    assert window.table.item(1, window.table.column("Run")).foreground().color().name() == "#a0a0a0"
+
+    window.table.selectRow(0)  # selecting run 1 hides run 2: the legend says so
+    assert not legend.is_checked(second.key) and legend.is_checked(first.key)
+    legend.item_of(second.key).setCheckState(Qt.CheckState.Checked)  # and ticking it brings it back
+    for plot in plots:
+        assert all(c.isVisible() for c in plot.curves_of(second.key).values()), plot.objectName()
+    assert window.plots.hidden_runs == set()
+
+    window.table.clearSelection()
+    assert legend.is_checked(first.key) and legend.is_checked(second.key)
+
+
+# --------------------------------------------------------------------------- bug 3: 20 runs told apart
+def test_twenty_runs_are_distinguishable_and_failed_runs_give_their_colour_back(window, tmp_path):
+    records = open_runs(window, tmp_path, 3)
+    (failed,) = open_runs(window, tmp_path, 1, fail="ValueError: bad data")
+    records += open_runs(window, tmp_path, 18)
+    assert failed.state == "failed"
+    marks = [(r.color, r.dash) for r in records]
+    assert len(records) == 21 and len(set(marks)) == 21
+    assert records[3].color == failed.color and records[3].dash == failed.dash  # the next run took its place
+    assert records[10].color == records[0].color and records[10].dash != records[0].dash
+    assert {r.color for r in records} == set(PALETTE) and {r.dash for r in records} == set(DASHES[:3])
+    loss = child(window, "lossPlot")
+    pen = loss.curve(records[10].key, "train").opts["pen"]
+    assert pen.style() == Qt.PenStyle.DashLine and pen.color().name() == records[0].color
+
+
+# --------------------------------------------------------------------------- bug 5: 1024 × 640
+def test_window_is_usable_at_1024_by_640(qtbot, window, tmp_path):
+    open_runs(window, tmp_path, 12)
+    assert window.minimumSizeHint().width() <= 1024 and window.minimumSizeHint().height() <= 640
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 640)
+    for name in PLOTS:
+        plot = child(window, name)
+        assert plot.width() >= 150 and plot.height() >= 100, name
+        assert plot.mapTo(window, QPoint(plot.width(), 0)).x() <= 1024
+    table = window.table
+    shown = [c for c in range(table.columnCount()) if not table.isColumnHidden(c)]
+    assert sum(table.columnWidth(c) for c in shown) <= table.viewport().width()  # no sideways scrolling
+    assert {"Run", "State", "Tokens/s", "Speedup"} <= {table.horizontalHeaderItem(c).text() for c in shown}
+    legend = child(window, "runLegend")
+    assert legend.height() <= 2 * legend.sizeHintForRow(0) + 20  # twelve runs do not push the plots away
+
+    plots_width = window.plots.width()
+    click(window, "settingsToggle")  # the settings collapse: the plots take their room
+    assert not window.settings_shown() and window.plots.width() > plots_width
+    click(window, "settingsToggle")
+    assert window.settings_shown()
+
+
+# --------------------------------------------------------------------------- bug 6: long messages elide
+def test_long_failure_message_elides_before_the_state_label(qtbot, window):
+    window.resize(1024, 640)
+    reason = "RuntimeError: " + "a very long failure message that goes on " * 12
+    window.status.showMessage(reason, 15_000)
+    message, state = window.status.message, child(window, "stateLabel")
+    qtbot.waitUntil(lambda: message.text().endswith("…"))
+    assert message.full_text() == " ".join(reason.split()) and message.toolTip() == reason
+    right = message.x() + message.fontMetrics().horizontalAdvance(message.text())
+    assert right + 8 <= state.x()  # a gap before "idle"
+    assert state.text() == "idle"
+
+
+# --------------------------------------------------------------------------- honest figures
+def test_speedup_shows_its_spread_and_marks_runs_that_cannot_be_compared(window, tmp_path):
+    rng = np.random.default_rng(0)
+    slow = tuple(0.2 + 0.02 * rng.random(20))
+    fast = tuple(0.1 + 0.01 * rng.random(20))
+    base, same, other = (open_runs(window, tmp_path, 1, step_times=slow)[0],
+                         open_runs(window, tmp_path, 1, step_times=fast)[0],
+                         open_runs(window, tmp_path, 1, step_times=fast, precision="bf16")[0])
+    assert window.table.baseline == base.key
+    text = cell(window, same.key, "Speedup").text()
+    value = window.table.speedup(same)
+    lo, hi = (float(v) for v in text.split("(")[1].rstrip(")").split("–"))
+    assert text.startswith(f"{value:.2f}×") and lo < value < hi and "≠" not in text
+    tip = cell(window, same.key, "Speedup").toolTip()
+    assert "not interleaved" in tip and "Median tokens/s" in tip and f"{len(same.step_seconds)} steady" in tip
+    marked = cell(window, other.key, "Speedup")
+    assert marked.text().endswith("≠") and "precision bf16 vs fp32" in marked.toolTip()
+
+
+def test_memory_is_the_trainings_own_with_a_sensible_range(window, tmp_path):
+    (record,) = open_runs(window, tmp_path, 1, baseline_gib=0.5, mem_gib=0.78501)
+    assert cell(window, record.key, "Train GiB").text() == "0.30"  # 0.79501 peak − 0.5 before the model
+    assert "before the model existed" in window.table.horizontalHeaderItem(
+        window.table.column("Train GiB")).toolTip()
+    memory = child(window, "memoryPlot")
+    (y0, y1) = memory.getPlotItem().getViewBox().viewRange()[1]
+    assert y1 - y0 >= MIN_MEMORY_SPAN_GIB * 0.999  # a 10 KB wobble is not a cliff
+
+
+def test_throughput_axis_fits_steady_steps_and_marks_warm_up_outliers(window, tmp_path):
+    steps = (8.0, 2.0, 0.5) + (0.1,) * 10  # warm-up steps 80× slower: 16 tok/s vs 1,280 tok/s
+    steps = (0.001,) + steps[1:]  # and one warm-up step far above the steady ones
+    (record,) = open_runs(window, tmp_path, 1, step_times=steps, warmup=3)
+    plot = child(window, "throughputPlot")
+    (y0, y1) = plot.getPlotItem().getViewBox().viewRange()[1]
+    assert y1 < 128 / 0.001 / 10 and y0 <= 1280 <= y1  # the steady curve fills the plot
+    assert plot.outliers(record.key, "warmup") >= 1
+    _, inside = plot.curve(record.key, "warmup").getData()
+    _, edge = plot.edge_points(record.key, "warmup")
+    assert (0 if inside is None else len(inside)) + len(edge) == 3 and len(edge) >= 1
+    assert y0 <= edge.min() and edge.max() <= y1  # drawn at the edge, as triangles
+
+
+def test_status_bar_follows_the_run_in_focus_and_says_stopping(qtbot, make_window):
+    window = make_window(train={"budget": 1_000_000})
+    first = window.session.records
+    click(window, "startButton")
+    record = wait_steps(qtbot, window, 2)
+    click(window, "stopButton")
+    assert "stopping…" in child(window, "stateLabel").full_text()
+    assert cell(window, record.key, "State").text() == "stopping…"
+    wait_idle(qtbot, window)
+    assert record.state == "stopped"
+
+    window.config_panel.set_from_config(window.config_panel.config.replace(train={"budget": 4}))
+    click(window, "startButton")  # the next run: nothing of the first one is shown
+    second = window.session.records[-1]
+    assert second is not record and first[-1] is second
+    assert child(window, "stateLabel").full_text().startswith(f"{second.label}: starting")
+    assert child(window, "progressBar").format() == "setting up"
+    wait_idle(qtbot, window)
+    window.table.selectRow(0)  # the first run in focus: its own step
+    assert child(window, "progressBar").format() == f"step {record.step:,} / {record.total_steps:,}"
+
+
+# --------------------------------------------------------------------------- expected, and missing
+def test_empty_plots_say_what_to_do(window, tmp_path):
+    hint = child(window, "lossPlotHint")
+    assert hint.isVisible() and "press Start" in hint.text()
+    open_runs(window, tmp_path, 1)
+    assert not hint.isVisible()
+
+
+def test_compile_warm_up_shows_elapsed_time_and_what_compiles(qtbot):
+    from gui.run_record import RunRecord
+    from gui.widgets.run_table import RunTable
+    from gui.widgets.status_bar import StatusBar
+
+    record = RunRecord(key=1, number=1, config={"train": {"compile_mode": "default"}})
+    record.apply(RunStarted("c1", 0.0, run_dir="/runs/c1", config={"train": {"compile_mode": "default"}},
+                            device="cpu", precision="fp32", num_parameters=1, tokens_per_step=1, budget_tokens=9,
+                            total_steps=9))
+    record.apply(CompileStarted("c1", 0.1, "default", "model"))
+    assert record.state == "compiling"
+    record.compile_started -= 42  # as if it had compiled for 42 s
+    table, status = RunTable(), StatusBar()
+    qtbot.addWidget(table)
+    qtbot.addWidget(status)
+    table.add_record(record)
+    status.show_run(record, None)
+    assert table.item(0, table.column("State")).text() == "compiling the whole model, mode default 0:42"
+    assert "compiling the whole model, mode default 0:42" in status.state.full_text()
+
+
+def test_rows_are_removed_with_delete_and_failed_runs_cleared(qtbot, window, tmp_path):
+    records = open_runs(window, tmp_path, 2)
+    failed = open_runs(window, tmp_path, 2, fail="ValueError: no data")
+    table = window.table
+    assert table.item(2, table.column("State")).text() == "failed: ValueError: no data"
+    menu = table.context_menu()
+    clear = next(a for a in menu.actions() if a.text().startswith("Clear failed"))
+    assert clear.text() == "Clear failed runs (2)" and clear.isEnabled()
+    clear.trigger()
+    assert table.rowCount() == 2 and all(r.removed for r in failed)
+
+    table.selectRow(0)
+    table.setFocus()
+    assert table.remove_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Delete)
+    qtbot.keyClick(table, Qt.Key.Key_Delete)
+    assert table.rowCount() == 1 and records[0].removed
+    assert records[0].key not in window.store and window.plots.loss.curve(records[0].key, "train") is None
+    assert window.table.baseline == records[1].key  # the baseline moved to a run still shown
+    assert Path(records[0].folder).is_dir()  # the folder stays on disk
+
+
+def test_new_rows_scroll_into_view(window, tmp_path):
+    window.resize(1024, 640)
+    records = open_runs(window, tmp_path, 25)
+    table = window.table
+    last = table.item(table.row_of(records[-1].key), 1)
+    assert table.viewport().rect().intersects(table.visualItemRect(last))
+
+
+def test_processes_and_started_from_columns(qtbot, window, tmp_path):
+    (loaded,) = open_runs(window, tmp_path, 1, init_from="/data/weights/model.safetensors")
+    assert cell(window, loaded.key, "Started from").text() == "weights/model.safetensors"
+    assert cell(window, loaded.key, "Procs").text() == "1"
+    parent = run_once(qtbot, window)
+    click(window, "continueButton")
+    wait_idle(qtbot, window)
+    child_run = window.session.records[-1]
+    assert child_run.parent_number == parent.number
+    assert cell(window, child_run.key, "Started from").text() == f"#{parent.number}"
+    assert parent.run_id in cell(window, child_run.key, "Started from").toolTip()
