@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2, help="profiled steps after 3 warm-up steps")
     p.add_argument("--explain", action="store_true", help="also run torch._dynamo.explain on the forward")
     p.add_argument("--rows", type=int, default=25)
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads (0: torch's default); 1 reads cleaner on a shared machine")
     p.add_argument("--shapes", action="store_true", help="also list the top operators by input shapes and dtypes")
     args = p.parse_args(argv)
 
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     # Inductor's own C++ kernels show up in the profile by name (otherwise their time is
     # booked to the graph as a whole and the matmul share reads too high).
     torch._inductor.config.cpp.enable_kernel_profile = True
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg, data, model = preset_model(args.preset)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     batch = data.train.batch(list(range(args.micro_batch)))
@@ -89,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
     events = prof.key_averages()
     tokens = args.steps * args.micro_batch * cfg.data.seq_len
-    print(f"{args.preset}, {args.precision}, compile {args.compile} ({args.scope}), loss {args.loss}")
+    print(f"{args.preset}, {args.precision}, compile {args.compile} ({args.scope}), loss {args.loss}, "
+          f"{torch.get_num_threads()} thread(s)")
     print(f"{args.steps} steps: {wall:.2f} s wall, {tokens / wall:,.0f} tokens/s (under the profiler)")
     # Regions by their own total (wall) time; "loss" nests inside "forward".
     by_key = {e.key: e for e in events}

@@ -123,3 +123,32 @@ def test_greedy_generation_is_deterministic():
     a = model.generate(prompt, 5)
     b = model.generate(prompt, 5)
     assert a.shape == (1, 8) and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_forward_with_targets_is_the_summed_fp32_loss_of_the_logits(dtype):
+    """The loss the Trainer gets from ``forward(targets=…)`` is cross-entropy over the logits, summed, in fp32,
+    skipping IGNORE_INDEX, with the same gradients; under bf16 autocast as well."""
+    import torch.nn.functional as F
+
+    from core.data import IGNORE_INDEX
+
+    model = make_model().train()
+    ids = torch.randint(0, CFG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    targets = ids.roll(-1, dims=1)
+    targets[0, :3] = IGNORE_INDEX
+    amp = torch.autocast("cpu", dtype=dtype, enabled=dtype is not None)
+    with amp:
+        loss = model(ids, targets=targets)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with amp:
+        logits = model(ids)
+    ref = F.cross_entropy(logits.float().view(-1, CFG.vocab_size), targets.view(-1), reduction="none")
+    ref = ref[targets.view(-1) != IGNORE_INDEX].sum()
+    ref.backward()
+    assert loss.dtype == torch.float32
+    assert torch.equal(loss, ref) or loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    for g, p in zip(grads, model.parameters(), strict=True):
+        assert torch.allclose(g, p.grad, rtol=1e-5, atol=1e-7)
