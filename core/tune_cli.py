@@ -112,7 +112,7 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
     try:
         report = run_tune(plan, console, cancelled=lambda: control.stop_requested,
-                          report_path=report_path or default_report_path(plan))
+                          report_path=report_path or default_report_path(config))
     finally:
         signal.signal(signal.SIGINT, previous)
     console.say("")
