@@ -323,7 +323,9 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
 
     ``sink`` receives ``TuneStarted``, then ``TrialStarted``/``TrialFinished`` per trial, then
     ``TuneFinished``; it must return quickly. ``cancelled`` is asked between optimizer steps and
-    before each trial. A trial is not started when its estimate would end past the budget.
+    before each trial. A trial is not started when its estimate would end past the budget, and a
+    new cell only when its repeats and those of the cells already started fit too; the estimates
+    follow the step times measured so far.
     """
     from core.data import prepare_data
 
@@ -333,29 +335,49 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     prepare_data(plan.config.data)  # the corpus' store and tokenizer, once, before any clock runs
     emit(TuneStarted(plan.to_dict()))
     results: list[TrialResult] = []
-    skipped: list[dict[str, str]] = []
+    skipped: list[dict[str, Any]] = []
     was_cancelled = False
     measured: dict[str, float] = {}
     """Per cell: the seconds a repeat takes, from its trials so far (a warm compile)."""
+    ratios: list[float] = []
+    """Measured over estimated step time of the trials so far: scales the estimates still to come."""
+    started: list[Cell] = []
+    """Cells whose first trial ran: their repeats are kept within the budget before any new cell starts."""
     order = [(r, c) for r in range(plan.repeats) for c in plan.cells]
+    device_type = plan.device.split(":")[0]
+
+    def scale() -> float:
+        return statistics.median(ratios) if ratios else 1.0
+
+    def cost(cell: Cell, repeat: int) -> float:
+        e = plan.estimates[cell.name]
+        if repeat and cell.name in measured:
+            return measured[cell.name]
+        steps = (scale() - 1.0) * plan.total_steps * e["step"]
+        return (e["repeat"] if repeat else e["first"]) + steps
 
     def eta(start_at: int) -> float:
-        left = 0.0
-        for r, c in order[start_at:]:
-            e = plan.estimates[c.name]
-            left += measured.get(c.name, e["repeat"]) if r else e["first"]
-        return left
+        names = {c.name for c in started}
+        return sum(cost(c, r) for r, c in order[start_at:] if r == 0 or c.name in names)
 
     for i, (repeat, cell) in enumerate(order):
         if stop():
             was_cancelled = True
             break
         elapsed = time.perf_counter() - t0
-        cost = measured.get(cell.name, plan.estimates[cell.name]["repeat"]) if repeat else \
-            plan.estimates[cell.name]["first"]
-        if results and elapsed + cost > plan.budget_seconds:
+        if repeat == 0:
+            # A new cell starts only if it and the repeats of every cell started so far fit: a few cells
+            # measured with repeats (drift hits them alike) beat many measured once.
+            need = cost(cell, 0) + (plan.repeats - 1) * sum(cost(c, 1) for c in [*started, cell])
+        elif cell not in started:
+            continue  # its first trial was skipped (already listed)
+        else:
+            need = cost(cell, repeat)
+        if results and elapsed + need > plan.budget_seconds:
             skipped.append({"cell": cell.name, "repeat": repeat, "reason": "the time budget was used up"})
             continue
+        if repeat == 0:
+            started.append(cell)
         emit(TrialStarted(cell.name, cell.label, repeat, i + 1, len(order), elapsed, eta(i)))
         try:
             result = run_trial(plan.config, cell, plan.total_steps, repeat, cancelled=stop)
@@ -365,8 +387,10 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         results.append(result)
         if result.ok:
             compile_s = result.compiler_seconds or result.compile_seconds or 0.0
-            warm = WARM_COMPILE_S.get(plan.device.split(":")[0], WARM_COMPILE_S["cuda"]) if cell.compiled else 0.0
+            warm = WARM_COMPILE_S.get(device_type, WARM_COMPILE_S["cuda"]) if cell.compiled else 0.0
             measured[cell.name] = result.wall_seconds - (compile_s - warm if repeat == 0 else 0.0)
+            if result.step_seconds:
+                ratios.append(statistics.median(result.step_seconds) / plan.estimates[cell.name]["step"])
         elapsed = time.perf_counter() - t0
         emit(TrialFinished(result.to_dict(), summarise(plan, results), elapsed, eta(i + 1)))
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
@@ -503,12 +527,17 @@ def _load() -> list[float] | None:
 
 
 # ----------------------------------------------------------------------------- the report file
-def default_report_path(plan: TunePlan) -> Path:
-    """``<data folder>/tune/<date>-<preset>-<device>.json``, beside the runs folder."""
+def reports_dir() -> Path:
+    """``<data folder>/tune``, beside the runs folder: where reports go unless told otherwise."""
     from core.runs import default_out_dir
 
+    return default_out_dir().parent / "tune"
+
+
+def default_report_path(config: RunConfig) -> Path:
+    """``<data folder>/tune/<date>-<preset>.json``."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return default_out_dir().parent / "tune" / f"{stamp}-{plan.config.preset}-{plan.device.split(':')[0]}.json"
+    return reports_dir() / f"{stamp}-{config.preset}.json"
 
 
 def save_report(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:

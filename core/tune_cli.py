@@ -36,8 +36,7 @@ def _precisions(text: str) -> tuple[str, ...]:
 
 def add_tune_command(sub: argparse._SubParsersAction,
                      add_settings_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    from core.tune import DEFAULT_BUDGET_SECONDS, DEFAULT_REPEATS, DEFAULT_STEPS
-
+    # No import of core.tune here: building the parser must not load torch (every command builds it).
     u = sub.add_parser("tune", help="find the fastest settings for this machine (short interleaved trials)",
                        description="Trains the current settings and their alternatives (compile modes, precisions, "
                                    "micro-batch × accumulation splits of the same effective batch) for a few steps "
@@ -45,13 +44,11 @@ def add_tune_command(sub: argparse._SubParsersAction,
                                    "settings flags of train; its budget flags are not used (every trial trains "
                                    "the same few steps).")
     add_settings_flags(u)
-    u.add_argument("--budget-seconds", type=_positive_number, default=DEFAULT_BUDGET_SECONDS,
-                   help=f"time for all the trials (estimated up front; default {DEFAULT_BUDGET_SECONDS:g})")
+    u.add_argument("--budget-seconds", type=_positive_number,
+                   help="time for all the trials (estimated up front; default 600)")
     u.add_argument("--json", help="write the report here (default: the per-user data folder's tune/)")
-    u.add_argument("--trial-steps", type=_count, default=DEFAULT_STEPS,
-                   help=f"timed optimizer steps per trial, after its warm-up (default {DEFAULT_STEPS})")
-    u.add_argument("--repeats", type=_count, default=DEFAULT_REPEATS,
-                   help=f"interleaved repeats of all the trials (default {DEFAULT_REPEATS})")
+    u.add_argument("--trial-steps", type=_count, help="timed optimizer steps per trial, after its warm-up (default 3)")
+    u.add_argument("--repeats", type=_count, help="interleaved repeats of all the trials (default 2)")
     u.add_argument("--precisions", type=_precisions,
                    help="precisions to try (default: fp32, and bf16 where the device runs it)")
     u.add_argument("--cells", help="only the settings whose names match these comma-separated shell patterns, "
@@ -96,8 +93,9 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     from core.tune import TuneOptions, check_report_path, default_report_path, format_report, plan_tune, run_tune
 
     # Everything is checked before the first trial: a mistake is one line and exit code 2.
-    options = TuneOptions(budget_seconds=args.budget_seconds, steps=args.trial_steps, repeats=args.repeats,
-                          precisions=args.precisions, patterns=args.cells)
+    given = {"budget_seconds": args.budget_seconds, "steps": args.trial_steps, "repeats": args.repeats}
+    options = TuneOptions(**{k: v for k, v in given.items() if v is not None}, precisions=args.precisions,
+                          patterns=args.cells)
     report_path = check_report_path(args.json) if args.json else None
     config = config_from_args(args)
     plan = plan_tune(config, options)
@@ -112,7 +110,7 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
     try:
         report = run_tune(plan, console, cancelled=lambda: control.stop_requested,
-                          report_path=report_path or default_report_path(plan))
+                          report_path=report_path or default_report_path(config))
     finally:
         signal.signal(signal.SIGINT, previous)
     console.say("")

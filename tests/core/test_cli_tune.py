@@ -67,3 +67,10 @@ def test_a_tiny_tune_end_to_end(micro_file, tmp_path, capsys):
     # No run folder is left where runs go (the config's output folder): only the report.
     assert not (tmp_path / "runs").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["micro.json", "tune.json"]
+
+
+def test_the_help_states_the_advisors_defaults():
+    from core.tune import DEFAULT_BUDGET_SECONDS, DEFAULT_REPEATS, DEFAULT_STEPS, TuneOptions
+
+    assert (TuneOptions().budget_seconds, TuneOptions().steps, TuneOptions().repeats) == (
+        DEFAULT_BUDGET_SECONDS, DEFAULT_STEPS, DEFAULT_REPEATS) == (600, 3, 2)  # the numbers the help text gives

@@ -214,3 +214,13 @@ def test_one_compiled_trial_reports_its_compile_cost(micro, private_tmp):
     assert result.ok, result.error
     assert result.timed_steps == 1
     assert (result.compiler_seconds or result.compile_seconds) > 0
+
+
+def test_no_trial_starts_past_the_budget(micro, private_tmp):
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=2), cells=EAGER)
+    plan.budget_seconds = 0.01  # the machine turned out far slower than estimated
+    report = run_tune(plan)
+    assert [t["cell"] for t in report["trials"]] == ["off-a1-fp32"] and not report["cancelled"]
+    assert {(x["cell"], x["repeat"]) for x in report["skipped"]} == {("off-a1-fp32", 1), ("off-a2-fp32", 0),
+                                                                      ("off-a1-bf16", 0)}
+    assert "the time budget was used up" in format_report(report)
