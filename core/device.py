@@ -107,7 +107,8 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     if device.type == "cpu":
-        return f"cpu ({torch.get_num_threads()} threads)"
+        threads = torch.get_num_threads()
+        return f"cpu ({threads} thread{'' if threads == 1 else 's'})"
     return str(device)
 
 

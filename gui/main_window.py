@@ -81,7 +81,8 @@ class MainWindow(QMainWindow):
         self._fed: tuple[RunRecord | None, tuple[str, str] | None] = (None, None)
         """The run started from a loaded checkpoint, and that choice (cleared once the run has loaded it)."""
 
-        self.config_panel = ConfigPanel(presets_with(extra_presets), available_devices())
+        devices = available_devices()
+        self.config_panel = ConfigPanel(presets_with(extra_presets, devices), devices)
         self.controls = RunControls()
         self.plots = PlotPanel(self.store)
         self.table = RunTable()
@@ -191,8 +192,11 @@ class MainWindow(QMainWindow):
                       ("Load weights…", "Ctrl+L", self._load),
                       None,
                       ("Quit", QKeySequence.StandardKey.Quit, self.close)),
-            "&Run": (("Start", "Ctrl+Return", self._start), ("Stop", "Ctrl+.", self._stop)),
+            "&Run": (("Start", "Ctrl+Return", self._start), ("Pause", "Ctrl+P", self._pause_or_resume),
+                     ("Stop", "Ctrl+.", self._stop), None,
+                     ("Continue with these settings", "Ctrl+Shift+Return", self._continue)),
         }
+        self.actions: dict[str, QAction] = {}
         for title, actions in menus.items():
             menu = self.menuBar().addMenu(title)
             if title == "&Run":
@@ -206,6 +210,7 @@ class MainWindow(QMainWindow):
                 action.setShortcut(QKeySequence(shortcut))
                 action.triggered.connect(slot)
                 menu.addAction(action)
+                self.actions[text] = action
 
     def _add_tune_action(self, menu) -> None:
         """Run ▸ Find fastest settings…: the speed advisor's dialog (gui/widgets/tune_dialog.py)."""
@@ -472,6 +477,10 @@ class MainWindow(QMainWindow):
         self.status.showMessage("Pausing after the current optimizer step …", 5_000)
         self._update_controls()
 
+    def _pause_or_resume(self) -> None:
+        if self.session.running and not self.session.in_processes:
+            (self._resume if self.session.paused else self._pause)()
+
     def _resume(self) -> None:
         self.session.resume()
         self._update_controls()
@@ -635,6 +644,11 @@ class MainWindow(QMainWindow):
         if session.in_processes:
             self.controls.pause.setEnabled(False)  # torchrun ranks are stopped, not paused
         self.tune_action.setEnabled(not running)
+        # The Run menu offers what the buttons offer, enabled alike.
+        for text, button in (("Start", self.controls.start), ("Pause", self.controls.pause),
+                             ("Stop", self.controls.stop), ("Continue with these settings", self.controls.continue_)):
+            self.actions[text].setEnabled(button.isEnabled())
+        self.actions["Pause"].setText("Resume" if session.paused else "Pause")
 
     # ------------------------------------------------------------------ closing
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)

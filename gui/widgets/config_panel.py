@@ -42,6 +42,40 @@ AUTO_TOOLTIP = ("auto: bf16 on a GPU that supports it; on a CPU bf16 only where 
                 "measured bf16 matmuls at least 1.5× faster than fp32 (cached), else fp32")
 BUDGET_KINDS = ("steps", "tokens")
 MAX_INT = 2**31 - 1
+CPU_TINY_STEPS = 200
+"""The first run's budget on a CPU for ``tiny``: 410k tokens, about 50 s at the 8,000 tokens/s tiny trains at on an
+idle 2-core CPU (README, Responsiveness); its loss falls from about 7.6 to below 5 (4.80 at step 150, measured).
+The other presets get the same work in FLOPs (at least 10 steps); on a GPU every preset keeps its own budget."""
+
+# One line each: what the setting does to speed, memory and the math.
+TOOLTIPS = {
+    "accum": "Sums the gradients of k micro-batches before each optimizer step: a k× larger batch at the memory of "
+             "one micro-batch (plus one gradient buffer), each step k× longer; the loss is normalised over the whole "
+             "window, so the update equals that of the k× batch.",
+    "compile_mode": "torch.compile turns the model into fused kernels: faster steps after a warm-up compile (shown "
+                    "apart, seconds to minutes), usually less activation memory; the same math up to float rounding. "
+                    "reduce-overhead/max-autotune add CUDA graphs (GPU only, accumulation 1).",
+    "compile_scope": "Whole model: one graph, the most fusion, the longest first compile; per block: each decoder "
+                     "block compiled alone (identical blocks share the code), quicker to compile, a little less "
+                     "fusion; about the same memory and the same math either way.",
+    "precision": "bf16/fp16 autocast runs matrix products in 16 bits: faster where the hardware has 16-bit units "
+                 "(GPUs), less activation memory; weights and optimizer stay fp32, results differ by rounding (fp16 "
+                 "adds loss scaling against underflow). fp32 is the exact reference.",
+}
+
+
+def first_run_budget(cfg: RunConfig, gpu: bool) -> int:
+    """Steps a built-in preset starts with in the window: on a CPU about a minute of training (``CPU_TINY_STEPS`` of
+    tiny, the same FLOPs for the others), so the first run shows a falling loss soon; on a GPU the preset's own."""
+    if gpu:
+        return int(cfg.train.budget)
+    from core.device import training_flops_per_token
+
+    def flops_per_step(c: RunConfig) -> float:
+        return training_flops_per_token(c.model, c.data.seq_len) * c.tokens_per_step()
+
+    steps = CPU_TINY_STEPS * flops_per_step(config_from_preset("tiny")) / flops_per_step(cfg)
+    return max(10, min(int(cfg.train.budget), round(steps / 10) * 10))
 
 # A validation error's field (``SpeedboardError.field``) -> the row it is shown under, where the names differ;
 # a field with no row here or among the rows goes to the general error label.
@@ -142,6 +176,20 @@ class ConfigPanel(QWidget):
         self.budget = _spin("budgetSpin", 1, MAX_INT, 10)
         self.budget_kind = _combo("budgetKindCombo", {k: k for k in BUDGET_KINDS})
         self.seed = _spin("seedSpin", 0, MAX_INT)
+        self.seed.setValue(min(presets[next(iter(presets))].train.seed, MAX_INT))  # the CLI's default seed
+        self.seed.setToolTip("Seeds the weights' initialisation and the sample order: the same settings and seed "
+                             "give the same run here and in `speedboard train` (default 1337 in both).")
+        self.accum.setToolTip(TOOLTIPS["accum"])
+        self.compile_mode.setToolTip(TOOLTIPS["compile_mode"])
+        self.compile_scope.setToolTip(TOOLTIPS["compile_scope"])
+        self.precision.setToolTip(TOOLTIPS["precision"])
+        gpu = any(d.startswith("cuda") for d in devices)
+        budget_note = ("the built-in presets start with their own budget on this GPU machine" if gpu else
+                       f"on this CPU-only machine the built-in presets start at about a minute of training "
+                       f"(tiny: {CPU_TINY_STEPS} steps), so the first loss curve falls soon")
+        self.budget.setToolTip("How long the run trains, in optimizer steps or tokens (tokens stay comparable when "
+                               "accumulation changes); no effect on speed or memory; warmup and the cosine decay of "
+                               f"the learning rate span it. {budget_note[0].upper()}{budget_note[1:]}.")
         self.start_from_label = QLabel("random initialisation")
         self.start_from_label.setObjectName("startFromLabel")
         self.start_from_label.setWordWrap(True)
@@ -573,10 +621,16 @@ def _source_summary(info: SourceInfo | None, problem: str | None) -> str:
     return f"{files}{size}{docs}; tokenized once when a run first starts on it"
 
 
-def presets_with(extra: dict[str, RunConfig] | None = None) -> dict[str, RunConfig]:
-    """The built-in presets (and any extra named base configs) as RunConfigs."""
+def presets_with(extra: dict[str, RunConfig] | None = None,
+                 devices: list[str] | None = None) -> dict[str, RunConfig]:
+    """The built-in presets (and any extra named base configs) as RunConfigs; given the machine's ``devices``,
+    the built-in presets' budgets are the window's first-run budgets (``first_run_budget``)."""
     from core.config import PRESETS
 
     presets = {name: config_from_preset(name) for name in PRESETS}
+    if devices is not None:
+        gpu = any(d.startswith("cuda") for d in devices)
+        presets = {name: cfg.replace(train={"budget_kind": "steps", "budget": first_run_budget(cfg, gpu)})
+                   for name, cfg in presets.items()}
     presets.update(extra or {})
     return presets

@@ -1,0 +1,62 @@
+"""The Run menu, the defaults a first run gets, and the one-line tooltips of the speed settings."""
+
+from __future__ import annotations
+
+from core.config import config_from_preset
+from gui.widgets.config_panel import CPU_TINY_STEPS, first_run_budget, presets_with
+from tests.gui.conftest import child, wait_idle, wait_steps
+
+
+def _menu_state(window) -> dict[str, bool]:
+    return {text: action.isEnabled() for text, action in window.actions.items()
+            if text in ("Start", "Pause", "Resume", "Stop", "Continue with these settings")}
+
+
+def test_the_run_menu_offers_pause_and_continue_and_stop_only_while_running(qtbot, make_window):
+    window = make_window(train={"budget": 1_000_000})
+    assert _menu_state(window) == {"Start": True, "Pause": False, "Stop": False,
+                                   "Continue with these settings": False}
+    window.actions["Start"].trigger()
+    record = wait_steps(qtbot, window, 1)
+    assert _menu_state(window) == {"Start": False, "Pause": True, "Stop": True,
+                                   "Continue with these settings": True}
+    pause = window.actions["Pause"]
+    pause.trigger()
+    qtbot.waitUntil(lambda: record.state == "paused")
+    assert pause.text() == "Resume"
+    pause.trigger()
+    qtbot.waitUntil(lambda: record.state == "training")
+    assert pause.text() == "Pause"
+    window.actions["Stop"].trigger()
+    wait_idle(qtbot, window)
+    assert record.state == "stopped"
+    assert not window.actions["Stop"].isEnabled() and not pause.isEnabled()
+    assert window.actions["Continue with these settings"].isEnabled()  # from its final checkpoint
+    assert record.device == "cpu (1 thread)"  # singular (the tests train on one torch thread)
+
+
+def test_the_default_seed_is_the_cli_s(window):
+    from core.cli import build_parser, config_from_args
+
+    cli = config_from_args(build_parser().parse_args(["train"]))
+    assert window.config_panel.seed.value() == cli.train.seed == 1337
+    window.config_panel.preset.setCurrentIndex(window.config_panel.preset.findData("tiny"))
+    assert window.config_panel.config.train.seed == cli.train.seed
+
+
+def test_the_first_run_budget_fits_the_machine():
+    cpu, gpu = presets_with(None, ["cpu"]), presets_with(None, ["cpu", "cuda", "cuda:0"])
+    assert cpu["tiny"].train.budget == CPU_TINY_STEPS and cpu["tiny"].train.budget_kind == "steps"
+    assert gpu["tiny"].train.budget == config_from_preset("tiny").train.budget  # a GPU keeps the preset's
+    for name in ("small", "base"):  # the same work in FLOPs as tiny's first run, at least 10 steps
+        assert 10 <= cpu[name].train.budget < CPU_TINY_STEPS
+        assert first_run_budget(config_from_preset(name), gpu=True) == config_from_preset(name).train.budget
+
+
+def test_speed_settings_say_in_one_line_what_they_do(window):
+    for name in ("accumStepsSpin", "compileModeCombo", "compileScopeCombo", "precisionCombo", "budgetSpin"):
+        tip = child(window, name).toolTip()
+        assert tip and "\n" not in tip, name
+        assert "memory" in tip and ("math" in tip or "the update" in tip or "rounding" in tip
+                                    or "learning rate" in tip), (name, tip)
+    assert "minute" in child(window, "budgetSpin").toolTip()

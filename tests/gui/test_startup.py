@@ -1,0 +1,53 @@
+"""Start-up on a fresh Linux desktop: missing X11 libraries are named, with the one command that installs them."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from gui import app
+
+
+@pytest.fixture
+def x11_desktop(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("DISPLAY", ":0")
+    for name in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY", "XDG_SESSION_TYPE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_missing_xcb_libraries_are_named_with_one_apt_get_line(x11_desktop, monkeypatch, capsys):
+    gone = {"libxcb-cursor.so.0", "libxkbcommon-x11.so.0", "libgthread-2.0.so.0", "libglib-2.0.so.0"}
+    monkeypatch.setattr(app, "_loadable", lambda soname: soname not in gone)
+    assert app.main([]) == 2  # before any QApplication: Qt would abort without naming them
+    err = capsys.readouterr().err
+    assert err.startswith("speedboard: error: the window needs system libraries")
+    assert "libxcb-cursor.so.0" in err and "Traceback" not in err
+    (command,) = [line.strip() for line in err.splitlines() if "apt-get" in line]
+    assert command == "sudo apt-get install -y libxcb-cursor0 libxkbcommon-x11-0 libglib2.0-0"
+
+
+@pytest.mark.parametrize(("env", "checked"), [
+    ({"QT_QPA_PLATFORM": "offscreen"}, False),
+    ({"QT_QPA_PLATFORM": "xcb"}, True),
+    ({"WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "wayland"}, False),
+    ({}, True),
+])
+def test_only_the_xcb_platform_is_checked(x11_desktop, monkeypatch, env, checked):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    asked: list[str] = []
+    monkeypatch.setattr(app, "_loadable", lambda soname: asked.append(soname) or True)
+    assert app.missing_xcb_libraries() == []
+    assert bool(asked) is checked
+    if checked:
+        assert set(asked) == set(app.XCB_LIBRARIES)
+
+
+def test_the_readme_lists_the_same_packages():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    line = next(line for line in readme.splitlines() if "apt-get install -y libxcb" in line)
+    assert set(line.split("install -y", 1)[1].split()) == set(app.XCB_LIBRARIES.values())
