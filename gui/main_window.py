@@ -341,7 +341,7 @@ class MainWindow(QMainWindow):
         session = self.session
         if session.active is not None:
             return session.active
-        selected = [k for k in self.table.selected_keys()]
+        selected = list(self.table.selected_keys())
         if len(selected) == 1:
             return session.record(selected[0])
         shown = self.table.keys

@@ -51,8 +51,11 @@ class ElidedLabel(QLabel):
         return hint
 
     def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
-        self._full = " ".join(text.split())  # one line: a multi-line reason reads as one
-        self.setToolTip(text if self._full else "")
+        full = " ".join(text.split())  # one line: a multi-line reason reads as one
+        if full == self._full and self.toolTip() == (text if full else ""):
+            return  # the same text: no relayout of the bar
+        self._full = full
+        self.setToolTip(text if full else "")
         self._elide()
         self.updateGeometry()
 
