@@ -359,7 +359,7 @@ class MainWindow(QMainWindow):
         if isinstance(event, SampleGenerated):
             self.sample.show_sample(record.label, event.step, event.text)
         if isinstance(event, DataPreparationProgress):  # before the run has an id, the status bar shows this
-            self.status.show_idle(f"{record.label}: {record.preparation} (Stop cancels it)")
+            self._show_focus()
             return
         if isinstance(event, RunFailed) and record.state == "stopped":  # Stop cancelled its data preparation
             self.log.add(f"{record.label}: stopped before training: {event.message}")

@@ -121,7 +121,7 @@ class StatusBar(QStatusBar):
         """``record``'s state and progress; the ETA from ``step_time`` (recent seconds per optimizer step)."""
         step, total = record.step, record.total_steps
         shown = (record.key, record.state, record.label, step, total, record.mem_gib, record.device,
-                 record.compile_progress(), round(step_time or 0.0, 3))
+                 record.compile_progress(), record.preparation, round(step_time or 0.0, 3))
         if shown == self._shown:
             return  # nothing moved: no relayout
         self._shown = shown
@@ -131,13 +131,15 @@ class StatusBar(QStatusBar):
             state = record.compile_progress() or "compiling"
         elif record.state == "failed":
             state = record.progress_text()
+        elif record.preparing and record.preparation:  # its corpus is tokenized first: say how far
+            state = f"{record.preparation} (Stop cancels it)"
         else:
             state = record.state
         self.state.setText(f"{record.label}: {state}")
         if record.run_id is None:  # set-up: nothing of it is known yet, and nothing of another run is shown
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
-            self.progress.setFormat("setting up")
+            self.progress.setFormat(record.progress_text() if record.preparing else "setting up")
             self.eta.setText("")
             self.device.setText("")
             self.memory.setText("")

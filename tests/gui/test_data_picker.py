@@ -75,7 +75,7 @@ def test_data_preparation_shows_its_progress_and_stop_cancels_it(qtbot, window, 
     click(window, "startButton")
     record = window.session.records[-1]
     qtbot.waitUntil(lambda: record.preparing and record.preparation != "")
-    assert "reading the tokenizer's training documents" in child(window, "stateLabel").text()
+    assert "reading the tokenizer's training documents" in child(window, "stateLabel").full_text()
     assert record.progress_text().startswith("preparing data")
     click(window, "stopButton")
     wait_idle(qtbot, window)
