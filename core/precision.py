@@ -39,8 +39,9 @@ from core.errors import ConfigError
 
 BF16_MIN_SPEEDUP = 1.5
 """bf16 autocast casts activations and weights; below this GEMM speedup the casts eat the gain."""
-PROBE_ROWS = 512
-"""Tokens per probe GEMM: a micro-batch's worth, small enough to measure base's 50k vocabulary in a second."""
+PROBE_ROWS = 2048
+"""Tokens per probe GEMM: a micro-batch's worth (tiny's 16 × 128, small's 8 × 256), so the casts autocast pays
+per weight weigh as much against the GEMMs as in a training step."""
 _PROBE_SECONDS = 0.3
 """Time spent repeating each precision's probe (after one warm-up pass); at least one timed pass."""
 _PEAK_SECONDS = 0.25
@@ -170,7 +171,7 @@ def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float
 
 def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *,
                        rows: int = PROBE_ROWS, seconds: float = _PROBE_SECONDS) -> ProbeResult:
-    """Measure fp32 and bf16 GEMMs at ``model``'s shapes now (about a second on a 2-core CPU).
+    """Measure fp32 and bf16 GEMMs at ``model``'s shapes now (a second or two for small on a 2-core CPU).
 
     bf16 runs as training runs it: fp32 weights and inputs under bf16 autocast,
     so the casts of weights and activations are paid, which decides for small

@@ -80,7 +80,7 @@ def test_resolve_precision_keeps_its_signature_and_probes_the_models_shapes(monk
     monkeypatch.setattr(prec, "probe_bf16_speedup", fake_probe)
     assert resolve_precision("auto", CPU, TINY) == "bf16"
     assert resolve_precision("auto", CPU, TINY) == "bf16"  # cached: measured once
-    assert seen == [((512, 16, 32), (512, 32, 16), (512, 16, 64))]
+    assert seen == [((2048, 16, 32), (2048, 32, 16), (2048, 16, 64))]
     assert resolve_precision("auto", CPU) == "bf16" and len(seen) == 2  # small's shapes by default
     assert seen[1] == prec.probe_shapes(preset("small").model)
 
