@@ -39,8 +39,9 @@ from core.errors import ConfigError
 
 BF16_MIN_SPEEDUP = 1.5
 """bf16 autocast casts activations and weights; below this GEMM speedup the casts eat the gain."""
-PROBE_ROWS = 512
-"""Tokens per probe GEMM: a micro-batch's worth, small enough to measure base's 50k vocabulary in a second."""
+PROBE_ROWS = 2048
+"""Tokens per probe GEMM: a micro-batch's worth (tiny's 16 × 128, small's 8 × 256), so the casts autocast pays
+per weight weigh as much against the GEMMs as in a training step."""
 _PROBE_SECONDS = 0.3
 """Time spent repeating each precision's probe (after one warm-up pass); at least one timed pass."""
 _PEAK_SECONDS = 0.25
@@ -141,9 +142,11 @@ def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int,
     return (rows, d, f), (rows, f, d), (rows, d, v)
 
 
-def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float, min_runs: int = 1) -> float:
+def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float, min_runs: int = 1,
+                autocast: torch.dtype | None = None) -> float:
     """FLOP/s of the fastest pass over ``shapes`` (``F.linear`` as the model calls it), after one warm-up pass;
-    passes are repeated for ``seconds``, at least ``min_runs`` of them."""
+    passes are repeated for ``seconds``, at least ``min_runs`` of them. With ``autocast`` the tensors are
+    ``dtype`` and each pass runs under autocast, paying its casts as a training step does."""
     from core.device import synchronize
 
     pairs = [(torch.randn(r, i, device=device, dtype=dtype), torch.randn(o, i, device=device, dtype=dtype))
@@ -152,8 +155,9 @@ def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float
 
     def one_pass() -> float:
         t0 = time.perf_counter()
-        for x, w in pairs:
-            F.linear(x, w)
+        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            for x, w in pairs:
+                F.linear(x, w)
         synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
         return time.perf_counter() - t0
 
@@ -167,18 +171,23 @@ def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float
 
 def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *,
                        rows: int = PROBE_ROWS, seconds: float = _PROBE_SECONDS) -> ProbeResult:
-    """Measure fp32 and bf16 GEMMs at ``model``'s shapes now (about a second on a 2-core CPU)."""
+    """Measure fp32 and bf16 GEMMs at ``model``'s shapes now (a second or two for small on a 2-core CPU).
+
+    bf16 runs as training runs it: fp32 weights and inputs under bf16 autocast,
+    so the casts of weights and activations are paid, which decides for small
+    models whose GEMMs are cheap."""
     device = device or torch.device("cpu")
     shapes = probe_shapes(model, rows)
     with torch.no_grad():
         fp32 = _time_gemms(shapes, torch.float32, device, seconds)
-        bf16 = _time_gemms(shapes, torch.bfloat16, device, seconds)
+        bf16 = _time_gemms(shapes, torch.float32, device, seconds, autocast=torch.bfloat16)
     return ProbeResult(fp32, bf16, shapes)
 
 
 def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS) -> Path:
     shape = "-".join(f"{r}x{i}x{o}" for r, i, o in probe_shapes(model, rows))
-    return _machine_dir(device) / f"bf16-probe-{shape}-{torch.get_num_threads()}t.json"
+    # "autocast": the probe's method is part of the key, so a result measured another way is not reused.
+    return _machine_dir(device) / f"bf16-autocast-probe-{shape}-{torch.get_num_threads()}t.json"
 
 
 def cached_probe(model: ModelConfig, device: torch.device | None = None) -> ProbeResult | None:

@@ -80,7 +80,7 @@ def test_resolve_precision_keeps_its_signature_and_probes_the_models_shapes(monk
     monkeypatch.setattr(prec, "probe_bf16_speedup", fake_probe)
     assert resolve_precision("auto", CPU, TINY) == "bf16"
     assert resolve_precision("auto", CPU, TINY) == "bf16"  # cached: measured once
-    assert seen == [((512, 16, 32), (512, 32, 16), (512, 16, 64))]
+    assert seen == [((2048, 16, 32), (2048, 32, 16), (2048, 16, 64))]
     assert resolve_precision("auto", CPU) == "bf16" and len(seen) == 2  # small's shapes by default
     assert seen[1] == prec.probe_shapes(preset("small").model)
 
@@ -108,10 +108,20 @@ def test_a_damaged_cache_entry_is_measured_again(monkeypatch):
     assert decide_precision("auto", CPU, model=TINY).precision == "fp32"
 
 
-def test_the_real_probe_times_both_precisions_at_the_models_shapes():
+def test_the_real_probe_times_both_precisions_at_the_models_shapes(monkeypatch):
+    seen = []
+    real = prec._time_gemms
+
+    def spy(shapes, dtype, device, seconds, min_runs=1, autocast=None):
+        seen.append((dtype, autocast))
+        return real(shapes, dtype, device, seconds, min_runs, autocast)
+
+    monkeypatch.setattr(prec, "_time_gemms", spy)
     result = prec.probe_bf16_speedup(TINY, CPU, rows=8, seconds=0.0)
     assert result.shapes == ((8, 16, 32), (8, 32, 16), (8, 16, 64))
     assert result.fp32_flops > 0 and result.bf16_flops > 0 and result.speedup > 0
+    # bf16 as training runs it: fp32 tensors under bf16 autocast, casts included.
+    assert seen == [(torch.float32, None), (torch.float32, torch.bfloat16)]
 
 
 # ---------------------------------------------------------------------- the matmul peak
