@@ -244,6 +244,8 @@ def test_save_over_an_existing_checkpoint_asks_then_replaces_it(qtbot, window, d
     qtbot.waitUntil(lambda: window.session.pending_save is None)
     assert len(dialogs.questions()) == 2 and not dialogs.warnings()
     assert _same_weights(target, Path(second.checkpoint))
+    modes = {f.name: f.stat().st_mode & 0o777 for f in target.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # model.safetensors was 0600, the rest 0644
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".keep")] == []  # no leftovers
 
 
