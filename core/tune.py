@@ -221,7 +221,7 @@ def default_precisions(device) -> tuple[str, ...]:
 
 def candidate_cells(config: RunConfig, precisions: tuple[str, ...], device, current: Cell) -> tuple[
         list[Cell], list[dict[str, str]]]:
-    """The current cell first, then per split (largest micro-batch first) × precision × mode; and the
+    """The current cell first, then per split (largest micro-batch first) × mode × precision; and the
     splits that do not fit in memory, with the reason."""
     from core.memory_budget import check_fits
 
@@ -236,11 +236,14 @@ def candidate_cells(config: RunConfig, precisions: tuple[str, ...], device, curr
             continue
         fitting.append((b, k))
     for b, k in fitting:
-        for precision in precisions:
-            modes = list(TUNE_MODES)
-            if device.type == "cuda" and k == 1:
-                modes.append(("reduce-overhead", "model"))
-            for mode, scope in modes:
+        modes = list(TUNE_MODES)
+        if device.type == "cuda" and k == 1:
+            modes.append(("reduce-overhead", "model"))
+        # Each mode in every precision before the next mode: a budget that ends the list early still
+        # tries bf16 (often the largest gain on a CPU with AMX or any recent GPU) and eager cells first
+        # (no compile to pay).
+        for mode, scope in modes:
+            for precision in precisions:
                 cell = Cell(mode, scope, k, b, precision)
                 if cell not in cells:
                     cells.append(cell)

@@ -106,6 +106,7 @@ def test_plan_puts_the_current_settings_first_and_keeps_within_the_budget(micro)
     assert plan.cells[0].name == plan.current == "off-a2-fp32"
     # Largest micro-batch first, every precision, every mode; the same effective batch everywhere.
     assert plan.cells[1] == Cell("off", "model", 1, 8, "fp32")
+    assert plan.cells[2] == Cell("off", "model", 1, 8, "bf16")  # every precision before the next mode
     assert {c.micro_batch * c.accum for c in plan.cells} == {8}
     assert {c.precision for c in plan.cells} == {"fp32", "bf16"}
     assert {c.mode for c in plan.cells} == {"off", "default", "max-autotune-no-cudagraphs"}
