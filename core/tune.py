@@ -499,6 +499,14 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
         out["text"] = f"Fastest: {best['label']}, {cmp.describe()}."
     else:
         out["text"] = f"Fastest measured: {best['label']}, but {cmp.describe()}."
+    # A pick is only as clear as its lead over the next best: a tie there is said, not hidden.
+    others = [row for row in eligible if row["name"] not in (best["name"], plan.current)]
+    runner_up = max(others, key=lambda row: row["tokens_per_s"]["median"]) if others else None
+    lead = compare(by_cell.get(best["name"], []), by_cell.get(runner_up["name"], [])) if runner_up else None
+    out["runner_up"] = runner_up["name"] if runner_up else None
+    out["runner_up_tied"] = bool(lead and not lead.significant)
+    if lead is not None and not lead.significant:
+        out["text"] += f" The next best, {runner_up['label']}, shows {lead.describe('it')}: either will do."
     return out
 
 

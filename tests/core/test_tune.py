@@ -197,6 +197,22 @@ def test_a_disagreeing_loss_is_flagged_and_not_recommended(micro, private_tmp):
     assert summary["recommendation"]["cell"] == "off-a1-fp32"
 
 
+def test_a_pick_within_the_noise_of_the_next_best_says_it_is_a_tie(micro, private_tmp):
+    from core.tune import summarise
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=3, repeats=2), cells=EAGER)
+    results = [_trial(name, r, [base * f for f in (0.99, 1.0, 1.01)]) for r in (0, 1)
+               for name, base in (("off-a1-fp32", 100), ("off-a2-fp32", 200), ("off-a1-bf16", 203))]
+    rec = summarise(plan, results)["recommendation"]
+    assert rec["cell"] == "off-a1-bf16" and rec["significant"]  # far above the current settings' noise
+    assert rec["runner_up"] == "off-a2-fp32" and rec["runner_up_tied"]
+    assert "either will do" in rec["text"] and "no significant difference from it" in rec["text"]
+    clear = [t for t in results if t.cell != "off-a2-fp32"] + [_trial("off-a2-fp32", r, [150, 150, 150])
+                                                             for r in (0, 1)]
+    rec = summarise(plan, clear)["recommendation"]
+    assert not rec["runner_up_tied"] and "either will do" not in rec["text"]
+
+
 def test_a_report_file_of_another_kind_is_one_line(tmp_path):
     path = tmp_path / "x.json"
     path.write_text('{"schema": "speedboard-bench/1"}')
