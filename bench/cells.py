@@ -6,14 +6,14 @@ The cells themselves are the core's (``core.trials``): the speed advisor
 
 from __future__ import annotations
 
-from core.trials import Cell, TrialError, build_matrix, select_cells
+from core.trials import BENCH_MODES, Cell, TrialError, build_matrix, select_cells
 
 DEFAULT_ACCUMS = (1, 4, 8)
 
 BenchError = TrialError
 """A benchmark option that cannot work."""
 
-__all__ = ["DEFAULT_ACCUMS", "BenchError", "Cell", "build_matrix", "memory_cells", "select_cells"]
+__all__ = ["BENCH_MODES", "DEFAULT_ACCUMS", "BenchError", "Cell", "build_matrix", "memory_cells", "select_cells"]
 
 
 def memory_cells(cells: list[Cell], effective_batch: int) -> list[Cell]:

@@ -46,6 +46,15 @@ def _int_at_least(low: int):
     return parse
 
 
+def _modes(text: str) -> tuple[tuple[str, str], ...]:
+    from core.trials import TrialError, parse_modes
+
+    try:
+        return parse_modes(text)
+    except TrialError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _accums(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
@@ -80,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", type=_precisions, default=("auto",),
                    help="precisions crossed with the cells: fp32, bf16 or fp32,bf16 (default auto: bf16 on CUDA; "
                         "fp32 and bf16 on a CPU that runs bf16, else fp32)")
+    p.add_argument("--modes", type=_modes, default=None,
+                   help="compile settings to cross: off, MODE-model, MODE-block (MODE: default, "
+                        "max-autotune-no-cudagraphs; default: off,default-model,default-block; on CUDA "
+                        "reduce-overhead and max-autotune are added at accumulation 1)")
     p.add_argument("--cells", help="comma-separated cell names or patterns, e.g. 'off-*,default-model-a1'")
     p.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: the per-user data folder)")
     p.add_argument("--quick", action="store_true",
@@ -175,7 +188,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     loss_tols = {p: args.loss_tol if args.loss_tol is not None else loss_tolerance(p) for p in precisions}
     matmul_sizes = (args.matmul_size,) if args.matmul_size else (512,) if args.quick else None
 
-    matrix = cells_mod.build_matrix(effective, accums, precisions, cuda=device.type == "cuda")
+    matrix = cells_mod.build_matrix(effective, accums, precisions, cuda=device.type == "cuda",
+                                    modes=args.modes or cells_mod.BENCH_MODES)
     cells = cells_mod.select_cells(matrix, args.cells or ("off-*" if args.quick else None))
     extra = cells_mod.memory_cells(cells, effective) if not args.no_probes else []
     total_steps = max(c.warmup_steps for c in cells) + steps
@@ -211,7 +225,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         "versions": _versions(),
         "config": {"preset": preset, "model": model_cfg.to_dict(), "num_parameters": model_cfg.num_parameters(),
                    "seq_len": base.data.seq_len, "effective_batch": effective, "tokens_per_step": tokens_per_step,
-                   "accums": list(accums), "steps": steps, "repeats": repeats, "total_steps": total_steps,
+                   "accums": list(accums),
+                   "modes": [m if m == "off" else f"{m}-{s}" for m, s in (args.modes or cells_mod.BENCH_MODES)],
+                   "steps": steps, "repeats": repeats, "total_steps": total_steps,
                    "precision": precision, "precisions": list(precisions), "seed": args.seed, "lr": base.train.lr,
                    "hf": use_hf, "probes": not args.no_probes, "loss_tolerance": loss_tols[precision],
                    "loss_tolerances": loss_tols},

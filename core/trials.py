@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from core.compile import reset_compiler
-from core.config import CUDA_GRAPH_MODES, RunConfig
+from core.config import COMPILE_MODES, CUDA_GRAPH_MODES, RunConfig
 from core.control import Control
 from core.errors import SpeedboardError, describe_exception, first_line
 from core.events import CompileFinished, Event, RunStarted, StepMetrics, WarningRaised
@@ -116,17 +116,43 @@ def splits(effective_batch: int) -> list[tuple[int, int]]:
     return [(b, effective_batch // b) for b in range(effective_batch, 0, -1) if effective_batch % b == 0]
 
 
+BENCH_MODES = (("off", "model"), ("default", "model"), ("default", "block"))
+"""The compile settings the benchmark crosses unless told otherwise."""
+
+
+def parse_modes(text: str) -> tuple[tuple[str, str], ...]:
+    """``off,default-model,max-autotune-no-cudagraphs`` → (mode, scope) pairs; a mode alone is the whole
+    model. CUDA-graph modes are not listed here: the matrix adds them on CUDA, at accumulation 1."""
+    pairs = []
+    allowed = [m for m in COMPILE_MODES if m not in CUDA_GRAPH_MODES]
+    for item in (v.strip() for v in text.split(",")):
+        if not item:
+            continue
+        mode, scope = item, "model"
+        for suffix in ("-model", "-block"):
+            if item.endswith(suffix) and item[: -len(suffix)] in allowed:
+                mode, scope = item[: -len(suffix)], suffix[1:]
+        if mode not in allowed or (mode == "off" and scope != "model"):
+            raise TrialError(f"unknown compile setting {item!r}; choose from "
+                             f"{', '.join(['off'] + [f'{m}-{s}' for m in allowed[1:] for s in ('model', 'block')])}")
+        pairs.append((mode, scope))
+    if not pairs:
+        raise TrialError("no compile setting given")
+    return tuple(dict.fromkeys(pairs))
+
+
 def build_matrix(effective_batch: int, accums: tuple[int, ...], precisions: tuple[str, ...] = ("fp32",),
-                 cuda: bool = False) -> list[Cell]:
-    """The benchmark's matrix: per precision, compile off, ``default`` whole model and per block, each ×
-    accumulation; on CUDA also the CUDA-graph modes at accumulation 1 (the only one they are allowed)."""
+                 cuda: bool = False, modes: tuple[tuple[str, str], ...] = BENCH_MODES) -> list[Cell]:
+    """The benchmark's matrix: per precision, each (mode, scope) of ``modes`` × accumulation (by default
+    compile off, ``default`` whole model and per block); on CUDA also the CUDA-graph modes at
+    accumulation 1 (the only one they are allowed)."""
     for k in accums:
         if k < 1 or effective_batch % k:
             raise TrialError(f"effective batch {effective_batch} is not divisible by accumulation {k}; "
                              f"choose an effective batch that every accumulation in {list(accums)} divides")
     cells = []
     for precision in precisions:
-        for mode, scope in (("off", "model"), ("default", "model"), ("default", "block")):
+        for mode, scope in modes:
             cells += [Cell(mode, scope, k, effective_batch // k, precision) for k in accums]
         if cuda:
             cells += [Cell(mode, "model", 1, effective_batch, precision) for mode in CUDA_GRAPH_MODES]

@@ -50,3 +50,17 @@ def test_memory_table_adds_each_micro_batch_without_accumulation_and_a_larger_on
         ("off-a4-fp32-mb8", 8, 4), ("off-a1-fp32-mb32", 32, 1)]  # b = E with accumulation, the plain batch E·k
     assert all(c.memory_only for c in extra)  # in the first precision only
     assert memory_cells(select_cells(build_matrix(8, DEFAULT_ACCUMS), "default-*"), 8) == []  # eager cells only
+
+
+def test_modes_choose_the_compile_settings_crossed():
+    from core.trials import parse_modes
+
+    modes = parse_modes("off,max-autotune-no-cudagraphs,default-block")
+    assert modes == (("off", "model"), ("max-autotune-no-cudagraphs", "model"), ("default", "block"))
+    cells = build_matrix(8, (1, 2), ("bf16",), modes=modes)
+    assert [c.name for c in cells] == ["off-a1-bf16", "off-a2-bf16", "max-autotune-no-cudagraphs-model-a1-bf16",
+                                       "max-autotune-no-cudagraphs-model-a2-bf16", "default-block-a1-bf16",
+                                       "default-block-a2-bf16"]
+    for bad in ("reduce-overhead", "off-block", "fast", ""):
+        with pytest.raises(BenchError):
+            parse_modes(bad)
