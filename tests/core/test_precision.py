@@ -207,3 +207,22 @@ def test_a_run_records_what_auto_chose(micro, monkeypatch):
     started = next(e for e in sink.events if isinstance(e, RunStarted))
     assert started.precision == "bf16" and started.precision_reason.startswith("bf16: matmul 5.6×")
     assert started.matmul_peak_flops == 1e12 and started.flops_per_token > 0
+
+
+def test_fitting_a_split_for_the_window_thread_never_runs_the_probe(monkeypatch):
+    from core.config import RunConfig
+    from core.memory_budget import fit_run_config
+
+    seen = []
+    monkeypatch.setattr("core.memory_budget.fit_split",
+                        lambda model, micro, accum, seq_len, precision, *rest: seen.append(precision))
+    cfg = RunConfig().replace(model=TINY, data={"seq_len": 16}, train={"device": "cpu", "precision": "auto"})
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: never())
+    fit_run_config(cfg, measure=False)
+    assert seen == ["fp32"]  # not decided yet: fp32's larger estimate
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: AMX_LIKE)
+    fit_run_config(cfg)  # before a run: measured at the run's own model, as the launcher does
+    assert seen[-1] == "bf16" and prec.cached_probe(TINY, CPU) is not None
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: never())
+    fit_run_config(cfg, measure=False)
+    assert seen[-1] == "bf16"  # the cached decision
