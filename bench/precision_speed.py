@@ -25,11 +25,16 @@ from pathlib import Path
 CELLS = (("fp32", "off"), ("fp32", "default"), ("bf16", "off"), ("bf16", "default"))
 
 
-def _load() -> float:
-    try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return float("nan")
+def _load() -> float | None:
+    from core.device import load_average
+
+    load = load_average()
+    return load[0] if load else None
+
+
+def _loads(values) -> str:
+    known = [v for v in values if v is not None]
+    return f"{min(known):.1f}–{max(known):.1f}" if known else "unknown"
 
 
 def _summary(run_dir: Path) -> dict:
@@ -73,11 +78,11 @@ def main(argv: list[str] | None = None) -> int:
             r = {"repeat": repeat, **run_cell(precision, mode, args, home, f"r{repeat}")}
             runs.append(r)
             print(f"[{repeat + 1}/{args.repeats}] {precision} {mode:<8} {r['tokens_per_s']:9,.0f} tok/s  "
-                  f"MFU {r['mfu']:.0%} of {r['peak_flops'] / 1e9:,.0f} GFLOP/s  load {r['load_before']:.1f}"
-                  f"→{r['load_after']:.1f}", flush=True)
+                  f"MFU {r['mfu']:.0%} of {r['peak_flops'] / 1e9:,.0f} GFLOP/s  load "
+                  f"{_loads([r['load_before']])}→{_loads([r['load_after']])}", flush=True)
     base = statistics.median(r["tokens_per_s"] for r in runs if (r["precision"], r["compile"]) == ("fp32", "off"))
     print(f"\n{args.preset}, {args.steps} steps, {args.repeats} interleaved repeats; load average "
-          f"{min(r['load_before'] for r in runs):.1f}–{max(r['load_after'] for r in runs):.1f}\n")
+          f"{_loads([r['load_before'] for r in runs] + [r['load_after'] for r in runs])}\n")
     print("| precision, compile | median tokens/s (min–max) | vs fp32 eager | median MFU | peak (GFLOP/s) |")
     print("|---|---|---|---|---|")
     for precision, mode in CELLS:

@@ -136,10 +136,10 @@ def _versions() -> dict[str, str]:
 
 
 def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
+    from core.device import load_average
+
+    load = load_average()
+    return load[0] if load else None
 
 
 def _say(text: str) -> None:

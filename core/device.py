@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -72,6 +73,15 @@ def autocast(device: torch.device, precision: str):
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=DTYPES[precision])
+
+
+def load_average() -> tuple[float, float, float] | None:
+    """The OS's 1-, 5- and 15-minute load averages, recorded beside every speed figure (a busy machine's
+    figures are not its own); None where the OS has none."""
+    try:
+        return os.getloadavg()
+    except (OSError, AttributeError):
+        return None
 
 
 def synchronize(device: torch.device) -> None:

@@ -512,6 +512,7 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
 
 def build_report(plan: TunePlan, results: list[TrialResult], elapsed: float, cancelled: bool,
                  skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    from core.device import load_average
     from core.runs import library_versions
 
     summary = summarise(plan, results)
@@ -525,16 +526,9 @@ def build_report(plan: TunePlan, results: list[TrialResult], elapsed: float, can
         "elapsed_seconds": elapsed,
         "cancelled": cancelled,
         "skipped": skipped or [],
-        "load_average": _load(),
+        "load_average": list(load) if (load := load_average()) else None,
         "versions": library_versions(),
     }
-
-
-def _load() -> list[float] | None:
-    try:
-        return list(os.getloadavg())
-    except (OSError, AttributeError):
-        return None
 
 
 # ----------------------------------------------------------------------------- the report file
