@@ -89,10 +89,12 @@ class TuneChart(pg.PlotWidget):
         self.setObjectName("tuneChart")
         self.setMinimumHeight(170)
         self.setLabel("left", "tokens/s")
+        self.setLabel("bottom", "setting: its row in the table (green: the pick, grey: the current settings)")
         self.setMenuEnabled(False)
         self.setMouseEnabled(x=False, y=False)
         self.hideButtons()
         self.bars: list[float] = []
+        self.ticks: list[tuple[int, str]] = []
 
     def show_rows(self, rows: list[dict], recommended: str | None) -> None:
         self.clear()
@@ -110,8 +112,10 @@ class TuneChart(pg.PlotWidget):
                                          top=np.array([h - m for h, m in zip(highs, medians, strict=True)]),
                                          bottom=np.array([m - lo for m, lo in zip(medians, lows, strict=True)]),
                                          beam=0.25))
-        ticks = [(i, r["name"].replace("max-autotune-no-cudagraphs", "max-at-nocg")) for i, r in enumerate(rows)]
-        self.getAxis("bottom").setTicks([ticks])
+        # Numbers, not names: a dozen settings' names overlap under their bars, and the table's row
+        # numbers (its vertical header) say which is which.
+        self.ticks = [(i, str(i + 1)) for i in range(len(rows))]
+        self.getAxis("bottom").setTicks([self.ticks])
         self.setXRange(-0.6, max(len(rows) - 0.4, 0.6), padding=0)
         self.enableAutoRange(axis="y")
 
@@ -166,7 +170,7 @@ class TuneDialog(QDialog):
         self.table.setObjectName("tuneTable")
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setToolTip("the setting's number in the chart below")
         self.chart = TuneChart()
         self.recommendation = QLabel("")
         self.recommendation.setObjectName("tuneRecommendation")

@@ -45,6 +45,8 @@ def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, wind
     assert not report["cancelled"] and len(report["trials"]) == 6 and dialog.finished_events == 6
     assert [dialog.table.item(r, 7).text() for r in range(3)] == ["ok", "ok", "ok"]
     assert len(dialog.chart.bars) == 3 and min(dialog.chart.bars) > 0
+    # the chart names its bars by the table's row numbers, which the table shows
+    assert dialog.chart.ticks == [(0, "1"), (1, "2"), (2, "3")] and dialog.table.verticalHeader().isVisible()
     rec = report["recommendation"]
     assert rec["text"] in child(dialog, "tuneRecommendation").text()
     assert child(dialog, "tuneApplyButton").isEnabled() == (not rec["is_current"])
