@@ -7,12 +7,13 @@ under the control it is about, before Start, not after a crash.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -28,7 +29,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.config import BUILTIN_CORPUS, COMPILE_MODES, LAYOUTS, PRECISIONS, ModelConfig, RunConfig, config_from_preset
+from core.config import (
+    BUILTIN_CORPUS,
+    COMPILE_MODES,
+    LAYOUTS,
+    PRECISIONS,
+    DataConfig,
+    ModelConfig,
+    RunConfig,
+    config_from_preset,
+)
 from core.errors import DataError, SpeedboardError
 from core.launch import check_nproc, process_capacity
 from core.prepare import SourceInfo, describe_source, too_little_text
@@ -117,6 +127,12 @@ def _set_combo(combo: QComboBox, value: Any) -> bool:
     return index >= 0
 
 
+class _FolderCheck(QObject):
+    """Carries a folder's ``describe_source`` result from its worker thread to the window's thread (queued)."""
+
+    done = Signal(int, object, object)  # check number, SourceInfo or None, problem or None
+
+
 class ConfigPanel(QWidget):
     changed = Signal()
     """Any setting changed; ``config`` and ``error`` are up to date."""
@@ -127,6 +143,12 @@ class ConfigPanel(QWidget):
         self._source = BUILTIN_CORPUS
         self._source_info: SourceInfo | None = None
         self._source_problem: str | None = None
+        # A folder is described off the window's thread: listing and fingerprinting thousands of files takes
+        # seconds. Each check has a number, so a late answer about an earlier choice is dropped.
+        self._check_number = 0
+        self.checking_source = False
+        self._folder_check = _FolderCheck(self)
+        self._folder_check.done.connect(self._folder_checked)
         self._data_dir = str(Path.home())
         """Why the chosen data cannot be used (missing, unreadable, empty), found when it was chosen or at Start."""
         self._start_from: tuple[str, str] | None = None  # (path, "init" | "resume")
@@ -333,23 +355,56 @@ class ConfigPanel(QWidget):
 
     def recheck_source(self) -> bool:
         """Look at the chosen data again (at Start: a file may have gone since it was chosen); True when the
-        settings are still valid. A problem is shown under the Data control."""
-        self._check_source()
+        settings are still valid. A problem is shown under the Data control.
+
+        A folder that is still there keeps what its check found (or is still finding): describing it again
+        would hold the window for seconds, and the run's preparation fingerprints it anyway."""
+        if not (self._is_folder() and (self.checking_source or self._source_info is not None)):
+            self._check_source()
         self._on_changed()
         return self._config is not None
 
     def _check_source(self) -> None:
         """What the data is and whether it can be read (``describe_source``: a listing, headers and a sampled
-        fingerprint, no tokenizing). A hub dataset is looked up when the run prepares it (it needs the network)."""
+        fingerprint, no tokenizing): a file here, a folder in a worker thread. A hub dataset is looked up
+        when the run prepares it (it needs the network)."""
+        self._check_number += 1
         self._source_info, self._source_problem = None, None
+        self.checking_source = False
         if not self._source.startswith("hf:"):
-            data = self.preset_config().data
-            try:
-                self._source_info = describe_source(replace(data, source=self._source, tokenizer=None))
-            except (SpeedboardError, OSError) as exc:
-                self._source_problem = str(exc)
-        self.source_info.setText(_source_summary(self._source_info, self._source_problem))
-        self.source_info.setVisible(bool(self.source_info.text()))
+            data = replace(self.preset_config().data, source=self._source, tokenizer=None)
+            if self._is_folder():
+                self.checking_source = True
+                threading.Thread(target=self._describe_folder, args=(self._check_number, data), daemon=True,
+                                 name="speedboard-folder-check").start()
+            else:
+                self._source_info, self._source_problem = _described(data)
+        self._show_source_summary()
+
+    def _is_folder(self) -> bool:
+        return self._source != BUILTIN_CORPUS and Path(self._source).is_dir()
+
+    def _describe_folder(self, number: int, data: DataConfig) -> None:
+        """Worker thread: files and a Rust tokenizer only, no torch and no widget."""
+        info, problem = _described(data)
+        try:
+            self._folder_check.done.emit(number, info, problem)
+        except RuntimeError:  # the window closed meanwhile: nobody to tell
+            pass
+
+    def _folder_checked(self, number: int, info: SourceInfo | None, problem: str | None) -> None:
+        if number != self._check_number:
+            return  # about a folder chosen before the current data
+        self.checking_source = False
+        self._source_info, self._source_problem = info, problem
+        self._show_source_summary()
+        self._on_changed()
+
+    def _show_source_summary(self) -> None:
+        text = ("checking the folder: listing and fingerprinting its files…" if self.checking_source else
+                _source_summary(self._source_info, self._source_problem))
+        self.source_info.setText(text)
+        self.source_info.setVisible(bool(text))
 
     def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None) -> None:
         """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
@@ -607,6 +662,14 @@ def _size(n: int) -> str:
             return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1000
     return ""
+
+
+def _described(data: DataConfig) -> tuple[SourceInfo | None, str | None]:
+    """``describe_source`` as the Data control shows it: what the data is, or why it cannot be used."""
+    try:
+        return describe_source(data), None
+    except (SpeedboardError, OSError) as exc:
+        return None, str(exc)
 
 
 def _source_summary(info: SourceInfo | None, problem: str | None) -> str:

@@ -57,6 +57,70 @@ def test_a_file_deleted_after_choosing_is_caught_at_start(window, dialogs, tmp_p
     assert not child(window, "startButton").isEnabled()
 
 
+class SlowDescribe:
+    """``describe_source`` held until released, recording the thread that runs it."""
+
+    def __init__(self, monkeypatch):
+        from core.prepare import describe_source
+
+        self.real, self.release, self.threads = describe_source, threading.Event(), []
+        monkeypatch.setattr("gui.widgets.config_panel.describe_source", self)
+
+    def __call__(self, data, *args, **kwargs):
+        self.threads.append(threading.current_thread())
+        if threading.current_thread() is not threading.main_thread():
+            self.release.wait(60)
+        return self.real(data, *args, **kwargs)
+
+
+def _folder(tmp_path, name, files):
+    folder = tmp_path / name
+    folder.mkdir()
+    for file, n in files.items():
+        _corpus(folder / file, n)
+    return folder
+
+
+def test_a_folder_is_described_off_the_window_thread(qtbot, window, dialogs, tmp_path, monkeypatch):
+    slow = SlowDescribe(monkeypatch)
+    dialogs.files["getExistingDirectory"] = str(_folder(tmp_path, "notes", {"a.txt": 80, "b.txt": 80}))
+    child(window, "dataFolderButton").click()  # returns at once: the folder is described in a worker thread
+    panel, info = window.config_panel, child(window, "dataInfoLabel")
+    assert panel.checking_source and "checking the folder" in info.text()
+    with qtbot.waitSignal(panel._folder_check.done, timeout=60_000):
+        slow.release.set()
+    assert slow.threads and threading.main_thread() not in slow.threads
+    assert not panel.checking_source and "2 files" in info.text() and "tokenized once" in info.text()
+    assert child(window, "startButton").isEnabled()
+
+
+def test_a_folders_problem_is_said_when_its_check_ends(qtbot, window, dialogs, tmp_path, monkeypatch):
+    slow = SlowDescribe(monkeypatch)
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    (tiny / "a.txt").write_text("just a few words", encoding="utf-8")
+    dialogs.files["getExistingDirectory"] = str(tiny)
+    child(window, "dataFolderButton").click()
+    with qtbot.waitSignal(window.config_panel._folder_check.done, timeout=60_000):
+        slow.release.set()
+    error = child(window, "sourceError")
+    assert error.isVisibleTo(window) and "too little text" in error.text()
+    assert not child(window, "startButton").isEnabled()
+
+
+def test_a_late_answer_about_an_earlier_folder_is_dropped(qtbot, window, dialogs, tmp_path, monkeypatch):
+    slow = SlowDescribe(monkeypatch)
+    dialogs.files["getExistingDirectory"] = str(_folder(tmp_path, "three", {"a.txt": 80, "b.txt": 80, "c.txt": 80}))
+    child(window, "dataFolderButton").click()
+    _choose(window, dialogs, _corpus(tmp_path / "one.txt"))  # chosen while the folder is still being described
+    info = child(window, "dataInfoLabel")
+    assert not window.config_panel.checking_source and "files" not in info.text()
+    with qtbot.waitSignal(window.config_panel._folder_check.done, timeout=60_000):
+        slow.release.set()
+    assert "files" not in info.text() and "KB" in info.text()  # still the file's summary
+    assert window.config_panel.source.endswith("one.txt")
+
+
 def test_data_preparation_shows_its_progress_and_stop_cancels_it(qtbot, window, dialogs, tmp_path, monkeypatch):
     """A corpus that never ends: only Stop ends its preparation, and the run ends stopped, not failed."""
     from core.sources import Source
