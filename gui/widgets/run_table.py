@@ -126,6 +126,10 @@ class RunTable(QTableWidget):
         self._fit_timer.setInterval(0)
         self._fit_timer.timeout.connect(self.fit_columns)
         header.sectionResized.connect(self._schedule_fit)  # a column grew with its content
+        self._fitting = False
+        # A hidden section's header reports no size hint, so each column's title width is kept from when
+        # it was shown: measured hidden, a column would fit, come back, not fit, and go again, forever.
+        self._title_widths: dict[int, int] = {}
 
         self.remove_action = QAction("Remove from the table", self)
         self.remove_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
@@ -249,11 +253,25 @@ class RunTable(QTableWidget):
     def fit_columns(self) -> None:
         """Show the columns that fit the width, most useful first; the others give way until it widens
         (their figures stay in the tooltips and the log)."""
+        self._fitting = True  # the sections this resizes or hides are not "a column grew": no refit
+        try:
+            self._fit()
+        finally:
+            self._fitting = False
+
+    def _title_width(self, col: int) -> int:
+        header = self.horizontalHeader()
+        if not self.isColumnHidden(col) or col not in self._title_widths:
+            hint = header.sectionSizeHint(col)
+            if hint > 0:
+                self._title_widths[col] = hint
+        return self._title_widths.get(col, 0)
+
+    def _fit(self) -> None:
         # Room for a vertical scroll bar is kept: its appearing does not resize the table.
         available = self.width() - 2 * self.frameWidth() - self.verticalScrollBar().sizeHint().width()
-        header = self.horizontalHeader()
         state = self.column("State")
-        content = max(self.sizeHintForColumn(state), header.sectionSizeHint(state))
+        content = max(self.sizeHintForColumn(state), self._title_width(state))
         self.setColumnWidth(state, min(STATE_MAX_PX, content))
         used, room = 0, True
         for name in PRIORITY:
@@ -261,7 +279,7 @@ class RunTable(QTableWidget):
             if col == state:
                 width = self.columnWidth(col)
             else:
-                width = max(self.sizeHintForColumn(col), header.sectionSizeHint(col))
+                width = max(self.sizeHintForColumn(col), self._title_width(col))
             fits = room and (used + width <= available or name in ("Base", "Run", "State"))
             if fits:
                 used += width
@@ -271,7 +289,7 @@ class RunTable(QTableWidget):
                 self.setColumnHidden(col, not fits)
 
     def _schedule_fit(self, *_) -> None:
-        if not self._fit_timer.isActive():
+        if not self._fitting and not self._fit_timer.isActive():
             self._fit_timer.start()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
