@@ -114,8 +114,12 @@ def event_line(event: ev.Event) -> EventLine | None:
                else "no steady steps")
         comp = f", compile {event.compile_seconds:.1f} s" if event.compile_seconds is not None else ""
         state = "stopped" if event.stopped else "finished"
+        mem = f"peak mem {event.peak_mem_gib:.2f} GiB"
+        if event.train_mem_gib is not None and event.peak_mem_gib - event.train_mem_gib >= 0.005:
+            # On a CPU the process's resident set holds Python, torch and (in the dashboard) the window too.
+            mem = f"peak mem {event.train_mem_gib:.2f} GiB for training ({event.peak_mem_gib:.2f} GiB the process)"
         return EventLine(f"{state} at step {event.step}: train loss {_number(event.final_loss)}, "
-                         f"val loss {_number(event.val_loss)}, {tps}{comp}, peak mem {event.peak_mem_gib:.2f} GiB")
+                         f"val loss {_number(event.val_loss)}, {tps}{comp}, {mem}")
     if isinstance(event, ev.RunFailed):
         return EventLine(f"failed at step {event.step}: {event.message}", "error")
     return None

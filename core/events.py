@@ -210,7 +210,11 @@ class RunFinished(Event):
     median_tokens_per_s: float | None
     compile_seconds: float | None
     peak_mem_gib: float
+    """The process's peak: CUDA max allocated, or on a CPU the sampled resident set (the window included)."""
     checkpoint: str | None
+    train_mem_gib: float | None = None
+    """The training's own peak: ``peak_mem_gib`` minus what the process held before the model existed, as
+    the dashboard's Train GiB and ``speedboard bench`` report it (None in runs recorded before it existed)."""
 
 
 @dataclass(frozen=True)

@@ -773,9 +773,11 @@ class Trainer:
         result = RunResult(self.run_id, self.run_dir, self.step, self.tokens, stopped,
                            losses[-1] if losses else None, val_loss, final_ckpt, median_tps,
                            compile_seconds)
+        peak = self._peak_mem()
         self.emit(RunFinished(self.run_id, self.now(), self.step, self.tokens, stopped, result.final_loss,
-                              val_loss, median_tps, compile_seconds, self._peak_mem(),
-                              str(final_ckpt) if final_ckpt else None))
+                              val_loss, median_tps, compile_seconds, peak,
+                              str(final_ckpt) if final_ckpt else None,
+                              train_mem_gib=max(0.0, peak - self.mem_baseline)))
         return result
 
     def _report_compile(self, times: StepTimes) -> None:

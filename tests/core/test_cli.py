@@ -31,6 +31,12 @@ def test_train_then_generate_end_to_end(tmp_path):
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if x["event"] == "step"] == [1, 2, 3]
     assert lines[-1]["event"] == "finished"
+    # The finish line's memory is the training's own, as the dashboard and the bench report it; on a CPU
+    # the process's resident set (Python, torch) is named beside it.
+    started, finished = next(x for x in lines if x["event"] == "run_started"), lines[-1]
+    assert finished["train_mem_gib"] == pytest.approx(finished["peak_mem_gib"] - started["mem_baseline_gib"])
+    assert f"peak mem {finished['train_mem_gib']:.2f} GiB for training ({finished['peak_mem_gib']:.2f} GiB the " \
+           f"process)" in out.stdout
     gen = run_cli("generate", str(run_dir), "--prompt", "The", "--max-new-tokens", "5")
     assert gen.returncode == 0, gen.stderr
     assert gen.stdout.startswith("The")
