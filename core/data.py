@@ -144,6 +144,11 @@ def _mix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> _S31)
 
 
+SAMPLE_ORDER = "feistel6-splitmix64"
+"""Names ``SampleOrder``'s algorithm in every checkpoint: a resume from one saved with another order (or
+on other data) cannot continue the parent's sample stream, and says so."""
+
+
 class SampleOrder:
     """An endless shuffled stream of sample indices: epoch e is a permutation seeded by (seed, e).
 

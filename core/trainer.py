@@ -33,7 +33,7 @@ from core import checkpoint as ckpt_io
 from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
 from core.config import ModelConfig, RunConfig
 from core.control import Control
-from core.data import Data, SampleOrder, global_batch_targets, prepare_data
+from core.data import SAMPLE_ORDER, Data, SampleOrder, global_batch_targets, prepare_data
 from core.device import (
     autocast,
     device_name,
@@ -184,6 +184,7 @@ class Trainer:
         self.seed = config.train.seed
         self.parent: str | None = config.parent
         self.order: SampleOrder | None = None
+        self._stream_note = ""  # why a resume cannot continue its parent's sample stream, if it cannot
         self.schedule: LRSchedule | None = None
         self.tokens_per_step = 0
         self.total_steps = 0
@@ -337,6 +338,8 @@ class Trainer:
         self._prepare_measurements()
         self.compiled = self._compile(self.cfg.train.compile_mode, self.cfg.train.compile_scope)
         self._announce(loaded)
+        if self._stream_note:
+            self.warn(self._stream_note)
         if self._rng_state is not None:
             # Last, after everything in set-up that draws random numbers: the
             # loop continues the stream exactly where the parent left it.
@@ -501,6 +504,8 @@ class Trainer:
             self.parent = self.parent or trainer_state.get("run_id")
             self.start_time = float(trainer_state.get("wall_time", 0.0))
         self.order = SampleOrder(len(self.data.train), self.seed)
+        if trainer_state is not None:
+            self._stream_note = _other_stream(trainer_state, len(self.data.train))
         self.schedule = self._make_schedule(trainer_state)
         remaining = max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
         self.total_steps = self.step + remaining
@@ -693,6 +698,7 @@ class Trainer:
             "optimizer": optimizer_state if optimizer_state is not None else self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
             "rng": rng, "train_config": self.cfg.train.to_dict(),
+            "sample_order": SAMPLE_ORDER, "train_samples": len(self.data.train),
         }
 
     # ------------------------------------------------------------------ compile
@@ -1065,3 +1071,18 @@ class Trainer:
             if old != saved:
                 ckpt_io.remove_folder(old)  # renamed aside first: never seen half-deleted
         return saved
+
+
+def _other_stream(state: dict[str, Any], train_samples: int) -> str:
+    """Why a resume from ``state`` cannot read the samples its parent would have read next ("" if it can):
+    weights, optimizer and schedule still resume exactly."""
+    saved_order, saved_samples = state.get("sample_order"), state.get("train_samples")
+    if saved_order != SAMPLE_ORDER:
+        why = f"with sample order {saved_order!r}" if saved_order else "by an earlier Speedboard"
+        return (f"the checkpoint was saved {why}: weights, optimizer and schedule resume exactly, but the "
+                f"samples that follow are not the ones the parent run would have read next")
+    if saved_samples is not None and int(saved_samples) != train_samples:
+        return (f"the data differs from the parent run's ({int(saved_samples):,} training samples then, "
+                f"{train_samples:,} now): weights, optimizer and schedule resume exactly, on another sample "
+                f"stream")
+    return ""

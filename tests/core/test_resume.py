@@ -400,3 +400,30 @@ def test_a_crafted_trainer_state_with_a_valid_checksum_is_one_line_before_any_fo
     err = capsys.readouterr().err
     assert err.startswith("speedboard: error: ") and err.count("\n") == 1 and message in err, err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- the sample stream
+def _warnings(sink: ListSink) -> list[str]:
+    return [e.message for e in sink.of(WarningRaised)]
+
+
+def test_a_resume_says_when_it_cannot_continue_the_parents_sample_stream(stopped_parent, tmp_path, monkeypatch):
+    _, checkpoint = stopped_parent
+    source = corpus_file(checkpoint.parents[3])
+    cfg = micro_config(tmp_path, data={"source": str(source)}, train={"budget": 8})
+    same = ListSink()
+    Trainer(cfg.replace(resume=str(checkpoint)), sink=same).run()
+    assert not [w for w in _warnings(same) if "sample" in w]  # the same data and order: the same stream
+
+    monkeypatch.setattr("core.trainer.SAMPLE_ORDER", "another-order")
+    other_order = ListSink()
+    Trainer(cfg.replace(resume=str(checkpoint)), sink=other_order).run()
+    assert any("saved with sample order 'feistel6-splitmix64'" in w and "resume exactly" in w
+               for w in _warnings(other_order))
+    monkeypatch.undo()
+
+    more = tmp_path / "more.txt"
+    more.write_text(source.read_text(encoding="utf-8") * 2, encoding="utf-8")
+    other_data = ListSink()
+    Trainer(cfg.replace(resume=str(checkpoint), data={"source": str(more)}), sink=other_data).run()
+    assert any("the data differs from the parent run's" in w for w in _warnings(other_data))
