@@ -12,14 +12,18 @@ one starts), all within one overall deadline (``--budget``, default 470 s):
    (``default``) matches the eager one, in fp32 and bf16.
 3. ``save_load``: a checkpoint saved from a compiled run loads into an eager
    model (same logits) and back into a compiled one (same logits).
-4. ``cuda_graph_grads``: ``bench.cuda_graph_grads`` in bf16: are CUDA-graph
+4. ``oom``: a real CUDA out-of-memory error in a micro-step (the allocator
+   capped just above what micro-batch 32 needs, then micro-batch 64 asked
+   for) is redone with half the micro-batch and twice the accumulation, and
+   the run ends with the same parameters as one trained 32 × 2 from the start.
+5. ``cuda_graph_grads``: ``bench.cuda_graph_grads`` in bf16: are CUDA-graph
    modes still wrong with accumulation > 1 in this release?
-5. ``train``: tiny and small in bf16, ``speedboard train`` with compile off,
+6. ``train``: tiny and small in bf16, ``speedboard train`` with compile off,
    ``default``, ``reduce-overhead`` (accumulation 1) and
    ``max-autotune-no-cudagraphs`` with accumulation 4: tokens/s, MFU, compile
    seconds, loss.
-6. ``dashboard``: the window, offscreen, trains tiny eagerly then compiled on CUDA.
-7. ``bench_base``: ``speedboard bench --preset base --device cuda`` with the
+7. ``dashboard``: the window, offscreen, trains tiny eagerly then compiled on CUDA.
+8. ``bench_base``: ``speedboard bench --preset base --device cuda`` with the
    cells that fit the time left.
 
 Without CUDA it says so in one line and exits with code 2, having run nothing.
@@ -38,7 +42,9 @@ from pathlib import Path
 
 BUDGET_S = 470.0
 """The whole check: 8 minutes less start-up and writing the results."""
-PARTS = ("environment", "equivalence", "save_load", "cuda_graph_grads", "train", "dashboard", "bench_base")
+PARTS = ("environment", "equivalence", "save_load", "oom", "cuda_graph_grads", "train", "dashboard", "bench_base")
+IN_PROCESS = {"environment": 30, "equivalence": 90, "save_load": 60, "oom": 60}
+"""The parts this module runs itself (``--part NAME`` in a subprocess), with their time boxes in seconds."""
 TRAIN_RUNS = [  # (preset, compile mode, accumulation, steps, time box in seconds)
     (p, mode, accum, steps, box)
     for p, steps in (("tiny", 40), ("small", 30))
@@ -189,9 +195,49 @@ def part_save_load(out_dir: str) -> dict:
             "keys_clean": keys_clean, "weights_round_trip": weights_same, "max_logit_diff_eager_vs_compiled": d}
 
 
+def part_oom(out_dir: str) -> dict:
+    import torch
+
+    from core.config import config_from_preset
+    from core.events import ListSink, MicroBatchChanged, StepMetrics
+    from core.trainer import Trainer
+
+    if PART_DEVICE != "cuda":
+        return {"ok": None, "skipped": "needs CUDA's caching allocator (a real out-of-memory error)"}
+
+    def run(micro: int, accum: int) -> tuple[dict, list[float], ListSink]:
+        cfg = config_from_preset("small", data={"seq_len": 512}, train={
+            "micro_batch": micro, "accum_steps": accum, "budget": 2, "precision": "bf16", "device": "cuda",
+            "eval_every": 0, "eval_batches": 1, "sample_every": 0, "sample_tokens": 1, "seed": 1337,
+            "warmup_ratio": 0.0}).replace(out_dir=out_dir)
+        sink = ListSink()
+        trainer = Trainer(cfg, sink=sink)
+        trainer.run()
+        params = {k: v.detach().float().cpu().clone() for k, v in trainer.model.state_dict().items()}
+        return params, [m.loss for m in sink.of(StepMetrics)], sink
+
+    torch.cuda.reset_peak_memory_stats()
+    reference, ref_losses, _ = run(32, 2)  # the split the redone step falls back to, from the start
+    need = torch.cuda.max_memory_allocated()  # CPU–GPU sync: allocator statistics, read once
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    cap = int(need * 1.2) + (256 << 20)  # room for 32 × 2, not for 64 × 1 (twice the activations)
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), 0)
+    try:
+        params, losses, sink = run(64, 1)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    changes = [(c.step, c.old_micro, c.new_micro, c.new_accum, c.reason) for c in sink.of(MicroBatchChanged)]
+    diff = max((params[k] - reference[k]).abs().max().item() for k in reference)
+    redone = bool(changes) and changes[0][1:4] == (64, 32, 2)
+    return {"ok": redone and diff <= 2e-2, "cap_gib": round(cap / 1024**3, 2),
+            "peak_32x2_gib": round(need / 1024**3, 2), "changes": changes, "losses": losses,
+            "reference_losses": ref_losses, "max_param_diff_vs_32x2": diff}
+
+
 def _in_process(name: str, out_dir: str) -> int:
     fn = {"environment": lambda: part_environment(), "equivalence": lambda: part_equivalence(out_dir),
-          "save_load": lambda: part_save_load(out_dir)}[name]
+          "save_load": lambda: part_save_load(out_dir), "oom": lambda: part_oom(out_dir)}[name]
     print(json.dumps(fn(), default=str))
     return 0
 
@@ -233,8 +279,8 @@ def check(out: Path, budget: float, parts: tuple[str, ...], log: Log) -> dict:
 
     for name in parts:
         log(f"== {name} ({left():.0f} s left)")
-        if name in ("environment", "equivalence", "save_load"):
-            box = boxed({"environment": 30, "equivalence": 90, "save_load": 60}[name])
+        if name in IN_PROCESS:
+            box = boxed(IN_PROCESS[name])
             if box is None:
                 record(name, {"ok": None, "skipped": "no time left"})
                 continue
@@ -300,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder for gpu_check.json, gpu_check.log and the runs")
     p.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for all parts together")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
-    p.add_argument("--part", choices=("environment", "equivalence", "save_load"), help=argparse.SUPPRESS)
+    p.add_argument("--part", choices=tuple(IN_PROCESS), help=argparse.SUPPRESS)
     p.add_argument("--part-device", default="cuda", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 

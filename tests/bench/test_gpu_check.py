@@ -28,8 +28,10 @@ def test_the_plan_fits_the_budget_and_covers_the_issue():
     for preset in ("tiny", "small"):
         assert {(preset, "off", 1), (preset, "default", 1), (preset, "reduce-overhead", 1),
                 (preset, "max-autotune-no-cudagraphs", 4)} <= runs
-    assert gpu_check.PARTS == ("environment", "equivalence", "save_load", "cuda_graph_grads", "train", "dashboard",
-                               "bench_base")
+    assert gpu_check.PARTS == ("environment", "equivalence", "save_load", "oom", "cuda_graph_grads", "train",
+                               "dashboard", "bench_base")
+    # the in-process parts' boxes, the subprocess parts' and the smallest train runs fit the budget together
+    assert sum(gpu_check.IN_PROCESS.values()) + 90 + 90 < gpu_check.BUDGET_S
 
 
 def test_a_run_folders_metrics_are_summarised(tmp_path):
@@ -68,7 +70,8 @@ def test_one_failing_or_hanging_part_never_hides_the_others(tmp_path, monkeypatc
     assert set(parts) == set(gpu_check.PARTS)
     assert parts["environment"]["ok"] and parts["environment"]["gpu"] == "X"
     assert parts["equivalence"]["ok"] is False and parts["cuda_graph_grads"]["ok"] is False
-    assert parts["save_load"]["ok"] and parts["dashboard"]["ok"] and parts["bench_base"]["ok"] is True
+    assert parts["save_load"]["ok"] and parts["oom"]["ok"] and parts["dashboard"]["ok"]
+    assert parts["bench_base"]["ok"] is True
     assert len(parts["train"]["runs"]) == len(gpu_check.TRAIN_RUNS)
     assert report["ok"] is False
     assert json.loads((tmp_path / "gpu_check.json").read_text())["parts"].keys() == parts.keys()
@@ -84,3 +87,9 @@ def test_parts_that_no_longer_fit_are_skipped_not_started(tmp_path, monkeypatch)
     assert all(p.get("ok") is None or p.get("runs") for p in report["parts"].values())
     assert all(r["skipped"] == "no time left" for r in report["parts"]["train"]["runs"])
     assert report["ok"] is True  # nothing failed; the JSON says what was skipped
+
+
+def test_the_out_of_memory_part_needs_cudas_allocator(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--part", "oom", "--part-device", "cpu",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and '"skipped": "needs CUDA' in p.stdout
