@@ -402,7 +402,10 @@ class ConfigPanel(QWidget):
 
     def _describe_folder(self, number: int, data: DataConfig) -> None:
         """Worker thread: files and a Rust tokenizer only, no torch and no widget."""
-        info, problem = _described(data)
+        try:
+            info, problem = _described(data)
+        except Exception as exc:  # noqa: BLE001 - anything else still ends the check, as one line
+            info, problem = None, f"cannot read {data.source}: {type(exc).__name__}: {exc}"
         try:
             self._folder_check.done.emit(number, info, problem)
         except RuntimeError:  # the window closed meanwhile: nobody to tell

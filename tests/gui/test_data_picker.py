@@ -108,6 +108,20 @@ def test_a_folders_problem_is_said_when_its_check_ends(qtbot, window, dialogs, t
     assert not child(window, "startButton").isEnabled()
 
 
+def test_an_unexpected_error_while_describing_a_folder_ends_the_check(qtbot, window, dialogs, tmp_path,
+                                                                      monkeypatch):
+    def broken(data, *args, **kwargs):
+        raise LookupError("unexpected")
+
+    monkeypatch.setattr("gui.widgets.config_panel.describe_source", broken)
+    dialogs.files["getExistingDirectory"] = str(_folder(tmp_path, "odd", {"a.txt": 80}))
+    with qtbot.waitSignal(window.config_panel._folder_check.done, timeout=60_000):
+        child(window, "dataFolderButton").click()
+    error = child(window, "sourceError")
+    assert not window.config_panel.checking_source
+    assert error.isVisibleTo(window) and "LookupError: unexpected" in error.text()
+
+
 def test_a_late_answer_about_an_earlier_folder_is_dropped(qtbot, window, dialogs, tmp_path, monkeypatch):
     slow = SlowDescribe(monkeypatch)
     dialogs.files["getExistingDirectory"] = str(_folder(tmp_path, "three", {"a.txt": 80, "b.txt": 80, "c.txt": 80}))
