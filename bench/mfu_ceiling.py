@@ -117,13 +117,28 @@ def measure_ceiling(cfg, micro_batch: int, seq_len: int, precision: str, peak_fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.mfu_ceiling", description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="small")
+    from core.cli import OneLineParser
+    from core.config import PRESETS
+
+    def at_least(low: float, kind=int):
+        def parse(text: str):
+            try:
+                value = kind(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+            if not value >= low:  # also refuses NaN
+                raise argparse.ArgumentTypeError(f"expected at least {low}, got {text}")
+            return value
+        return parse
+
+    p = OneLineParser(prog="python -m bench.mfu_ceiling", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--precision", default="bf16", choices=list(DTYPES))
-    p.add_argument("--micro-batch", type=int, help="default: the preset's")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--tokens-per-s", type=float, help="a measured run's tokens/s, to place it against the ceiling")
+    p.add_argument("--micro-batch", type=at_least(1), help="default: the preset's")
+    p.add_argument("--repeats", type=at_least(1), default=5)
+    p.add_argument("--threads", type=at_least(0), default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--tokens-per-s", type=at_least(1e-9, float),
+                   help="a measured run's tokens/s, to place it against the ceiling")
     args = p.parse_args(argv)
 
     import torch

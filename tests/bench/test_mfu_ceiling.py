@@ -41,3 +41,13 @@ def test_cli_prints_the_ceiling_and_places_a_run(capsys, monkeypatch):
                  "--tokens-per-s", "1000"]) == 0
     out = capsys.readouterr().out
     assert "MFU ceiling:" in out and "a run at 1,000 tokens/s" in out
+
+
+@pytest.mark.parametrize("args", [["--preset", "nope"], ["--repeats", "0"], ["--tokens-per-s", "nan"],
+                                  ["--micro-batch", "x"]])
+def test_bad_options_are_one_line_and_exit_2(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
