@@ -26,7 +26,14 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
-from core.checkpoint import STATE_FILE, embedding_rows, infer_model_config, peek_checkpoint, shape_problem
+from core.checkpoint import (
+    STATE_FILE,
+    embedding_rows,
+    infer_model_config,
+    peek_checkpoint,
+    shape_problem,
+    verify_checkpoint,
+)
 from core.checkpoint.read import tensor_shapes
 from core.config import ModelConfig, RunConfig
 from core.control import Control
@@ -147,9 +154,11 @@ def summarize_checkpoint(path: str, settings_model: ModelConfig | None = None) -
 
     The fit is checked here, from the shapes alone: a checkpoint against its own config, a bare state
     dict against what its shapes tell or else ``settings_model``. A pickled state dict is unpickled
-    whole (there is no header to read); the weights' checksums are verified when a run loads them.
+    whole (there is no header to read). A Speedboard checkpoint's files are compared with their recorded
+    sizes and checksums (every byte read, on the torch thread): a damaged one is refused here, at Load.
     """
     info = peek_checkpoint(path)
+    verify_checkpoint(info.path)
     shapes = tensor_shapes(info.path)
     if not shapes:
         raise CheckpointError(f"{info.path} holds no weights")

@@ -62,6 +62,7 @@ from core.checkpoint.read import (
     peek_checkpoint,
     read_checkpoint,
     tensor_shapes,
+    verify_checkpoint,
 )
 from core.checkpoint.save import export_hf, is_speedboard_checkpoint, save_checkpoint
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE
@@ -75,5 +76,5 @@ __all__ = [
     "load_weights", "model_from_checkpoint", "model_shapes", "model_state_dict", "peek_checkpoint",
     "is_speedboard_checkpoint", "shape_problem",
     "plain_module", "read_checkpoint", "remove_folder", "save_checkpoint", "tensor_shapes", "sweep_folder",
-    "sweep_leftovers", "sweep_runs",
+    "sweep_leftovers", "sweep_runs", "verify_checkpoint",
 ]

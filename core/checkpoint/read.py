@@ -367,6 +367,28 @@ def peek_checkpoint(path: str | Path) -> CheckpointInfo:
     return _read_newest(user_path(path), peek)
 
 
+def verify_checkpoint(path: str | Path) -> None:
+    """Compare a Speedboard checkpoint's files with the sizes and SHA-256 its config.json recorded: every
+    byte is read, nothing is loaded. A damaged checkpoint is refused where it is chosen (the dashboard's
+    Load), not when a run starts from it. Other formats record no checksums: nothing to compare."""
+
+    def verify(resolved: Path) -> None:
+        if resolved.is_file():
+            return
+        meta = _read_json(resolved / CONFIG_FILE)
+        kind, _ = _model_config_of(resolved, meta)
+        if kind != "speedboard":
+            return
+        records = _records(meta, resolved)
+        for name in (WEIGHTS_FILE, TOKENIZER_FILE, STATE_FILE):
+            if (resolved / name).is_file():
+                _verify_file(resolved / name, records.get(name))
+            elif name != STATE_FILE or records.get(name):
+                raise CheckpointError(f"checkpoint {resolved} is incomplete: {name} is missing")
+
+    _read_newest(user_path(path), verify)
+
+
 def check_tokenizer_fits(tokenizer: BPETokenizer, model_config: ModelConfig) -> None:
     if tokenizer.vocab_size > model_config.vocab_size:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding "

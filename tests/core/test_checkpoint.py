@@ -542,3 +542,18 @@ def test_an_older_checkpoint_without_a_config_checksum_still_loads(tmp_path, tok
     model = make_model(0)
     ck.load_checkpoint(model, folder)
     torch.testing.assert_close(logits(model, input_ids()), logits(make_model(7), input_ids()), rtol=0, atol=0)
+
+
+def test_verify_checkpoint_reads_every_file_against_its_record_and_loads_nothing(tmp_path, tok):
+    good = _good_folder(tmp_path, tok)
+    ck.verify_checkpoint(good)  # intact: silent
+    for kind in ("corrupted_weights", "truncated_weights_in_folder", "folder_missing_tokenizer"):
+        with pytest.raises(CheckpointError, match=BAD_CASES[kind]):
+            ck.verify_checkpoint(_bad(kind, tmp_path, tok))
+    tokenizer = _good_folder(tmp_path, tok) / "tokenizer.json"
+    tokenizer.write_text(tokenizer.read_text().replace('"', "'", 1))  # same size, other bytes
+    with pytest.raises(CheckpointError, match="tokenizer.json in .* is corrupted: its checksum differs"):
+        ck.verify_checkpoint(tokenizer.parent)
+    bare = tmp_path / "weights.pt"
+    torch.save(make_model(7).state_dict(), bare)
+    ck.verify_checkpoint(bare)  # other formats record no checksums: nothing to compare

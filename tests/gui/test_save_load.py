@@ -95,6 +95,21 @@ def test_loading_a_bad_file_shows_a_plain_message_and_changes_nothing(qtbot, win
     assert "does not exist" in dialogs.warnings()[1]
 
 
+def test_a_damaged_checkpoint_is_refused_at_load_not_at_start(qtbot, window, dialogs, tmp_path):
+    first = run_once(qtbot, window)
+    weights = Path(first.checkpoint) / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # one flipped bit in the last tensor: same size, other bytes
+    weights.write_bytes(bytes(data))
+    dialogs.files["getOpenFileName"] = str(Path(first.checkpoint) / "config.json")
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: bool(dialogs.warnings()))
+    (message,) = dialogs.warnings()
+    assert "model.safetensors" in message and "checksum differs" in message
+    assert window.config_panel.start_from is None and not dialogs.load_questions
+    assert window.session.records == [first]  # no run started, no failed row
+
+
 def test_load_during_a_run_is_refused(qtbot, make_window, dialogs):
     window = make_window(**LONG)
     click(window, "startButton")
