@@ -33,7 +33,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,10 @@ class TunePlan:
     flops_per_token: float
     peaks: dict[str, float]
     """Matmul FLOP/s of this device per precision: the MFU denominators."""
+    spare: list[Cell] = field(default_factory=list)
+    """Cells the estimate left out for the budget, in order of priority: tried after the planned ones when
+    the trials turn out faster than estimated (a warm compile cache, a fast machine) and they still fit."""
+    spare_estimates: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def estimate_seconds(self) -> float:
@@ -184,6 +188,9 @@ class TunePlan:
         if cold and cold >= 0.4 * self.estimate_seconds:
             line += (f"; cold torch.compile compiles dominate (~{cold:.0f} s, less when its cache is already "
                      f"warm from an earlier run)")
+        if self.spare:
+            line += (f"; {len(self.spare)} more setting{'s' if len(self.spare) > 1 else ''} follow if the trials "
+                     f"run faster than estimated")
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -309,14 +316,15 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
         raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to compare two settings here: "
                           f"that takes about {need:.0f} s; give --budget-seconds {math.ceil(need)} or more",
                           "budget_seconds")
-    left_out += [{"cell": c.name, "reason": "left out to stay within the time budget"}
-                 for c in cells if c not in kept]
+    spare = [c for c in cells if c not in kept]
+    left_out += [{"cell": c.name, "reason": "left out to stay within the time budget"} for c in spare]
     kept_names = {c.name for c in kept}
     return TunePlan(config=config, device=str(device), device_name=device_name(device), cells=kept,
                     current=current.name, left_out=left_out, steps=options.steps, repeats=repeats,
                     total_steps=total_steps, budget_seconds=float(options.budget_seconds),
                     estimates={k: v for k, v in estimates.items() if k in kept_names},
-                    flops_per_token=flops, peaks=peaks)
+                    flops_per_token=flops, peaks=peaks, spare=spare,
+                    spare_estimates={c.name: estimates[c.name] for c in spare})
 
 
 # ----------------------------------------------------------------------------- running
@@ -337,6 +345,9 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     t0 = time.perf_counter()
     prepare_data(plan.config.data)  # the corpus' store and tokenizer, once, before any clock runs
     emit(TuneStarted(plan.to_dict()))
+    live = replace(plan, cells=list(plan.cells), estimates=dict(plan.estimates), left_out=list(plan.left_out))
+    """The plan as it grows: a spare cell that starts joins its cells, leaves its left-out list."""
+    estimates = {**plan.spare_estimates, **plan.estimates}
     results: list[TrialResult] = []
     skipped: list[dict[str, Any]] = []
     was_cancelled = False
@@ -344,24 +355,35 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     """Per cell: the seconds a repeat takes, from its trials so far (a warm compile)."""
     ratios: list[float] = []
     """Measured over estimated step time of the trials so far: scales the estimates still to come."""
+    compile_ratios: list[float] = []
+    """Measured over estimated cold compile of the compiled cells' first trials: a warm cache shows here."""
     started: list[Cell] = []
     """Cells whose first trial ran: their repeats are kept within the budget before any new cell starts."""
-    order = [(r, c) for r in range(plan.repeats) for c in plan.cells]
+    # Planned cells first, then the spare ones, repeat by repeat: a spare cell that starts is interleaved
+    # with the others from its first trial on.
+    order = [(r, c) for r in range(plan.repeats) for c in [*plan.cells, *plan.spare]]
+    spare = {c.name for c in plan.spare}
     device_type = plan.device.split(":")[0]
 
-    def scale() -> float:
-        return statistics.median(ratios) if ratios else 1.0
+    def scale(values: list[float], low: float, high: float) -> float:
+        return min(high, max(low, statistics.median(values))) if values else 1.0
 
     def cost(cell: Cell, repeat: int) -> float:
-        e = plan.estimates[cell.name]
+        e = estimates[cell.name]
         if repeat and cell.name in measured:
             return measured[cell.name]
-        steps = (scale() - 1.0) * plan.total_steps * e["step"]
-        return (e["repeat"] if repeat else e["first"]) + steps
+        steps = (scale(ratios, 0.0, math.inf) - 1.0) * plan.total_steps * e["step"]
+        if repeat:
+            return e["repeat"] + steps
+        cold = e.get("cold_compile", 0.0)
+        return e["first"] - cold + cold * scale(compile_ratios, 0.02, 3.0) + steps
+
+    def counted(cell: Cell) -> bool:
+        """In the ETA and the trial count: a planned cell, or a spare one that started."""
+        return cell.name not in spare or cell in started
 
     def eta(start_at: int) -> float:
-        names = {c.name for c in started}
-        return sum(cost(c, r) for r, c in order[start_at:] if r == 0 or c.name in names)
+        return sum(cost(c, r) for r, c in order[start_at:] if counted(c) and (r == 0 or c in started))
 
     for i, (repeat, cell) in enumerate(order):
         if stop():
@@ -377,11 +399,17 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         else:
             need = cost(cell, repeat)
         if results and elapsed + need > plan.budget_seconds:
-            skipped.append({"cell": cell.name, "repeat": repeat, "reason": "the time budget was used up"})
+            if cell.name not in spare:  # a spare cell is already listed as left out
+                skipped.append({"cell": cell.name, "repeat": repeat, "reason": "the time budget was used up"})
             continue
         if repeat == 0:
             started.append(cell)
-        emit(TrialStarted(cell.name, cell.label, repeat, i + 1, len(order), elapsed, eta(i)))
+            if cell.name in spare:
+                live.cells.append(cell)
+                live.estimates[cell.name] = estimates[cell.name]
+                live.left_out = [x for x in live.left_out if x["cell"] != cell.name]
+        total = sum(1 for _, c in order if counted(c))
+        emit(TrialStarted(cell.name, cell.label, repeat, len(results) + 1, total, elapsed, eta(i)))
         try:
             result = run_trial(plan.config, cell, plan.total_steps, repeat, cancelled=stop)
         except TrialCancelled:
@@ -393,9 +421,12 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
             warm = WARM_COMPILE_S.get(device_type, WARM_COMPILE_S["cuda"]) if cell.compiled else 0.0
             measured[cell.name] = result.wall_seconds - (compile_s - warm if repeat == 0 else 0.0)
             if result.step_seconds:
-                ratios.append(statistics.median(result.step_seconds) / plan.estimates[cell.name]["step"])
+                ratios.append(statistics.median(result.step_seconds) / estimates[cell.name]["step"])
+            if repeat == 0 and cell.compiled and estimates[cell.name].get("cold_compile"):
+                compile_ratios.append(compile_s / estimates[cell.name]["cold_compile"])
         elapsed = time.perf_counter() - t0
-        emit(TrialFinished(result.to_dict(), summarise(plan, results), elapsed, eta(i + 1)))
+        emit(TrialFinished(result.to_dict(), summarise(live, results), elapsed, eta(i + 1)))
+    plan = live
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
     path = None
     if report_path is not None:

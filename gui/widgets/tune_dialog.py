@@ -285,6 +285,7 @@ class TuneDialog(QDialog):
             self._show_summary(event.summary)
             self.progress_label.setText(f"{event.elapsed:.0f} s so far; about {_minutes(event.eta_seconds)} left")
         elif isinstance(event, TuneFinished):
+            self._show_plan(event.report["plan"])  # spare settings tried at the end are no longer "not tried"
             self._show_summary(event.report["summary"])
             self._show_finished(event.report, event.path)
 

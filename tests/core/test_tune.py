@@ -241,3 +241,49 @@ def test_no_trial_starts_past_the_budget(micro, private_tmp):
     assert {(x["cell"], x["repeat"]) for x in report["skipped"]} == {("off-a1-fp32", 1), ("off-a2-fp32", 0),
                                                                       ("off-a1-bf16", 0)}
     assert "the time budget was used up" in format_report(report)
+
+
+class FakeTrials:
+    """Trials that take ``seconds`` each on a clock of their own (no torch.compile, no time window)."""
+
+    def __init__(self, monkeypatch, seconds: float, compile_seconds: float = 0.0) -> None:
+        import core.tune
+
+        self.now, self.seconds, self.compile_seconds, self.ran = 0.0, seconds, compile_seconds, []
+        monkeypatch.setattr(core.tune.time, "perf_counter", lambda: self.now)
+        monkeypatch.setattr(core.tune, "run_trial", self)
+
+    def __call__(self, config, cell, total_steps, repeat, cancelled=None) -> TrialResult:
+        self.ran.append((cell.name, repeat))
+        self.now += self.seconds
+        compiled = self.compile_seconds if cell.compiled and repeat == 0 else None
+        return TrialResult(cell.name, "speedboard", repeat, tokens_per_s=1000.0, tokens_per_step=100, timed_steps=2,
+                           losses=[5.0, 4.9], step_seconds=[0.01, 0.01], compile_seconds=compiled,
+                           wall_seconds=self.seconds, peak_mem_gib=1.0, mem_before_gib=0.5)
+
+
+def test_time_the_estimate_left_over_goes_to_the_settings_it_left_out(micro, monkeypatch):
+    cells = [*EAGER, Cell("default", "model", 1, 4, "fp32"), Cell("default", "model", 1, 4, "bf16")]
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=45, steps=2, repeats=2), cells=cells)
+    # Estimated: a cold compile of ~30 s each, so the compiled settings do not fit 45 s.
+    assert [c.name for c in plan.spare] == ["default-model-a1-fp32", "default-model-a1-bf16"]
+    assert "2 more settings follow if the trials run faster than estimated" in plan.describe()
+    fake = FakeTrials(monkeypatch, seconds=1.0, compile_seconds=0.5)  # the cache was warm: a 0.5 s compile
+    report = run_tune(plan)
+    # Every setting measured twice, interleaved: the planned ones first in each repeat, then the spare ones.
+    names = [c.name for c in cells]
+    assert fake.ran == [(n, r) for r in range(2) for n in names]
+    assert list(report["summary"]["rows"]) == names and report["skipped"] == []
+    assert not [x for x in report["plan"]["left_out"] if x["reason"].startswith("left out")]
+
+
+def test_spare_settings_start_only_while_they_and_every_repeat_fit(micro, monkeypatch):
+    cells = [*EAGER, Cell("default", "model", 1, 4, "fp32")]
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=45, steps=2, repeats=2), cells=cells)
+    assert [c.name for c in plan.spare] == ["default-model-a1-fp32"]
+    fake = FakeTrials(monkeypatch, seconds=6.0)  # slower than estimated: no room for the spare one
+    report = run_tune(plan)
+    assert fake.ran == [(c.name, r) for r in range(2) for c in EAGER]
+    assert "default-model-a1-fp32" not in report["summary"]["rows"]
+    assert [x["cell"] for x in report["plan"]["left_out"]] == ["default-model-a1-fp32"]
+    assert report["skipped"] == []  # it was never planned: listed as left out, not as skipped
