@@ -365,18 +365,20 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     spare = {c.name for c in plan.spare}
     device_type = plan.device.split(":")[0]
 
-    def scale(values: list[float], low: float, high: float) -> float:
-        return min(high, max(low, statistics.median(values))) if values else 1.0
+    def scale() -> float:
+        return statistics.median(ratios) if ratios else 1.0
 
     def cost(cell: Cell, repeat: int) -> float:
         e = estimates[cell.name]
         if repeat and cell.name in measured:
             return measured[cell.name]
-        steps = (scale(ratios, 0.0, math.inf) - 1.0) * plan.total_steps * e["step"]
+        steps = (scale() - 1.0) * plan.total_steps * e["step"]
         if repeat:
             return e["repeat"] + steps
         cold = e.get("cold_compile", 0.0)
-        return e["first"] - cold + cold * scale(compile_ratios, 0.02, 3.0) + steps
+        # The slowest compile seen so far sets the pace: one cold compile among warm ones keeps it cautious.
+        pace = min(3.0, max(0.05, max(compile_ratios))) if compile_ratios else 1.0
+        return e["first"] - cold + cold * pace + steps
 
     def counted(cell: Cell) -> bool:
         """In the ETA and the trial count: a planned cell, or a spare one that started."""
