@@ -199,7 +199,8 @@ class TunePlan:
                 "steps": self.steps, "repeats": self.repeats, "total_steps": self.total_steps,
                 "budget_seconds": self.budget_seconds, "estimates": self.estimates,
                 "estimate_seconds": self.estimate_seconds, "description": self.describe(),
-                "flops_per_token": self.flops_per_token, "peaks": self.peaks}
+                "flops_per_token": self.flops_per_token, "peaks": self.peaks,
+                "spare": [c.name for c in self.spare]}
 
 
 def _cold_compile(cell: Cell, device_type: str) -> float:
@@ -345,7 +346,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     t0 = time.perf_counter()
     prepare_data(plan.config.data)  # the corpus' store and tokenizer, once, before any clock runs
     emit(TuneStarted(plan.to_dict()))
-    live = replace(plan, cells=list(plan.cells), estimates=dict(plan.estimates), left_out=list(plan.left_out))
+    live = replace(plan, cells=list(plan.cells), estimates=dict(plan.estimates), left_out=list(plan.left_out),
+                   spare=list(plan.spare))
     """The plan as it grows: a spare cell that starts joins its cells, leaves its left-out list."""
     estimates = {**plan.spare_estimates, **plan.estimates}
     results: list[TrialResult] = []
@@ -407,6 +409,7 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         if repeat == 0:
             started.append(cell)
             if cell.name in spare:
+                live.spare = [c for c in live.spare if c != cell]
                 live.cells.append(cell)
                 live.estimates[cell.name] = estimates[cell.name]
                 live.left_out = [x for x in live.left_out if x["cell"] != cell.name]
@@ -428,6 +431,7 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
                 compile_ratios.append(compile_s / estimates[cell.name]["cold_compile"])
         elapsed = time.perf_counter() - t0
         emit(TrialFinished(result.to_dict(), summarise(live, results), elapsed, eta(i + 1)))
+    live.spare = []  # what was not tried by now stays in the left-out list
     plan = live
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
     path = None

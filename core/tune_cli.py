@@ -103,9 +103,11 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     console.say(f"speedboard tune: {config.preset} on {plan.device_name}, effective batch "
                 f"{config.train.micro_batch * config.train.accum_steps} × {config.data.seq_len} tokens; "
                 f"{plan.describe()}")
-    if plan.left_out:
-        console.say(f"not tried: {', '.join(x['cell'] + ' (' + x['reason'] + ')' for x in plan.left_out[:3])}"
-                    + (f" and {len(plan.left_out) - 3} more" if len(plan.left_out) > 3 else ""))
+    spare = {c.name for c in plan.spare}
+    left_out = [x for x in plan.left_out if x["cell"] not in spare]  # the spare ones may still be tried
+    if left_out:
+        console.say(f"not tried: {', '.join(x['cell'] + ' (' + x['reason'] + ')' for x in left_out[:3])}"
+                    + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else ""))
     control = Control()
     previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
     try:

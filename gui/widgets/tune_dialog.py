@@ -276,7 +276,7 @@ class TuneDialog(QDialog):
     # ------------------------------------------------------------------ what the torch thread reports
     def _on_event(self, event) -> None:
         if isinstance(event, TuneStarted):
-            self._show_plan(event.plan)
+            self._show_plan(event.plan, final=False)
         elif isinstance(event, TrialStarted):
             self.progress_label.setText(f"Trial {event.index} of {event.total}: {event.label} (repeat "
                                         f"{event.repeat + 1}) … about {_minutes(event.eta_seconds)} left")
@@ -298,11 +298,14 @@ class TuneDialog(QDialog):
         self._update_buttons()
 
     # ------------------------------------------------------------------ drawing
-    def _show_plan(self, plan: dict) -> None:
+    def _show_plan(self, plan: dict, final: bool = True) -> None:
         text = plan["description"][0].upper() + plan["description"][1:]
-        if plan.get("left_out"):
-            reasons = "; ".join(sorted({x["reason"][:60] for x in plan["left_out"]}))
-            text += f". Not tried: {len(plan['left_out'])} ({reasons})"
+        # Before the trials, the spare settings may still be tried: the description counts them.
+        spare = set() if final else set(plan.get("spare", []))
+        left_out = [x for x in plan.get("left_out", []) if x["cell"] not in spare]
+        if left_out:
+            reasons = "; ".join(sorted({x["reason"][:60] for x in left_out}))
+            text += f". Not tried: {len(left_out)} ({reasons})"
         self.plan_label.setText(text + ".")
 
     def _show_summary(self, summary: dict) -> None:

@@ -287,3 +287,4 @@ def test_spare_settings_start_only_while_they_and_every_repeat_fit(micro, monkey
     assert "default-model-a1-fp32" not in report["summary"]["rows"]
     assert [x["cell"] for x in report["plan"]["left_out"]] == ["default-model-a1-fp32"]
     assert report["skipped"] == []  # it was never planned: listed as left out, not as skipped
+    assert report["plan"]["spare"] == [] and "follow if" not in report["plan"]["description"]

@@ -107,3 +107,17 @@ def test_a_file_that_is_not_a_report_is_one_message(qtbot, window, dialogs, tmp_
     click(dialog, "tuneOpenButton")
     assert any("not a Speedboard tuning report" in w for w in dialogs.warnings())
     assert dialog.report is None and not child(dialog, "tuneApplyButton").isEnabled()
+
+
+def test_settings_that_may_still_be_tried_are_not_called_not_tried(window):
+    dialog = open_dialog(window)
+    plan = {"description": "2 settings × 2 interleaved repeats; 1 more setting follows if the trials run faster "
+                           "than estimated",
+            "left_out": [{"cell": "default-model-a1-fp32", "reason": "left out to stay within the time budget"},
+                         {"cell": "micro-batch 8 × 1", "reason": "does not fit in memory"}],
+            "spare": ["default-model-a1-fp32"]}
+    dialog._show_plan(plan, final=False)
+    label = child(dialog, "tunePlanLabel").text()
+    assert "Not tried: 1 (does not fit in memory)" in label and "follows if" in label
+    dialog._show_plan({**plan, "spare": []})  # the end: whatever was not tried is said so
+    assert "Not tried: 2" in child(dialog, "tunePlanLabel").text()
