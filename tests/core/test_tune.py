@@ -98,6 +98,12 @@ def test_comparison_says_whether_a_margin_is_above_the_noise():
     base3 = [*base, _trial("a", 2, [100, 100, 100])]
     assert not compare(mixed, base3).significant
     assert compare([], base) is None
+    # Each trial counts by its median step: one slow first step in the baseline's trial does not inflate it.
+    slow_start = [_trial("a", 0, [40, 100, 101, 99, 100]), _trial("a", 1, [100, 102, 98, 100, 101])]
+    for t in slow_start:  # a trial's tokens/s is its window's: every timed token over the window's time
+        t.tokens_per_s = len(t.step_seconds) * t.tokens_per_step / sum(t.step_seconds)
+    assert slow_start[0].tokens_per_s < 80
+    assert compare(faster, slow_start).ratio == pytest.approx(1.2, rel=0.02)
 
 
 def test_plan_puts_the_current_settings_first_and_keeps_within_the_budget(micro):
