@@ -189,8 +189,8 @@ class TunePlan:
             line += (f"; cold torch.compile compiles dominate (~{cold:.0f} s, less when its cache is already "
                      f"warm from an earlier run)")
         if self.spare:
-            line += (f"; {len(self.spare)} more setting{'s' if len(self.spare) > 1 else ''} follow if the trials "
-                     f"run faster than estimated")
+            more = f"{len(self.spare)} more settings follow" if len(self.spare) > 1 else "1 more setting follows"
+            line += f"; {more} if the trials run faster than estimated"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -432,8 +432,14 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         elapsed = time.perf_counter() - t0
         emit(TrialFinished(result.to_dict(), summarise(live, results), elapsed, eta(i + 1)))
     live.spare = []  # what was not tried by now stays in the left-out list
+    planned = (plan.describe(), plan.estimate_seconds)  # what was estimated up front, as the user saw it
+    extra = len(live.cells) - len(plan.cells)
+    tried = (f"; {extra} of them tried as time allowed" if extra else
+             "; none of them could be tried within the budget" if plan.spare else "")
     plan = live
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
+    report["plan"]["description"] = planned[0] + tried
+    report["plan"]["estimate_seconds"] = planned[1]
     path = None
     if report_path is not None:
         from core.paths import user_path

@@ -281,6 +281,9 @@ def test_time_the_estimate_left_over_goes_to_the_settings_it_left_out(micro, mon
     assert fake.ran == [(n, r) for r in range(2) for n in names]
     assert list(report["summary"]["rows"]) == names and report["skipped"] == []
     assert not [x for x in report["plan"]["left_out"] if x["reason"].startswith("left out")]
+    # The report keeps the estimate the user saw before the trials, and says what came on top.
+    assert report["plan"]["description"] == plan.describe() + "; 2 of them tried as time allowed"
+    assert report["plan"]["estimate_seconds"] == plan.estimate_seconds
 
 
 def test_spare_settings_start_only_while_they_and_every_repeat_fit(micro, monkeypatch):
@@ -293,4 +296,6 @@ def test_spare_settings_start_only_while_they_and_every_repeat_fit(micro, monkey
     assert "default-model-a1-fp32" not in report["summary"]["rows"]
     assert [x["cell"] for x in report["plan"]["left_out"]] == ["default-model-a1-fp32"]
     assert report["skipped"] == []  # it was never planned: listed as left out, not as skipped
-    assert report["plan"]["spare"] == [] and "follow if" not in report["plan"]["description"]
+    assert report["plan"]["spare"] == []
+    assert report["plan"]["description"].endswith("1 more setting follows if the trials run faster than "
+                                                  "estimated; none of them could be tried within the budget")
