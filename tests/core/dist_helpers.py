@@ -98,12 +98,13 @@ def _rank_main(rank: int, world: int, port: int, config: dict, out: str) -> None
     Path(out, f"rank{rank}.json").write_text(json.dumps(data), encoding="utf-8")
 
 
-def spawn_ranks(config, world: int, out: Path) -> list[dict]:
-    """Train ``config`` in ``world`` processes (gloo); each rank's record, rank order."""
+def spawn_ranks(config, world: int, out: Path, entry=_rank_main, extra: tuple = ()) -> list[dict]:
+    """Train ``config`` in ``world`` processes (gloo); each rank's record, rank order. ``entry`` (a module-level
+    function of ``rank, world, port, config, out, *extra`` that ends in ``_rank_main``) can change a rank first."""
     import torch.multiprocessing as mp
 
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank_main, args=(world, free_port(), config.to_dict(), str(out)), nprocs=world, join=True)
+    mp.spawn(entry, args=(world, free_port(), config.to_dict(), str(out), *extra), nprocs=world, join=True)
     return [json.loads((out / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(world)]
 
 

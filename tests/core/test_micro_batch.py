@@ -203,15 +203,8 @@ def test_auto_in_a_config_file(tmp_path):
 # --------------------------------------------------------------------------- under torchrun (two gloo ranks)
 def _oom_rank_main(rank: int, world: int, port: int, config: dict, out: str, oom_calls: dict) -> None:
     """A rank of ``spawn_ranks``, whose training forward passes numbered ``oom_calls[rank]`` run out of memory."""
-    import os
+    from tests.core.dist_helpers import _rank_main
 
-    from core.config import RunConfig
-    from core.distributed import shutdown
-    from tests.core.dist_helpers import record
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
     original, calls = LlamaForCausalLM.forward, [0]
 
     def forward(model, *args, **kwargs):
@@ -222,21 +215,13 @@ def _oom_rank_main(rank: int, world: int, port: int, config: dict, out: str, oom
         return original(model, *args, **kwargs)
 
     LlamaForCausalLM.forward = forward
-    try:
-        data = record(RunConfig.from_dict(config))
-    finally:
-        shutdown()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(data), encoding="utf-8")
+    _rank_main(rank, world, port, config, out)
 
 
 def _spawn_with_oom(cfg, out: Path, oom_calls: dict) -> list[dict]:
-    import torch.multiprocessing as mp
+    from tests.core.dist_helpers import spawn_ranks
 
-    from tests.core.dist_helpers import free_port
-
-    out.mkdir()
-    mp.spawn(_oom_rank_main, args=(2, free_port(), cfg.to_dict(), str(out), oom_calls), nprocs=2, join=True)
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return spawn_ranks(cfg, 2, out, _oom_rank_main, (oom_calls,))
 
 
 @pytest.mark.slow
