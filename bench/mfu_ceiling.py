@@ -117,27 +117,23 @@ def measure_ceiling(cfg, micro_batch: int, seq_len: int, precision: str, peak_fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    from core.cli import OneLineParser
+    from bench.run import _int_at_least
+    from core.cli import OneLineParser, _number
     from core.config import PRESETS
 
-    def at_least(low: float, kind=int):
-        def parse(text: str):
-            try:
-                value = kind(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-            if not value >= low:  # also refuses NaN
-                raise argparse.ArgumentTypeError(f"expected at least {low}, got {text}")
-            return value
-        return parse
+    def positive(text: str) -> float:
+        value = _number(text)
+        if not 0 < value < float("inf"):  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+        return value
 
     p = OneLineParser(prog="python -m bench.mfu_ceiling", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--precision", default="bf16", choices=list(DTYPES))
-    p.add_argument("--micro-batch", type=at_least(1), help="default: the preset's")
-    p.add_argument("--repeats", type=at_least(1), default=5)
-    p.add_argument("--threads", type=at_least(0), default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--tokens-per-s", type=at_least(1e-9, float),
+    p.add_argument("--micro-batch", type=_int_at_least(1), help="default: the preset's")
+    p.add_argument("--repeats", type=_int_at_least(1), default=5)
+    p.add_argument("--threads", type=_int_at_least(0), default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--tokens-per-s", type=positive,
                    help="a measured run's tokens/s, to place it against the ceiling")
     args = p.parse_args(argv)
 

@@ -22,14 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.run import _load
+
 CELLS = (("fp32", "off"), ("fp32", "default"), ("bf16", "off"), ("bf16", "default"))
-
-
-def _load() -> float | None:
-    from core.device import load_average
-
-    load = load_average()
-    return load[0] if load else None
 
 
 def _loads(values) -> str:
