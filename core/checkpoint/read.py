@@ -379,14 +379,25 @@ def verify_checkpoint(path: str | Path) -> None:
         kind, _ = _model_config_of(resolved, meta)
         if kind != "speedboard":
             return
-        records = _records(meta, resolved)
-        for name in (WEIGHTS_FILE, TOKENIZER_FILE, STATE_FILE):
-            if (resolved / name).is_file():
-                _verify_file(resolved / name, records.get(name))
-            elif name != STATE_FILE or records.get(name):
-                raise CheckpointError(f"checkpoint {resolved} is incomplete: {name} is missing")
+        _verify_speedboard_files(resolved, _records(meta, resolved), (resolved / STATE_FILE).is_file(),
+                                 hash_state=True)
 
     _read_newest(user_path(path), verify)
+
+
+def _verify_speedboard_files(path: Path, records: dict[str, dict[str, Any]], has_state: bool,
+                             hash_state: bool) -> None:
+    """A Speedboard checkpoint folder's files present and as recorded: weights and tokenizer always, the
+    trainer state where it is there or recorded (``hash_state=False``: its hash is checked when it is read)."""
+    for part in (WEIGHTS_FILE, TOKENIZER_FILE):
+        if not (path / part).is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {part} is missing")
+    if records.get(STATE_FILE) and not has_state:
+        raise CheckpointError(f"checkpoint {path} is incomplete: {STATE_FILE} is missing")
+    _verify_file(path / TOKENIZER_FILE, records.get(TOKENIZER_FILE))
+    _verify_file(path / WEIGHTS_FILE, records.get(WEIGHTS_FILE))
+    if has_state:
+        _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=hash_state)
 
 
 def check_tokenizer_fits(tokenizer: BPETokenizer, model_config: ModelConfig) -> None:
@@ -400,25 +411,17 @@ def _read_folder(path: Path, with_trainer_state: bool) -> LoadedCheckpoint:
     meta = _read_json(path / CONFIG_FILE)
     kind, model_cfg = _model_config_of(path, meta)
     records = _records(meta, path) if kind == "speedboard" else {}
-    required = (WEIGHTS_FILE, TOKENIZER_FILE) if kind == "speedboard" else ()
-    for part in required:
-        if not (path / part).is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {part} is missing")
     # Looked at once: a rotation may remove the folder while it is read, and a
     # trainer state that vanished after this point must fail the read (and so
     # start it again on the newest checkpoint), never read as "no state".
     has_state = kind == "speedboard" and (path / STATE_FILE).is_file()
-    if kind == "speedboard" and records.get(STATE_FILE) and not has_state:
-        raise CheckpointError(f"checkpoint {path} is incomplete: {STATE_FILE} is missing")
+    if kind == "speedboard":
+        _verify_speedboard_files(path, records, has_state, hash_state=False)  # the state is hashed when read
     tokenizer = None
     if (path / TOKENIZER_FILE).is_file():
-        _verify_file(path / TOKENIZER_FILE, records.get(TOKENIZER_FILE))
         tokenizer = BPETokenizer.load(path)
         check_tokenizer_fits(tokenizer, model_cfg)
     if kind == "speedboard":
-        _verify_file(path / WEIGHTS_FILE, records.get(WEIGHTS_FILE))
-        if has_state:
-            _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=False)  # hashed when read
         state = clean_state_dict(_load_safetensors(path / WEIGHTS_FILE))
     else:
         state = clean_state_dict(_read_hf_weights(path))
