@@ -220,6 +220,13 @@ def _estimate(cell: Cell, device_type: str, step_seconds: float, total_steps: in
             "step": step_seconds}
 
 
+def not_tried(plan: dict[str, Any]) -> list[dict[str, str]]:
+    """A plan's (``TunePlan.to_dict``) left-out settings that will not be tried: its spare ones may still be,
+    until the trials end (a report's plan has none left)."""
+    spare = set(plan.get("spare", []))
+    return [x for x in plan.get("left_out", []) if x["cell"] not in spare]
+
+
 def default_precisions(device) -> tuple[str, ...]:
     """fp32, and bf16 where the device runs it (the trials measure whether it pays)."""
     from core.device import bf16_supported

@@ -90,7 +90,15 @@ class TuneConsole:
 def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     from core.cli import _stop_on_first_sigint, config_from_args
     from core.control import Control
-    from core.tune import TuneOptions, check_report_path, default_report_path, format_report, plan_tune, run_tune
+    from core.tune import (
+        TuneOptions,
+        check_report_path,
+        default_report_path,
+        format_report,
+        not_tried,
+        plan_tune,
+        run_tune,
+    )
 
     # Everything is checked before the first trial: a mistake is one line and exit code 2.
     given = {"budget_seconds": args.budget_seconds, "steps": args.trial_steps, "repeats": args.repeats}
@@ -103,8 +111,7 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     console.say(f"speedboard tune: {config.preset} on {plan.device_name}, effective batch "
                 f"{config.train.micro_batch * config.train.accum_steps} × {config.data.seq_len} tokens; "
                 f"{plan.describe()}")
-    spare = {c.name for c in plan.spare}
-    left_out = [x for x in plan.left_out if x["cell"] not in spare]  # the spare ones may still be tried
+    left_out = not_tried(plan.to_dict())
     if left_out:
         console.say(f"not tried: {', '.join(x['cell'] + ' (' + x['reason'] + ')' for x in left_out[:3])}"
                     + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else ""))

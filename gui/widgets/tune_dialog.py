@@ -46,6 +46,7 @@ from core.tune import (
     TuneStarted,
     default_report_path,
     load_report,
+    not_tried,
     reports_dir,
     table_rows,
 )
@@ -276,7 +277,7 @@ class TuneDialog(QDialog):
     # ------------------------------------------------------------------ what the torch thread reports
     def _on_event(self, event) -> None:
         if isinstance(event, TuneStarted):
-            self._show_plan(event.plan, final=False)
+            self._show_plan(event.plan)
         elif isinstance(event, TrialStarted):
             self.progress_label.setText(f"Trial {event.index} of {event.total}: {event.label} (repeat "
                                         f"{event.repeat + 1}) … about {_minutes(event.eta_seconds)} left")
@@ -298,11 +299,9 @@ class TuneDialog(QDialog):
         self._update_buttons()
 
     # ------------------------------------------------------------------ drawing
-    def _show_plan(self, plan: dict, final: bool = True) -> None:
+    def _show_plan(self, plan: dict) -> None:
         text = plan["description"][0].upper() + plan["description"][1:]
-        # Before the trials, the spare settings may still be tried: the description counts them.
-        spare = set() if final else set(plan.get("spare", []))
-        left_out = [x for x in plan.get("left_out", []) if x["cell"] not in spare]
+        left_out = not_tried(plan)  # before the trials, the spare settings may still be tried
         if left_out:
             reasons = "; ".join(sorted({x["reason"][:60] for x in left_out}))
             text += f". Not tried: {len(left_out)} ({reasons})"

@@ -116,7 +116,7 @@ def test_settings_that_may_still_be_tried_are_not_called_not_tried(window):
             "left_out": [{"cell": "default-model-a1-fp32", "reason": "left out to stay within the time budget"},
                          {"cell": "micro-batch 8 × 1", "reason": "does not fit in memory"}],
             "spare": ["default-model-a1-fp32"]}
-    dialog._show_plan(plan, final=False)
+    dialog._show_plan(plan)
     label = child(dialog, "tunePlanLabel").text()
     assert "Not tried: 1 (does not fit in memory)" in label and "follows if" in label
     dialog._show_plan({**plan, "spare": []})  # the end: whatever was not tried is said so
