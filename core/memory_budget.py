@@ -151,24 +151,19 @@ class Fit:
         return bool(self.reason)
 
 
-def fit_run_config(config, nproc: int = 1, *, measure: bool = True) -> Fit:
-    """``fit_split`` for a run's settings (a ``RunConfig``) before it starts, with the device and precision
-    the trainer will resolve; the model's vocabulary as set (a tokenizer can only make it smaller).
-
-    ``measure=False`` never runs the precision probe (the dashboard's window thread must not): ``auto`` on
-    a CPU is then the cached decision, or fp32, whose estimate is the larger, until a run has decided it.
-    """
-    from core.device import resolve_device, resolve_precision
+def fit_run_config(config, nproc: int = 1) -> Fit:
+    """``fit_split`` for a run's settings (a ``RunConfig``) before it starts, with the device the trainer will
+    resolve; the model's vocabulary as set (a tokenizer can only make it smaller). For the dashboard's window
+    thread: the precision probe never runs here, so ``auto`` on a CPU is the cached decision, or fp32 (whose
+    estimate is the larger) until a run has decided it."""
+    from core.device import resolve_device
     from core.precision import cached_choice
 
     tc = config.train
     device = resolve_device(tc.device)
     shards = nproc if tc.fsdp and nproc > 1 else 1
-    if measure:
-        precision = resolve_precision(tc.precision, device, config.model)  # as the launcher resolves it
-    else:
-        choice = cached_choice(tc.precision, device, config.model)
-        precision = choice.precision if choice is not None else "fp32"
+    choice = cached_choice(tc.precision, device, config.model)
+    precision = choice.precision if choice is not None else "fp32"
     return fit_split(config.model, tc.micro_batch, tc.accum_steps, config.data.seq_len, precision, device, shards,
                      nproc if device.type != "cuda" else 1)
 

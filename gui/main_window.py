@@ -458,7 +458,7 @@ class MainWindow(QMainWindow):
         Yes sets it in the settings, No starts as set (and the run says why it cannot)."""
         nproc = self.config_panel.nproc
         try:
-            fit = fit_run_config(cfg, nproc, measure=False)  # arithmetic and the device's memory: no tensor
+            fit = fit_run_config(cfg, nproc)  # arithmetic, and the device's memory: no tensor, no probe
         except SpeedboardError:
             return cfg  # not even micro-batch 1 fits, or no such device: the run explains it
         if not fit.changed:

@@ -243,11 +243,11 @@ def test_fitting_a_split_for_the_window_thread_never_runs_the_probe(monkeypatch)
                         lambda model, micro, accum, seq_len, precision, *rest: seen.append(precision))
     cfg = RunConfig().replace(model=TINY, data={"seq_len": 16}, train={"device": "cpu", "precision": "auto"})
     monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: never())
-    fit_run_config(cfg, measure=False)
+    fit_run_config(cfg)
     assert seen == ["fp32"]  # not decided yet: fp32's larger estimate
     monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: AMX_LIKE)
-    fit_run_config(cfg)  # before a run: measured at the run's own model, as the launcher does
-    assert seen[-1] == "bf16" and prec.cached_probe(TINY, CPU) is not None
+    decide_precision("auto", CPU, model=TINY)  # a run decides it, at its own model
+    assert prec.cached_probe(TINY, CPU) is not None
     monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: never())
-    fit_run_config(cfg, measure=False)
+    fit_run_config(cfg)
     assert seen[-1] == "bf16"  # the cached decision
