@@ -36,6 +36,9 @@ def _require(cond: bool, message: str, field: str | None = None) -> None:
 _KINDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "text"}
 MAX_SEED = 2**63 - 1
 """Seeds are non-negative and fit a signed 64-bit integer (numpy's SeedSequence, torch.manual_seed)."""
+MAX_COUNT = 2**63 - 1
+"""Every integer setting, and the counts made of them (tokens per step, the budget in tokens), fit a
+signed 64-bit integer: the counters of torch and numpy they end up in."""
 
 
 def _check_types(obj) -> None:
@@ -53,6 +56,8 @@ def _check_types(obj) -> None:
             kind = kind.removesuffix("|None")
         if kind == "int":
             ok = isinstance(value, int) and not isinstance(value, bool)
+            _require(not ok or abs(value) <= MAX_COUNT or f.name == "seed",  # seeds: their own, narrower range
+                     f"{f.name.replace('_', ' ')} must be at most 2**63 - 1 in size, got {value!r}", f.name)
         elif kind == "float":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         elif kind == "bool":

@@ -34,6 +34,10 @@ class CheckpointError(SpeedboardError):
     """A checkpoint that cannot be saved or loaded."""
 
 
+class NotFinite(SpeedboardError):
+    """Numbers that went to NaN or inf: a loss, a gradient norm or a model's outputs (lower the learning rate)."""
+
+
 class Cancelled(SpeedboardError):
     """Work stopped on request (Ctrl-C, the dashboard's Stop) before it finished; nothing half-done was kept."""
 

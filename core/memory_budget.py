@@ -129,12 +129,26 @@ def largest_fitting_micro_batch(model: ModelConfig, micro_batch: int, accum_step
     batch stays exact) and whose estimate fits in ``available`` bytes; 1 when none does."""
     one = estimate_training_memory(model, 1, seq_len, precision, shards)  # activations grow linearly
     limit = min(micro_batch, (available // processes - one.states) // max(1, one.activations))
-    return max((d for d in _divisors(micro_batch * accum_steps) if d <= limit), default=1)
+    return largest_divisor_at_most(micro_batch * accum_steps, limit)
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in small]
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is ≤ ``limit`` (1 when ``limit`` < 1).
+
+    Tries at most about ``min(limit, √n)`` candidates, never all up to √n: ``limit``
+    comes from memory, ``n`` from the user (a micro-batch of 10²³ must not hang the check).
+    """
+    if limit < 1:
+        return 1
+    if limit >= n:
+        return n
+    root = math.isqrt(n)
+    best = max((d for d in range(1, min(limit, root) + 1) if n % d == 0), default=1)
+    # A divisor above √n is n // s for a divisor s below it; the smallest such s gives the largest.
+    for s in range(-(-n // limit), root + 1):
+        if n % s == 0:
+            return max(best, n // s)
+    return best
 
 
 @dataclass(frozen=True)

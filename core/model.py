@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.config import ModelConfig
+from core.errors import NotFinite
 from core.loss import token_loss_sum
 
 
@@ -182,10 +183,18 @@ class LlamaForCausalLM(nn.Module):
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, eos_id: int | None = None,
                  generator: torch.Generator | None = None) -> torch.Tensor:
-        """Extend (1, T) token ids. ``temperature`` 0 is greedy."""
-        for _ in range(max_new_tokens):
+        """Extend (1, T) token ids. ``temperature`` 0 is greedy.
+
+        Weights that hold NaN or inf (a diverged run) are ``NotFinite``, not a
+        sampler's RuntimeError or silent garbage.
+        """
+        for i in range(max_new_tokens):
             ctx = idx[:, -self.config.max_position_embeddings:]
             logits = self(ctx)[:, -1, :].float()
+            # Host sync, once: damaged weights show at the first token already.
+            if i == 0 and not bool(torch.isfinite(logits).all()):
+                raise NotFinite("the model's outputs are not finite (NaN or inf): its weights are damaged, "
+                                "or the training that made them diverged")
             if temperature <= 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

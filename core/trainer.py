@@ -31,7 +31,7 @@ import torch
 
 from core import checkpoint as ckpt_io
 from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
-from core.config import ModelConfig, RunConfig
+from core.config import MAX_COUNT, ModelConfig, RunConfig
 from core.control import Control
 from core.data import SAMPLE_ORDER, Data, SampleOrder, global_batch_targets, prepare_data
 from core.device import (
@@ -59,7 +59,7 @@ from core.distributed import (
     peer_failure_message,
     shard_model,
 )
-from core.errors import CheckpointError, ConfigError, SpeedboardError, describe_exception, first_line
+from core.errors import CheckpointError, ConfigError, NotFinite, describe_exception, first_line
 from core.events import (
     CheckpointFailed,
     CheckpointSaved,
@@ -507,6 +507,10 @@ class Trainer:
         if trainer_state is not None:
             self._stream_note = _other_stream(trainer_state, len(self.data.train))
         self.schedule = self._make_schedule(trainer_state)
+        if max(self.tokens_per_step, self.schedule.end_tokens) > MAX_COUNT:
+            raise ConfigError(f"{self.tokens_per_step:,} tokens per step and a budget of {self.schedule.end_tokens:,} "
+                              f"tokens: counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller "
+                              f"batch or budget", "budget")
         remaining = max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
         self.total_steps = self.step + remaining
 
@@ -748,8 +752,13 @@ class Trainer:
                 compile_reported = True
                 self._report_compile(times)
             if not math.isfinite(loss):
-                raise SpeedboardError(f"loss became {loss} at step {self.step}; lower the learning rate "
-                                      f"or use fp32/bf16")
+                raise NotFinite(f"loss became {loss} at step {self.step}; lower the learning rate "
+                                f"or use fp32/bf16")
+            if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
+                # Without fp16's loss scaler (which skips such a step) the update has just put it into the
+                # weights: every later loss, evaluation and sample would be NaN.
+                raise NotFinite(f"the gradient norm became {grad_norm} at step {self.step}; lower the learning "
+                                f"rate or the weight decay")
             self._emit_metrics(loss, grad_norm, lr, step_time, in_warmup)
             if tc.eval_every and self.step % tc.eval_every == 0:
                 val_loss = self._validate()

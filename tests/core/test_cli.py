@@ -84,6 +84,12 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--warmup", "nan"], "warmup ratio must be a finite number"),
     (["--log-every", "0"], "--log-every: must be an integer ≥ 1, got 0"),
     (["--log-every", "-3"], "--log-every: must be an integer ≥ 1, got -3"),
+    # Huge integers: beyond 64 bits, or counts made of them beyond it, or a memory check that must stay quick.
+    (["--micro-batch", "99999999999999999999999"], "micro batch must be at most 2**63 - 1"),
+    (["--eval-every", "99999999999999999999999"], "eval every must be at most 2**63 - 1"),
+    (["--steps", "99999999999999999999999"], "do not fit the 64-bit counters"),
+    (["--accum", "999999999999999999"], "do not fit the 64-bit counters"),
+    (["--micro-batch", "999999999999999999"], "fits with the same effective batch"),
 ])
 def test_bad_input_is_one_line_exit_2_and_touches_nothing(existing_run, capsys, args, message):
     out_dir, run_dir, snapshot = existing_run

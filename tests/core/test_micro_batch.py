@@ -294,3 +294,15 @@ def test_a_compiled_run_redoes_its_first_step_without_falling_back_to_eager(tmp_
     assert not any(e.fallback for e in sink.of(CompileFinished))
     assert trainer.compiled.compiled
     assert_same_params(params(reference), params(trainer), atol=TOLERANCE)
+
+
+def test_the_largest_divisor_under_a_limit_is_exact_and_quick_for_huge_batches():
+    from core.memory_budget import largest_divisor_at_most
+
+    for n in range(1, 400):
+        for limit in (0, 1, 2, 7, 19, 20, 21, n - 1, n, n + 5):
+            assert largest_divisor_at_most(n, limit) == max([d for d in range(1, n + 1)
+                                                             if n % d == 0 and d <= limit], default=1)
+    # √(10²³ × 8) candidates would never end; the limit (from memory) bounds the search.
+    assert largest_divisor_at_most(8 * 10**23, 4059) == 4000
+    assert largest_divisor_at_most(2**61 - 1, 5000) == 1  # a prime: no divisor but 1 under the limit

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.config import ModelConfig
-from core.errors import ConfigError
+from core.errors import ConfigError, NotFinite
 from core.model import LlamaForCausalLM
 
 CFG = ModelConfig(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -152,3 +152,12 @@ def test_forward_with_targets_is_the_summed_fp32_loss_of_the_logits(dtype):
     assert torch.equal(loss, ref) or loss.item() == pytest.approx(ref.item(), rel=1e-6)
     for g, p in zip(grads, model.parameters(), strict=True):
         assert torch.allclose(g, p.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_generating_from_weights_that_are_not_finite_says_so(temperature):
+    model = make_model()
+    with torch.no_grad():
+        model.model.norm.weight.fill_(float("nan"))
+    with pytest.raises(NotFinite, match="outputs are not finite"):
+        model.generate(torch.tensor([[1, 2, 3]]), 4, temperature=temperature, top_k=5)

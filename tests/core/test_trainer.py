@@ -11,7 +11,7 @@ import torch
 from core import compile as compile_mod
 from core.config import TrainConfig
 from core.control import Control
-from core.errors import ConfigError
+from core.errors import ConfigError, NotFinite
 from core.events import (
     CheckpointSaved,
     CompileFinished,
@@ -171,9 +171,20 @@ def test_cuda_graph_modes_refuse_accumulation():
 
 def test_nan_loss_fails_clearly(micro):
     sink = ListSink()
-    with pytest.raises(ValueError, match="loss became"):
+    with pytest.raises(NotFinite, match="became (nan|inf).*lower the learning rate"):
         train(micro(train={"lr": 1e6, "min_lr": 1e5, "grad_clip": 0.0, "budget": 50}), sink=sink)
     assert sink.of(RunFailed)
+
+
+@pytest.mark.parametrize("train_settings", [{"lr": 1e30, "min_lr": 0.0}, {"weight_decay": 1e30}])
+def test_a_diverging_run_fails_at_the_step_that_broke_its_weights(micro, train_settings):
+    """A finite loss with a NaN gradient norm: the update just made the weights NaN. The run ends there, one
+    line, instead of evaluating and sampling from NaN weights (the sampler's RuntimeError, a traceback)."""
+    sink = ListSink()
+    with pytest.raises(NotFinite, match="gradient norm became nan at step 2"):
+        train(micro(train={**train_settings, "budget": 6, "sample_every": 1, "eval_every": 1}), sink=sink)
+    assert "gradient norm became nan" in sink.of(RunFailed)[0].message
+    assert not sink.of(SampleGenerated)[1:]  # nothing sampled from the broken weights
 
 
 @pytest.mark.slow
