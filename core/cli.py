@@ -241,12 +241,15 @@ def config_from_args(args: argparse.Namespace):
 def _read_config_file(path: str):
     """A RunConfig saved as JSON (``RunConfig.to_dict()``, or a run folder's config.json)."""
     import json
+    import stat
 
     from core.config import RunConfig
     from core.errors import ConfigError
     from core.paths import user_path
 
     try:
+        if not stat.S_ISREG(os.stat(user_path(path)).st_mode):  # a FIFO or a device would block or never end
+            raise ConfigError(f"the configuration file {path} is not a regular file", "config")
         data = json.loads(user_path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read the configuration file {path} ({exc})") from None

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from core.cli import main
 
@@ -120,6 +121,19 @@ def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
     out = run_cli("train", "--data", str(tmp_path / "nope.txt"), "--out", str(tmp_path))
     assert out.returncode == 2
     assert out.stderr.strip() == f"speedboard: error: data source {tmp_path / 'nope.txt'} does not exist"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("command", [["train", "--steps", "1"], ["generate", "{tmp}/model.pt"]])
+def test_a_config_file_that_is_a_named_pipe_is_refused_not_waited_on(command, tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)  # nothing ever writes to it: reading it would block for good
+    torch.save({"w": torch.zeros(1)}, tmp_path / "model.pt")
+    out_flag = ["--out", str(tmp_path / "runs")] if command[0] == "train" else []
+    out = run_cli(*[a.format(tmp=tmp_path) for a in command], "--config", str(fifo), *out_flag, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == f"speedboard: error: the configuration file {fifo} is not a regular file"
+    assert not (tmp_path / "runs").exists()
 
 
 CONFIG_FILES = {
