@@ -314,12 +314,19 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
                 used += cost
         return kept
 
+    enough = min(2, len(cells))
     repeats = options.repeats
     kept = fitting(repeats)
-    while len(kept) < min(2, len(cells)) and repeats > 1:
-        repeats -= 1
+    if len(kept) < enough and repeats > 1:
+        # The most repeats that keep two settings: fewer repeats never keep fewer settings, so a
+        # bisection finds it (counting down from a huge --repeats would never end).
+        low, high = 1, repeats - 1
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if len(fitting(mid)) >= enough else (low, mid - 1)
+        repeats = low
         kept = fitting(repeats)
-    if len(kept) < min(2, len(cells)):
+    if len(kept) < enough:
         need = sum(estimates[c.name]["first"] for c in cells[:2])
         raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to compare two settings here: "
                           f"that takes about {need:.0f} s; give --budget-seconds {math.ceil(need)} or more",

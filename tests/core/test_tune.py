@@ -129,6 +129,16 @@ def test_plan_puts_the_current_settings_first_and_keeps_within_the_budget(micro)
             TuneOptions(**bad)
 
 
+def test_a_huge_repeat_count_is_lowered_to_what_the_budget_holds_at_once(micro):
+    """The most repeats that keep two settings is found by bisection: counting down from 10³⁰ never ended."""
+    config = micro(train={"micro_batch": 4, "accum_steps": 2, "compile_mode": "off"})
+    plan = plan_tune(config, TuneOptions(budget_seconds=20, repeats=10**30), cells=EAGER)
+    assert len(plan.cells) >= 2 and plan.estimate_seconds <= 20
+    assert plan_tune(config, TuneOptions(budget_seconds=20, repeats=plan.repeats + 1), cells=EAGER).repeats \
+        == plan.repeats  # one more does not fit with two settings
+    assert len(plan_tune(config, TuneOptions(budget_seconds=20, repeats=plan.repeats), cells=EAGER).cells) >= 2
+
+
 def test_tune_interleaves_trials_and_recommends_with_a_report_that_round_trips(micro, private_tmp, tmp_path):
     events = []
     config = micro()
