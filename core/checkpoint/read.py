@@ -33,7 +33,9 @@ from core.runs import CHECKPOINTS_DIR, CONFIG_FILE, is_run_dir
 from core.tokenizer import BPETokenizer
 
 FORMAT = "speedboard-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: config.json carries its own checksum (``config_sha256``), and a version-2 file without one is refused;
+version 1 (written before) loads as before."""
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "trainer_state.pt"
@@ -290,6 +292,9 @@ def _records(meta: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
 def _check_speedboard_meta(path: Path, meta: dict[str, Any], model_cfg: ModelConfig) -> None:
     """config.json is what was saved: its checksum matches, its records are well formed, its copies agree."""
     where = path / CONFIG_FILE
+    if CONFIG_CHECKSUM not in meta and meta.get("format_version", 1) >= 2:
+        raise CheckpointError(f"{where} lost its checksum (config_sha256) after it was saved: its settings cannot "
+                              f"be trusted")
     if CONFIG_CHECKSUM in meta and meta[CONFIG_CHECKSUM] != config_checksum(meta):
         raise CheckpointError(f"{where} was changed after it was saved (its checksum differs): its settings "
                               f"cannot be trusted")

@@ -219,6 +219,7 @@ def _edit_config(folder: Path, checksum: bool = False, **changes) -> None:
     meta.update(changes)
     if not checksum:
         meta.pop(ck.CONFIG_CHECKSUM)
+        meta.setdefault("format_version", 1) if "format_version" in changes else meta.update(format_version=1)
     (folder / "config.json").write_text(json.dumps(meta))
 
 
@@ -542,6 +543,22 @@ def test_an_older_checkpoint_without_a_config_checksum_still_loads(tmp_path, tok
     model = make_model(0)
     ck.load_checkpoint(model, folder)
     torch.testing.assert_close(logits(model, input_ids()), logits(make_model(7), input_ids()), rtol=0, atol=0)
+
+
+def test_a_current_checkpoint_whose_config_lost_its_checksum_is_refused(tmp_path, tok):
+    """Deleting the checksum must not turn an edited config.json (here another RoPE base) into an older
+    checkpoint that loads unchecked: only format 1 was written without one."""
+    folder = _good_folder(tmp_path, tok)
+    meta = json.loads((folder / "config.json").read_text())
+    assert meta["format_version"] == ck.FORMAT_VERSION >= 2
+    meta.pop(ck.CONFIG_CHECKSUM)
+    meta["model"]["rope_theta"] = 10001.0
+    (folder / "config.json").write_text(json.dumps(meta))
+    model = make_model(0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match="lost its checksum"):
+        ck.load_checkpoint(model, folder)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_verify_checkpoint_reads_every_file_against_its_record_and_loads_nothing(tmp_path, tok):
