@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 import os
 import platform
 import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from core.cli import EXIT_USAGE, OneLineParser
+from core.config import MAX_COUNT
 
 
 def _int_at_least(low: int):
@@ -41,9 +44,23 @@ def _int_at_least(low: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, got {value}")
+        if value > MAX_COUNT:  # the 64-bit counters every count ends up in
+            raise argparse.ArgumentTypeError(f"expected an integer ≤ 2**63 - 1, got {value}")
         return value
 
     return parse
+
+
+def _check_gemm_fits(size: int, device) -> None:
+    """A peak-measuring GEMM of side ``size`` (two fp32 inputs and the output) fits the device's memory."""
+    from bench.cells import BenchError
+    from core.memory_budget import GIB, device_memory
+
+    need = 3 * size * size * 4
+    available, what = device_memory(device)
+    if available is not None and need > available:
+        raise BenchError(f"--matmul-size {size:,}: its GEMMs need {need / GIB:,.1f} GiB, more than the "
+                         f"{available / GIB:.1f} GiB of {what}")
 
 
 def _modes(text: str) -> tuple[tuple[str, str], ...]:
@@ -181,10 +198,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     else:
         precisions = tuple(resolve_precision(p, device) for p in args.precision)  # bf16 the device lacks: one line
     precision = precisions[0]
-    if args.loss_tol is not None and not args.loss_tol > 0:
-        raise BenchError(f"--loss-tol must be positive, got {args.loss_tol}")
-    if not args.probe_timeout > 0:
-        raise BenchError(f"--probe-timeout must be positive, got {args.probe_timeout}")
+    if args.loss_tol is not None and not (args.loss_tol > 0 and math.isfinite(args.loss_tol)):
+        raise BenchError(f"--loss-tol must be a finite number > 0, got {args.loss_tol}")
+    if not 0 < args.probe_timeout <= threading.TIMEOUT_MAX:  # the most a wait on a process can be given
+        raise BenchError(f"--probe-timeout must be a number of seconds > 0 and ≤ {threading.TIMEOUT_MAX:.0f}, "
+                         f"got {args.probe_timeout}")
+    if args.matmul_size:
+        _check_gemm_fits(args.matmul_size, device)
     loss_tols = {p: args.loss_tol if args.loss_tol is not None else loss_tolerance(p) for p in precisions}
     matmul_sizes = (args.matmul_size,) if args.matmul_size else (512,) if args.quick else None
 

@@ -17,6 +17,27 @@ def test_bench_rejects_bad_options_in_one_line(capsys, tmp_path):
     assert "not divisible" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--steps", str(10**23), "expected an integer ≤ 2**63 - 1"),
+    ("--repeats", str(10**23), "expected an integer ≤ 2**63 - 1"),
+    ("--matmul-size", str(10**23), "expected an integer ≤ 2**63 - 1"),
+    ("--matmul-size", str(10**7), "its GEMMs need"),  # would ask the allocator for 400 TB
+    ("--probe-timeout", "inf", "--probe-timeout must be a number of seconds > 0"),
+    ("--probe-timeout", "1e300", "--probe-timeout must be a number of seconds > 0"),
+    ("--loss-tol", "inf", "--loss-tol must be a finite number > 0"),
+])
+def test_bench_refuses_huge_and_infinite_numbers_in_one_line(flag, value, message, capsys, tmp_path):
+    code = None
+    try:
+        code = main(["bench", "--preset", "tiny", "--no-hf", "--cells", "off-a1", flag, value,
+                     "--out", str(tmp_path / "bench")])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "bench").exists()
+
+
 @pytest.mark.slow
 def test_quick_bench_writes_json_markdown_and_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
