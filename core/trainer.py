@@ -663,6 +663,10 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         self._check_optimizer_state(state["optimizer"])
+        # This run's hyperparameters (weight decay, betas, eps; the learning rate follows the schedule): the
+        # checkpoint gives the moments and step counts only. Else load_state_dict would put the saved ones back,
+        # ignoring --weight-decay on resume and taking whatever a crafted file holds (betas "x": a traceback).
+        settings = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         try:
             if self.fsdp:  # the saved full state, sharded over the ranks (every rank read the file)
                 load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
@@ -672,9 +676,10 @@ class Trainer:
             if is_peer_failure(exc, self.dist):
                 raise
             raise CheckpointError(f"the optimizer state does not fit this model ({first_line(exc)})") from None
-        fused = self.device.type in ("cuda", "cpu")
-        for group in self.optimizer.param_groups:  # the saved flags describe the saving device
-            group["fused"], group["foreach"] = fused, None
+        for group, own in zip(self.optimizer.param_groups, settings, strict=True):
+            params = group["params"]
+            group.clear()  # keys of the saving release or device (its fused/foreach flags) go too
+            group.update(own, params=params)
         if state.get("scaler") and self.scaler.is_enabled():
             try:
                 self.scaler.load_state_dict(state["scaler"])

@@ -402,6 +402,34 @@ def test_a_crafted_trainer_state_with_a_valid_checksum_is_one_line_before_any_fo
     assert not out.exists()
 
 
+def test_a_resume_trains_with_its_own_hyperparameters_not_the_saved_param_groups(stopped_parent, tmp_path):
+    """The checkpoint gives AdamW's moments and step counts; weight decay, betas and eps are this run's. A new
+    --weight-decay on resume applies (load_state_dict used to put the saved value back), and param groups a file
+    was crafted with (betas "x", an infinite weight decay, no lr) are never used."""
+    _, checkpoint = stopped_parent
+    crafted = tmp_path / "crafted"
+    shutil.copytree(checkpoint, crafted)
+    state = torch.load(crafted / ck.STATE_FILE, weights_only=True)
+    for group in state["optimizer"]["param_groups"]:
+        group.update(betas="x", weight_decay=float("inf"), eps=-1.0)
+        group.pop("lr")
+    torch.save(state, crafted / ck.STATE_FILE)
+    meta = json.loads((crafted / "config.json").read_text())
+    meta["files"][ck.STATE_FILE] = ck.file_record(crafted / ck.STATE_FILE)
+    meta[ck.CONFIG_CHECKSUM] = ck.config_checksum(meta)
+    (crafted / "config.json").write_text(json.dumps(meta))
+    cfg = ck.peek_checkpoint(crafted).run_config.replace(resume=str(crafted), out_dir=str(tmp_path / "out"))
+    cfg = cfg.replace(train={"weight_decay": 0.25})
+    sink = ListSink()
+    trainer = Trainer(cfg, Control(), sink)
+    result = trainer.run()
+    assert result.step == 8 and all(torch.isfinite(torch.tensor([m.loss for m in steps(sink)])))
+    decay, no_decay = trainer.optimizer.param_groups
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.25, 0.0)
+    assert decay["betas"] == (cfg.train.beta1, cfg.train.beta2) and decay["eps"] == 1e-8
+    assert trainer.optimizer.state[decay["params"][0]]["exp_avg"].abs().sum() > 0  # the moments did come back
+
+
 # --------------------------------------------------------------------------- the sample stream
 def _warnings(sink: ListSink) -> list[str]:
     return [e.message for e in sink.of(WarningRaised)]
