@@ -287,6 +287,8 @@ class ConsoleSink:
         self.bar = None
         self.lines_ok = True
         """Lines can still be written to stdout."""
+        self.mem_baseline_gib = 0.0
+        """What the process held before the model existed (``RunStarted``): step lines show the training's own."""
 
     def _print(self, text: str) -> None:
         if not self.lines_ok:
@@ -324,8 +326,10 @@ class ConsoleSink:
                 except OSError:
                     self._drop_bar()
             if event.step % self.log_every == 0:
-                self._print(step_line(event))
+                self._print(step_line(event, self.mem_baseline_gib))
             return
+        if isinstance(event, ev.RunStarted):
+            self.mem_baseline_gib = event.mem_baseline_gib
         if isinstance(event, (ev.RunFinished, ev.RunFailed)):
             self.close()
         if isinstance(event, ev.SampleGenerated):

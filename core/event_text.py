@@ -18,11 +18,16 @@ def _number(value: float | None, fmt: str = ".4f") -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def step_line(event: ev.StepMetrics) -> str:
-    """One optimizer step, as the command line prints every ``--log-every`` steps."""
+def step_line(event: ev.StepMetrics, mem_baseline_gib: float = 0.0) -> str:
+    """One optimizer step, as the command line prints every ``--log-every`` steps.
+
+    Its memory is the training's own peak so far, as the dashboard's Train GiB and the finish line say:
+    the process's peak less ``mem_baseline_gib``, what it held before the model existed (``RunStarted``).
+    """
     tag = " (warm-up)" if event.warmup else ""
+    mem = max(0.0, event.peak_mem_gib - mem_baseline_gib)
     return (f"step {event.step:6d} | loss {event.loss:.4f} | lr {event.lr:.2e} | grad {event.grad_norm:.2f} | "
-            f"{event.tokens_per_s:9,.0f} tok/s{tag} | mfu {event.mfu * 100:4.1f}% | mem {event.peak_mem_gib:.2f} GiB")
+            f"{event.tokens_per_s:9,.0f} tok/s{tag} | mfu {event.mfu * 100:4.1f}% | mem {mem:.2f} GiB")
 
 
 def _size(n: int | None) -> str:
