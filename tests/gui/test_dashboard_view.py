@@ -229,8 +229,11 @@ def test_status_bar_follows_the_run_in_focus_and_says_stopping(qtbot, make_windo
     click(window, "stopButton")
     assert "stopping…" in child(window, "stateLabel").full_text()
     assert cell(window, record.key, "State").text() == "stopping…"
+    assert window.status.currentMessage().startswith("Stopping")
     wait_idle(qtbot, window)
     assert record.state == "stopped"
+    # "Stopping …" lasts as long as the stop: once stopped it is gone, not left for seconds beside a new run.
+    qtbot.waitUntil(lambda: window.status.currentMessage() == "")
 
     window.config_panel.set_from_config(window.config_panel.config.replace(train={"budget": 4}))
     click(window, "startButton")  # the next run: nothing of the first one is shown
@@ -267,9 +270,17 @@ def test_compile_warm_up_shows_elapsed_time_and_what_compiles(qtbot):
     qtbot.addWidget(table)
     qtbot.addWidget(status)
     table.add_record(record)
+    status.resize(1600, 30)
+    status.show()
     status.show_run(record, None)
-    assert table.item(0, table.column("State")).text() == "compiling the whole model, mode default 0:42"
-    assert "compiling the whole model, mode default 0:42" in status.state.full_text()
+    text = "compiling 0:42 (the whole model, mode default)"
+    assert table.item(0, table.column("State")).text() == text
+    assert text in status.state.full_text()
+    # The elapsed time is what moves: it stays in sight where the State column and the label cut the text.
+    state_px = table.columnWidth(table.column("State"))
+    assert "0:42" in table.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, state_px - 12)
+    qtbot.waitUntil(lambda: status.state.width() > 100)  # laid out
+    assert "0:42" in status.state.text(), status.state.text()
 
 
 def test_rows_are_removed_with_delete_and_failed_runs_cleared(qtbot, window, tmp_path):
