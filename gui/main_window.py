@@ -376,7 +376,8 @@ class MainWindow(QMainWindow):
             return
         self.log.add(f"{record.label}: {line.text}", line.level)
         if line.level == "error":  # the run failed
-            self.status.showMessage(f"{record.label} {line.text}", 15_000)
+            key = record.key
+            self.status.showMessage(f"{record.label} {line.text}", 15_000, until=lambda r: r.key != key)
             self.tabs.setCurrentWidget(self.log)
 
     def _on_running_changed(self, running: bool) -> None:

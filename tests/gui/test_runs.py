@@ -183,11 +183,13 @@ def test_core_exception_becomes_a_failed_row_and_the_next_run_works(qtbot, windo
     assert "simulated kernel failure" in state.toolTip()
     assert any("simulated kernel failure" in line for line in window.log.messages())
     assert read_jsonl(failed.folder)[-1]["event"] == "failed"
+    assert "simulated kernel failure" in window.status.currentMessage()
 
     monkeypatch.undo()
     ok = run_once(qtbot, window)
     assert ok.state == "finished" and ok.step == 4
     assert table.rowCount() == 2
+    assert window.status.currentMessage() == ""  # the failure was #1's: not shown beside the next run
 
 
 def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_window, dialogs):
