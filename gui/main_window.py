@@ -302,7 +302,8 @@ class MainWindow(QMainWindow):
             return
         self.log.add(f"{record.label}: {line.text}", line.level)
         if line.level == "error":  # the run failed
-            self.status.showMessage(f"{record.label} {line.text}", 15_000)
+            key = record.key
+            self.status.showMessage(f"{record.label} {line.text}", 15_000, until=lambda r: r.key != key)
             self.tabs.setCurrentWidget(self.log)
 
     def _on_running_changed(self, running: bool) -> None:
@@ -366,7 +367,9 @@ class MainWindow(QMainWindow):
 
     def _pause(self) -> None:
         self.session.pause()
-        self.status.showMessage("Pausing after the current optimizer step …", 5_000)
+        key = self.session.active.key if self.session.active is not None else None
+        self.status.showMessage("Pausing after the current optimizer step …", 5_000,
+                                until=lambda r: r.key != key or r.state == "paused" or r.ended)
         self._update_controls()
 
     def _pause_or_resume(self) -> None:
@@ -380,8 +383,10 @@ class MainWindow(QMainWindow):
     def _stop(self) -> None:
         if not self.session.running:
             return
+        key = self.session.active.key if self.session.active is not None else None
         self.session.stop()
-        self.status.showMessage("Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000)
+        self.status.showMessage("Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
+                                until=lambda r: r.key != key or r.ended)
         self._update_controls()
 
     def _continue(self) -> None:
@@ -389,8 +394,10 @@ class MainWindow(QMainWindow):
         if settings is None:
             return
         if self.session.running:
+            key = self.session.active.key if self.session.active is not None else None
             self.session.stop_then_continue(settings, self.config_panel.nproc)
-            self.status.showMessage("Stopping; the run then continues with these settings …", 10_000)
+            self.status.showMessage("Stopping; the run then continues with these settings …", 10_000,
+                                    until=lambda r: r.key != key)  # the continued run is in focus
             self._update_controls()
             return
         source = self.session.continue_source(self.table.selected_keys())
