@@ -25,6 +25,7 @@ from pathlib import Path
 from core.config import DataConfig
 from core.errors import CheckpointError, DataError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event
+from core.paths import why_write_failed
 from core.sources import Source, resolve_source
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
 from core.tokenizer import BPETokenizer, cache_dir, check_special_tokens, get_tokenizer, load_tokenizer_file
@@ -129,7 +130,8 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise DataError(f"cannot write the tokenizer into the cache folder {path.parent} "
-                        f"({exc.strerror or exc}); set SPEEDBOARD_CACHE_DIR to a writable folder") from None
+                        f"({why_write_failed(exc, path.parent)}); set SPEEDBOARD_CACHE_DIR to a writable folder "
+                        f"with room") from None
     return tok
 
 

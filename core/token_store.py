@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import Cancelled, DataError
-from core.paths import fsync
+from core.paths import fsync, why_write_failed
 from core.sources import Source, sampled_sha256
 from core.tokenizer import BPETokenizer, cache_dir
 
@@ -60,6 +60,13 @@ def tokenizer_sha256(tokenizer: BPETokenizer) -> str:
 
 def store_key(fingerprint: str, tokenizer_hash: str) -> str:
     return hashlib.sha256(f"{STORE_FORMAT}-{STORE_VERSION}:{fingerprint}:{tokenizer_hash}".encode()).hexdigest()[:32]
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1e3:.0f} kB"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -321,10 +328,12 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             fsync(folder)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        # numpy's tofile reports a short write without an error number ("N requested and M written"):
+        # why_write_failed asks the disk (free space, the file-size limit) for a reason a person can act on.
+        reason = why_write_failed(exc, folder)
         # About 0.3 tokens per byte of text for a BPE vocabulary of a few thousand tokens or more.
-        need = f" (the store needs about {0.3 * dtype.itemsize * source.bytes / 1e9:.1f} GB)" if source.bytes else ""
-        raise DataError(f"cannot write the token store in {folder} ({exc.strerror or exc}); nothing was "
-                        f"kept{need}") from None
+        need = f" (the store needs about {_size(0.3 * dtype.itemsize * source.bytes)})" if source.bytes else ""
+        raise DataError(f"cannot write the token store in {folder} ({reason}); nothing was kept{need}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

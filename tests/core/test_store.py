@@ -117,7 +117,7 @@ def test_a_failed_preparation_leaves_no_store(tmp_path, cache, monkeypatch):
     cfg = DataConfig(source=str(corpus(tmp_path, n=3000)), seq_len=16, vocab_size=300)
     monkeypatch.setattr("core.sources.Source.iter_documents",
                         _small_batches(ts.Source.iter_documents))
-    with pytest.raises(DataError, match=r"No space left on device\); nothing was kept"):
+    with pytest.raises(DataError, match=r"\(no space left on the device\); nothing was kept"):
         prepare_data(cfg)
     assert store_folders(cache) == [] and list_stores() == []
     monkeypatch.setattr(ts, "_pack", real)
