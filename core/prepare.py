@@ -86,11 +86,15 @@ class _Reporter:
         if self.sink is not None:
             self.sink(event_type(self.run_id, self.clock(), **fields))
 
+    def begin(self, stage: str) -> None:
+        """The stage's work starts now: its ETA counts from here (its first progress comes a batch later)."""
+        self._stage, self._stage_start = stage, time.perf_counter()
+
     def progress(self, stage: str, bytes_done: int, bytes_total: int | None, documents: int,
                  documents_total: int | None, tokens: int, final: bool = False) -> None:
         now = time.perf_counter()
         if stage != self._stage:
-            self._stage, self._stage_start = stage, now
+            self.begin(stage)
         if not final and now - self._last < 0.25:
             return
         self._last = now
@@ -111,6 +115,7 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     limit = cfg.tokenizer_train_docs
     docs: list[str] = []
     done = 0
+    report.begin("tokenizer")
     for batch, done in source.iter_documents():
         if should_stop is not None and should_stop():
             raise Cancelled("data preparation stopped; nothing was kept")
@@ -183,6 +188,7 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
             def progress(done: int, docs: int, tokens: int) -> None:
                 report.progress("tokens", done, total, docs, source.documents, tokens)
 
+            report.begin("tokens")
             store = write_store(source, tok, fingerprint, tokenizer_origin=origin, progress=progress,
                                 should_stop=should_stop)
             report.progress("tokens", total or 0, total, store.num_documents, store.num_documents,

@@ -160,6 +160,23 @@ def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_t
               documents_done=documents, documents_total=documents_total, tokens_done=tokens, eta_seconds=None)
 
 
+def test_progress_eta_counts_from_the_start_of_its_stage(tmp_path, cache, monkeypatch):
+    """The first progress of a stage comes after its first batch: its ETA is already an estimate, never 0:00
+    while most of the corpus is still to be read."""
+    import itertools
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("core.prepare.time", SimpleNamespace(perf_counter=itertools.count().__next__))  # 1 s a call
+    monkeypatch.setattr("core.sources._READ_CHUNK", 4096)  # the file is read in many chunks, not one
+    monkeypatch.setattr("core.sources.Source.iter_documents", _small_batches(
+        __import__("core.sources", fromlist=["Source"]).Source.iter_documents))
+    sink = ListSink()
+    prepare_data(DataConfig(source=str(corpus(tmp_path, n=3000)), seq_len=16, vocab_size=300), sink=sink)
+    for stage in ("tokenizer", "tokens"):
+        first = next(e for e in sink.of(DataPreparationProgress) if e.stage == stage)
+        assert first.eta_seconds is not None and first.eta_seconds > 0, first
+
+
 def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
     cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
     prepare_data(cfg)
