@@ -57,6 +57,19 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert "no token stores" in capsys.readouterr().out
 
 
+def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps({"body": f"document {i} " * 20, "text": "x"}) + "\n" for i in range(30)))
+    for field in (["--text-field", "body"], []):
+        assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress", *field]) == 0
+    capsys.readouterr()
+    assert main(["prepare", "--remove", str(data), "--text-field", "text"]) == 0  # that field's store alone
+    assert capsys.readouterr().out.count("removed") == 1
+    assert main(["prepare", "--remove", str(data)]) == 0  # the rest: the one of --text-field body
+    assert capsys.readouterr().out.count("removed") == 1
+    assert main(["prepare", "--list"]) == 0 and "no token stores" in capsys.readouterr().out
+
+
 def bad_data(tmp_path, kind: str) -> str:
     path = tmp_path / f"{kind}.txt"
     if kind == "empty":
