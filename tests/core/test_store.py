@@ -177,6 +177,46 @@ def test_progress_eta_counts_from_the_start_of_its_stage(tmp_path, cache, monkey
         assert first.eta_seconds is not None and first.eta_seconds > 0, first
 
 
+def test_one_process_prepares_and_the_others_wait_then_map_its_store(tmp_path, cache):
+    """Under torchrun every rank calls the preparation: the corpus' lock lets one write while the others wait
+    (saying so), then they map that same store. A stop while waiting ends the wait. flock belongs to an open
+    file, so this thread holding the lock stands in for another process."""
+    import threading
+
+    from core.prepare import prepare_corpus
+    from core.sources import resolve_source
+    from core.token_store import preparation_lock, write_store
+    from core.tokenizer import load_tokenizer_file, train_bpe
+
+    path = corpus(tmp_path, n=300)
+    tok_file = tmp_path / "tok.json"
+    train_bpe(path.read_text().split("\n\n"), 300).tok.save(str(tok_file))
+    cfg = DataConfig(source=str(path), seq_len=16, vocab_size=300, tokenizer=str(tok_file))
+    source = resolve_source(str(path))
+    waiting, result = threading.Event(), {}
+    stores_dir().mkdir(parents=True)  # as the preparing process made it
+
+    def sink(event):
+        if isinstance(event, DataPreparationProgress) and event.stage == "waiting":
+            waiting.set()
+
+    def rank() -> None:
+        result["prepared"] = prepare_corpus(cfg, sink=sink)
+
+    with preparation_lock(source.fingerprint()):  # the preparing process
+        waiter = threading.Thread(target=rank)
+        waiter.start()
+        assert waiting.wait(60), "the other process never said it waits"
+        written = write_store(source, load_tokenizer_file(tok_file), source.fingerprint(), tokenizer_origin="f")
+        assert waiter.is_alive()  # still waiting: the lock is held
+    waiter.join(60)
+    prepared = result["prepared"]
+    assert prepared.from_store and prepared.store.path == written.path and store_folders(cache) == [written.path]
+    other = corpus(tmp_path, n=20, name="other.txt")
+    with preparation_lock(resolve_source(str(other)).fingerprint()), pytest.raises(Cancelled, match="waiting"):
+        prepare_corpus(DataConfig(source=str(other), seq_len=16, tokenizer=str(tok_file)), should_stop=lambda: True)
+
+
 def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
     cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
     prepare_data(cfg)
