@@ -171,7 +171,8 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
     if tok is None:
         ensure_writable(cache_dir() / "tokenizers")
     report.emit(DataPreparationStarted, source=source.spec, source_kind=source.kind, files=len(source.files),
-                bytes_total=source.bytes, documents_total=source.documents, train_tokenizer=tok is None)
+                bytes_total=source.bytes, documents_total=source.documents, train_tokenizer=tok is None,
+                skipped=source.ignored)
 
     def waiting() -> None:
         report.progress("waiting", 0, source.bytes, 0, source.documents, 0, final=True)

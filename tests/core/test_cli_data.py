@@ -57,6 +57,16 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert "no token stores" in capsys.readouterr().out
 
 
+def test_prepare_names_the_files_of_a_folder_it_does_not_read(tmp_path, cache, capsys):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text(open(text_corpus(tmp_path)).read())
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    assert main(["prepare", str(folder), "--vocab-size", "300", "--no-progress"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"preparing {folder} (text, 1 files") and "not read: logo.png" in first, first
+
+
 def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
     data = tmp_path / "c.jsonl"
     data.write_text("".join(json.dumps({"body": f"document {i} " * 20, "text": "x"}) + "\n" for i in range(30)))
