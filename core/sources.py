@@ -488,6 +488,8 @@ def _text_column(path: Path, schema, text_field: str) -> None:
         raise DataError(f"{path.name} has no column '{text_field}' (its columns: {_more(names, 8)}); "
                         f"choose one with --text-field")
     kind = schema.field(text_field).type
+    if pa.types.is_dictionary(kind):  # a categorical column (pandas' "category"): its values are the text
+        kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
         raise DataError(f"{path.name}: column '{text_field}' holds {kind}, not text; choose one with --text-field")
 

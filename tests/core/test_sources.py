@@ -52,6 +52,12 @@ def test_every_format_reads_the_same_documents(tmp_path, name):
     assert load_corpus(str(path)).documents == DOCS
 
 
+def test_a_dictionary_encoded_text_column_is_text(tmp_path):
+    """pandas' categorical columns are written as dictionary<string>: the same documents."""
+    pq.write_table(pa.table({"text": pa.array(DOCS).dictionary_encode()}), tmp_path / "c.parquet")
+    assert load_corpus(str(tmp_path / "c.parquet")).documents == DOCS
+
+
 def test_parquet_folder_of_shards_in_order_and_text_field(tmp_path):
     shards = tmp_path / "shards"
     shards.mkdir()
