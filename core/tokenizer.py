@@ -186,5 +186,5 @@ def load_tokenizer_file(path: str | Path) -> BPETokenizer:
 def check_special_tokens(tok: BPETokenizer, origin: str) -> None:
     """Every sample ends documents with an end-of-text token: a tokenizer without one cannot be used."""
     if tok.eos_id is None:
-        names = ", ".join(_ALIASES["eos"])
+        names = ", ".join(dict.fromkeys(_ALIASES["eos"]))  # each name once
         raise DataError(f"tokenizer {origin} has no end-of-text token (looked for {names})", "tokenizer")

@@ -280,6 +280,8 @@ def test_tokenizer_files_and_their_special_tokens(tmp_path, cache):
     with pytest.raises(DataError, match="has no end-of-text token") as err:
         prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(no_eos)))
     assert err.value.field == "tokenizer"
+    looked_for = str(err.value).split("looked for ")[1].rstrip(")").split(", ")
+    assert "[EOT]" in looked_for and "</s>" in looked_for and len(looked_for) == len(set(looked_for))
     (tmp_path / "not.json").write_text('{"this is": "not a tokenizer"}')
     with pytest.raises(DataError, match="cannot read tokenizer"):
         prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(tmp_path / "not.json")))
