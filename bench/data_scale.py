@@ -75,7 +75,9 @@ def measure_prepare(path: Path) -> dict:
 
 def measure_bare(source, tokenizer, limit_chars: int = BARE_LIMIT_CHARS) -> dict:
     """Seconds inside ``encode_batch`` (and ``encode_batch_fast``) on the source's own batches."""
-    tok = tokenizer.tok
+    from core.token_store import plain_text_tokenizer
+
+    tok = plain_text_tokenizer(tokenizer)  # the store's own encoder settings
     variants = {"encode_batch": tok.encode_batch}
     if hasattr(tok, "encode_batch_fast"):
         variants["encode_batch_fast"] = tok.encode_batch_fast

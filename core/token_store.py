@@ -45,7 +45,8 @@ from core.sources import Source, sampled_sha256
 from core.tokenizer import BPETokenizer, cache_dir
 
 STORE_FORMAT = "speedboard-token-store"
-STORE_VERSION = 1
+STORE_VERSION = 2
+"""2: the names of special tokens inside a document are text (1 turned them into the tokens)."""
 MANIFEST, TOKENS, OFFSETS, TOKENIZER = "manifest.json", "tokens.bin", "offsets.bin", "tokenizer.json"
 _TMP = re.compile(r"\.tmp-(?P<key>[0-9a-f]+)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+")
 
@@ -223,10 +224,24 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- writing
+def plain_text_tokenizer(tokenizer: BPETokenizer):
+    """A copy of ``tokenizer.tok`` that reads the names of special tokens inside a document as text.
+
+    HF tokenizers turn "<|endoftext|>" or "[EOT]" written in a document into the special token itself (even
+    without ``add_special_tokens``): a web page quoting it would end its document mid-text. The store holds
+    BOS/EOS where Speedboard puts them only (nanoGPT's ``encode_ordinary``). The copy serialises the same.
+    """
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer.to_str())
+    tok.encode_special_tokens = True
+    return tok
+
+
 def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list]:
     """HF tokenizers' batch encoding (Rust threads, the GIL released); the variant without offsets when
     the installed version has it (same ids, less work)."""
-    tok = tokenizer.tok
+    tok = plain_text_tokenizer(tokenizer)
     fast = getattr(tok, "encode_batch_fast", None)
     if fast is not None:
         return lambda docs: fast(docs, add_special_tokens=False)

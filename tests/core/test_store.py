@@ -89,6 +89,18 @@ def test_samples_are_the_in_memory_layouts(tmp_path, cache, layout):
     assert batch.inputs.dtype == torch.int64
 
 
+def test_special_token_names_inside_a_document_are_text(tmp_path, cache):
+    """A document that quotes "<|eos|>" or "<|pad|>" keeps them as text: BOS/EOS stand only at its ends."""
+    path = corpus(tmp_path)
+    path.write_text(path.read_text() + "\n\nthe marker <|eos|> ends GPT-style text, <|pad|> pads and <|bos|> opens.")
+    data = prepare_data(DataConfig(source=str(path), seq_len=16, vocab_size=300, layout="document"))
+    tok, store = data.tokenizer, data.store
+    last = np.asarray(store.tokens[int(store.offsets[-2]):int(store.offsets[-1])])
+    specials = {tok.bos_id, tok.eos_id, tok.pad_id}
+    assert last[0] == tok.bos_id and last[-1] == tok.eos_id and not specials & set(last[1:-1].tolist())
+    assert "the marker <|eos|> ends" in tok.decode(last[1:-1].tolist(), skip_special=False)
+
+
 def test_order_needs_no_memory_per_sample():
     """An order over 300 million samples: a permutation computed by position, not a stored array."""
     order = SampleOrder(300_000_000, seed=5)
