@@ -59,6 +59,13 @@ def data_progress_line(event: ev.DataPreparationProgress) -> str:
     return f"{what}:{share}{tokens}{eta}"
 
 
+def skipped_files(names, shown: int = 3) -> str:
+    """Files a source folder holds but does not read (binary files, a README beside shards), a few named."""
+    names = list(names)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def tokenizer_line(event: ev.DataPrepared) -> str:
     return (f"tokenizer: {event.tokenizer}, {event.vocab_size:,} tokens; BOS {event.bos}, EOS {event.eos}, "
             f"PAD {event.pad if event.pad is not None else '(none: packed layout only)'}")
@@ -77,7 +84,8 @@ def event_line(event: ev.Event) -> EventLine | None:
         size = f", {_size(event.bytes_total)}" if event.bytes_total is not None else ""
         docs = f", {event.documents_total:,} documents" if event.documents_total else ""
         first = " (a tokenizer is trained first)" if event.train_tokenizer else ""
-        return EventLine(f"preparing {event.source} ({event.source_kind}, {event.files} files{size}{docs}) "
+        skipped = f"; not read: {skipped_files(event.skipped)}" if event.skipped else ""
+        return EventLine(f"preparing {event.source} ({event.source_kind}, {event.files} files{size}{docs}{skipped}) "
                          f"into its token store, once{first} …")
     if isinstance(event, ev.DataPrepared):
         where = ("from its token store" if event.from_store
