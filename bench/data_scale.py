@@ -75,7 +75,9 @@ def measure_prepare(path: Path) -> dict:
 
 def measure_bare(source, tokenizer, limit_chars: int = BARE_LIMIT_CHARS) -> dict:
     """Seconds inside ``encode_batch`` (and ``encode_batch_fast``) on the source's own batches."""
-    tok = tokenizer.tok
+    from core.token_store import plain_text_tokenizer
+
+    tok = plain_text_tokenizer(tokenizer)  # the store's own encoder settings
     variants = {"encode_batch": tok.encode_batch}
     if hasattr(tok, "encode_batch_fast"):
         variants["encode_batch_fast"] = tok.encode_batch_fast
@@ -146,12 +148,17 @@ def _line(r: dict) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| corpus | documents | tokens | tokenizer training | preparation | bare `encode_batch` | "
+    head = ("| corpus | documents | tokens | tokenizer training | preparation | bare `encode_batch` (`_fast`) | "
             "ratio | start → first step | peak RSS |\n|---|---|---|---|---|---|---|---|---|")
+
+    def bare(r: dict) -> str:
+        fast = r["bare_encode_batch_fast_mchars_s"]
+        return f"{r['bare_encode_batch_mchars_s']:.2f}{f' ({fast:.2f})' if fast else ''} M chars/s"
+
     body = [f"| {r['size_mb']:.3g} MB | {r['documents']:,} | {r['tokens']:,} | {r['tokenizer_seconds']:.1f} s | "
-            f"{r['prepare_seconds']:.1f} s, {r['prepare_mchars_s']:.2f} M chars/s | "
-            f"{r['bare_encode_batch_mchars_s']:.2f} M chars/s | {r['ratio_to_encode_batch']:.2f} | "
-            f"{r['first_step_seconds']:.2f} s | {r['peak_rss_mib']:.0f} MiB |" for r in rows]
+            f"{r['prepare_seconds']:.1f} s, {r['prepare_mchars_s']:.2f} M chars/s | {bare(r)} | "
+            f"{r['ratio_to_encode_batch']:.2f} | {r['first_step_seconds']:.2f} s | {r['peak_rss_mib']:.0f} MiB |"
+            for r in rows]
     if len(rows) > 1:
         ratio = rows[-1]["peak_rss_mib"] / rows[0]["peak_rss_mib"]
         body.append(f"\nPeak RSS, largest over smallest corpus: {ratio:.3f}×")

@@ -157,7 +157,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the prepared token stores")
     p.add_argument("--remove", action="store_true",
-                   help="remove the token stores of DATA (all its tokenizers), or of every corpus with 'all'")
+                   help="remove the token stores of DATA (all its tokenizers and text fields; only those of "
+                        "--text-field when given), or of every corpus with 'all'")
 
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
     g.add_argument("checkpoint", type=_path,
@@ -290,6 +291,8 @@ class ConsoleSink:
         self.bar = None
         self.lines_ok = True
         """Lines can still be written to stdout."""
+        self.mem_baseline_gib = 0.0
+        """What the process held before the model existed (``RunStarted``): step lines show the training's own."""
 
     def _print(self, text: str) -> None:
         if not self.lines_ok:
@@ -327,8 +330,10 @@ class ConsoleSink:
                 except OSError:
                     self._drop_bar()
             if event.step % self.log_every == 0:
-                self._print(step_line(event))
+                self._print(step_line(event, self.mem_baseline_gib))
             return
+        if isinstance(event, ev.RunStarted):
+            self.mem_baseline_gib = event.mem_baseline_gib
         if isinstance(event, (ev.RunFinished, ev.RunFailed)):
             self.close()
         if isinstance(event, ev.SampleGenerated):
@@ -498,8 +503,18 @@ def _remove_stores(data: str, text_field: str | None) -> int:
 
     stores = list_stores()
     if data != "all":
-        fingerprint = resolve_source(data, text_field or "text").fingerprint()
-        stores = [m for m in stores if m.get("fingerprint") == fingerprint]
+        # The fingerprint counts the text field (of JSONL, Parquet, …): each store is matched with its own,
+        # so stores prepared with --text-field go too (or only those of the --text-field given).
+        fingerprints: dict[str, str] = {}
+
+        def fingerprint(field: str) -> str:
+            if field not in fingerprints:
+                fingerprints[field] = resolve_source(data, field).fingerprint()
+            return fingerprints[field]
+
+        fingerprint(text_field or "text")  # a missing source is one line even when no store exists
+        stores = [m for m in stores if m.get("fingerprint") == fingerprint(
+            text_field or (m.get("source") or {}).get("text_field") or "text")]
     for m in stores:
         remove_store(m["path"])
         print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {(m.get('source') or {}).get('spec', '?')})")

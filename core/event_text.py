@@ -18,11 +18,16 @@ def _number(value: float | None, fmt: str = ".4f") -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def step_line(event: ev.StepMetrics) -> str:
-    """One optimizer step, as the command line prints every ``--log-every`` steps."""
+def step_line(event: ev.StepMetrics, mem_baseline_gib: float = 0.0) -> str:
+    """One optimizer step, as the command line prints every ``--log-every`` steps.
+
+    Its memory is the training's own peak so far, as the dashboard's Train GiB and the finish line say:
+    the process's peak less ``mem_baseline_gib``, what it held before the model existed (``RunStarted``).
+    """
     tag = " (warm-up)" if event.warmup else ""
+    mem = max(0.0, event.peak_mem_gib - mem_baseline_gib)
     return (f"step {event.step:6d} | loss {event.loss:.4f} | lr {event.lr:.2e} | grad {event.grad_norm:.2f} | "
-            f"{event.tokens_per_s:9,.0f} tok/s{tag} | mfu {event.mfu * 100:4.1f}% | mem {event.peak_mem_gib:.2f} GiB")
+            f"{event.tokens_per_s:9,.0f} tok/s{tag} | mfu {event.mfu * 100:4.1f}% | mem {mem:.2f} GiB")
 
 
 def _size(n: int | None) -> str:
@@ -54,6 +59,13 @@ def data_progress_line(event: ev.DataPreparationProgress) -> str:
     return f"{what}:{share}{tokens}{eta}"
 
 
+def skipped_files(names, shown: int = 3) -> str:
+    """Files a source folder holds but does not read (binary files, a README beside shards), a few named."""
+    names = list(names)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def tokenizer_line(event: ev.DataPrepared) -> str:
     return (f"tokenizer: {event.tokenizer}, {event.vocab_size:,} tokens; BOS {event.bos}, EOS {event.eos}, "
             f"PAD {event.pad if event.pad is not None else '(none: packed layout only)'}")
@@ -72,7 +84,8 @@ def event_line(event: ev.Event) -> EventLine | None:
         size = f", {_size(event.bytes_total)}" if event.bytes_total is not None else ""
         docs = f", {event.documents_total:,} documents" if event.documents_total else ""
         first = " (a tokenizer is trained first)" if event.train_tokenizer else ""
-        return EventLine(f"preparing {event.source} ({event.source_kind}, {event.files} files{size}{docs}) "
+        skipped = f"; not read: {skipped_files(event.skipped)}" if event.skipped else ""
+        return EventLine(f"preparing {event.source} ({event.source_kind}, {event.files} files{size}{docs}{skipped}) "
                          f"into its token store, once{first} …")
     if isinstance(event, ev.DataPrepared):
         where = ("from its token store" if event.from_store

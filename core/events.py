@@ -72,6 +72,8 @@ class DataPreparationStarted(Event):
     """Documents (rows) when the format says so cheaply (Parquet, Arrow), else None."""
     train_tokenizer: bool
     """True when a tokenizer is trained first (on the corpus' first documents)."""
+    skipped: tuple[str, ...] = ()
+    """Files of a source folder that are not read: binary files, a README beside data shards."""
 
 
 @dataclass(frozen=True)

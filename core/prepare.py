@@ -25,6 +25,7 @@ from pathlib import Path
 from core.config import DataConfig
 from core.errors import CheckpointError, DataError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event
+from core.paths import why_write_failed
 from core.sources import Source, resolve_source
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
 from core.tokenizer import BPETokenizer, cache_dir, check_special_tokens, get_tokenizer, load_tokenizer_file
@@ -85,11 +86,15 @@ class _Reporter:
         if self.sink is not None:
             self.sink(event_type(self.run_id, self.clock(), **fields))
 
+    def begin(self, stage: str) -> None:
+        """The stage's work starts now: its ETA counts from here (its first progress comes a batch later)."""
+        self._stage, self._stage_start = stage, time.perf_counter()
+
     def progress(self, stage: str, bytes_done: int, bytes_total: int | None, documents: int,
                  documents_total: int | None, tokens: int, final: bool = False) -> None:
         now = time.perf_counter()
         if stage != self._stage:
-            self._stage, self._stage_start = stage, now
+            self.begin(stage)
         if not final and now - self._last < 0.25:
             return
         self._last = now
@@ -110,6 +115,7 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     limit = cfg.tokenizer_train_docs
     docs: list[str] = []
     done = 0
+    report.begin("tokenizer")
     for batch, done in source.iter_documents():
         if should_stop is not None and should_stop():
             raise Cancelled("data preparation stopped; nothing was kept")
@@ -129,7 +135,8 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise DataError(f"cannot write the tokenizer into the cache folder {path.parent} "
-                        f"({exc.strerror or exc}); set SPEEDBOARD_CACHE_DIR to a writable folder") from None
+                        f"({why_write_failed(exc, path.parent)}); set SPEEDBOARD_CACHE_DIR to a writable folder "
+                        f"with room") from None
     return tok
 
 
@@ -164,7 +171,8 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
     if tok is None:
         ensure_writable(cache_dir() / "tokenizers")
     report.emit(DataPreparationStarted, source=source.spec, source_kind=source.kind, files=len(source.files),
-                bytes_total=source.bytes, documents_total=source.documents, train_tokenizer=tok is None)
+                bytes_total=source.bytes, documents_total=source.documents, train_tokenizer=tok is None,
+                skipped=source.ignored)
 
     def waiting() -> None:
         report.progress("waiting", 0, source.bytes, 0, source.documents, 0, final=True)
@@ -181,6 +189,7 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
             def progress(done: int, docs: int, tokens: int) -> None:
                 report.progress("tokens", done, total, docs, source.documents, tokens)
 
+            report.begin("tokens")
             store = write_store(source, tok, fingerprint, tokenizer_origin=origin, progress=progress,
                                 should_stop=should_stop)
             report.progress("tokens", total or 0, total, store.num_documents, store.num_documents,

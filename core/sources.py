@@ -384,6 +384,54 @@ class _CountingReader(io.RawIOBase):
         return True
 
 
+class _ZstdReader(io.RawIOBase):
+    """Zstandard frames decompressed one after another, as a stream.
+
+    zstandard's own ``stream_reader`` ends quietly where a frame is cut short,
+    so a partly downloaded ``.jsonl.zst`` would train on what came before the
+    cut. Here each frame's decompressor must reach the frame's end: input
+    that stops inside a frame raises EOFError. Input is fed 64 KiB at a time.
+    """
+
+    _INPUT = 1 << 16
+
+    def __init__(self, raw) -> None:
+        import zstandard
+
+        self.raw = raw
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._frame = self._decompressor.decompressobj()
+        self._inside = False  # bytes of the current frame were fed and its end is not reached yet
+        self._out = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not len(self._out):
+            data = self.raw.read(self._INPUT)
+            if not data:
+                if self._inside:
+                    raise EOFError("the file ends inside a zstd frame: it is truncated")
+                return 0
+            self._out = memoryview(self._feed(data))
+        n = min(len(b), len(self._out))
+        b[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def _feed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            self._inside = True
+            out.append(self._frame.decompress(data))
+            if not self._frame.eof:
+                break
+            data = self._frame.unused_data  # the next frame's first bytes, if any
+            self._frame, self._inside = self._decompressor.decompressobj(), False
+        return b"".join(out)
+
+
 def _open_lines(path: Path, counter: _CountingReader):
     name = path.name.lower()
     if name.endswith(".gz"):
@@ -391,9 +439,7 @@ def _open_lines(path: Path, counter: _CountingReader):
 
         return io.BufferedReader(gzip.GzipFile(fileobj=counter, mode="rb"), 1 << 20)
     if name.endswith(".zst"):
-        import zstandard
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(counter), 1 << 20)
+        return io.BufferedReader(_ZstdReader(counter), 1 << 20)
     return io.BufferedReader(counter, 1 << 20)
 
 
@@ -420,10 +466,10 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
                     yield row[text_field], counter.count
     except DataError:
         raise
-    except OSError as exc:  # a truncated or damaged .gz/.zst, or a read error
-        raise DataError(f"cannot read {path} (line {n + 1}): {first_line(exc)}") from None
-    except Exception as exc:  # zstandard raises its own ZstdError
-        raise DataError(f"cannot read {path} (line {n + 1}): {first_line(exc)}") from None
+    except Exception as exc:  # a truncated or damaged .gz/.zst (OSError, EOFError, ZstdError), or a read error
+        # Lines are read 1 MiB ahead: the damage lies past the last line read whole, not necessarily at the next.
+        where = f" after line {n}" if n else ""
+        raise DataError(f"cannot read {path}{where}: {first_line(exc)}") from None
 
 
 def _pyarrow():
@@ -442,6 +488,8 @@ def _text_column(path: Path, schema, text_field: str) -> None:
         raise DataError(f"{path.name} has no column '{text_field}' (its columns: {_more(names, 8)}); "
                         f"choose one with --text-field")
     kind = schema.field(text_field).type
+    if pa.types.is_dictionary(kind):  # a categorical column (pandas' "category"): its values are the text
+        kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
         raise DataError(f"{path.name}: column '{text_field}' holds {kind}, not text; choose one with --text-field")
 

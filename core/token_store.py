@@ -40,12 +40,13 @@ from typing import Any
 import numpy as np
 
 from core.errors import Cancelled, DataError
-from core.paths import fsync
+from core.paths import fsync, why_write_failed
 from core.sources import Source, sampled_sha256
 from core.tokenizer import BPETokenizer, cache_dir
 
 STORE_FORMAT = "speedboard-token-store"
-STORE_VERSION = 1
+STORE_VERSION = 2
+"""2: the names of special tokens inside a document are text (1 turned them into the tokens)."""
 MANIFEST, TOKENS, OFFSETS, TOKENIZER = "manifest.json", "tokens.bin", "offsets.bin", "tokenizer.json"
 _TMP = re.compile(r"\.tmp-(?P<key>[0-9a-f]+)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+")
 
@@ -60,6 +61,13 @@ def tokenizer_sha256(tokenizer: BPETokenizer) -> str:
 
 def store_key(fingerprint: str, tokenizer_hash: str) -> str:
     return hashlib.sha256(f"{STORE_FORMAT}-{STORE_VERSION}:{fingerprint}:{tokenizer_hash}".encode()).hexdigest()[:32]
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1e3:.0f} kB"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -216,10 +224,24 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- writing
+def plain_text_tokenizer(tokenizer: BPETokenizer):
+    """A copy of ``tokenizer.tok`` that reads the names of special tokens inside a document as text.
+
+    HF tokenizers turn "<|endoftext|>" or "[EOT]" written in a document into the special token itself (even
+    without ``add_special_tokens``): a web page quoting it would end its document mid-text. The store holds
+    BOS/EOS where Speedboard puts them only (nanoGPT's ``encode_ordinary``). The copy serialises the same.
+    """
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer.to_str())
+    tok.encode_special_tokens = True
+    return tok
+
+
 def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list]:
     """HF tokenizers' batch encoding (Rust threads, the GIL released); the variant without offsets when
     the installed version has it (same ids, less work)."""
-    tok = tokenizer.tok
+    tok = plain_text_tokenizer(tokenizer)
     fast = getattr(tok, "encode_batch_fast", None)
     if fast is not None:
         return lambda docs: fast(docs, add_special_tokens=False)
@@ -321,10 +343,12 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             fsync(folder)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        # numpy's tofile reports a short write without an error number ("N requested and M written"):
+        # why_write_failed asks the disk (free space, the file-size limit) for a reason a person can act on.
+        reason = why_write_failed(exc, folder)
         # About 0.3 tokens per byte of text for a BPE vocabulary of a few thousand tokens or more.
-        need = f" (the store needs about {0.3 * dtype.itemsize * source.bytes / 1e9:.1f} GB)" if source.bytes else ""
-        raise DataError(f"cannot write the token store in {folder} ({exc.strerror or exc}); nothing was "
-                        f"kept{need}") from None
+        need = f" (the store needs about {_size(0.3 * dtype.itemsize * source.bytes)})" if source.bytes else ""
+        raise DataError(f"cannot write the token store in {folder} ({reason}); nothing was kept{need}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

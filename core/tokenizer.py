@@ -151,10 +151,13 @@ def get_tokenizer(documents: Sequence[str], vocab_size: int, fingerprint: str | 
         except Exception:  # a damaged cache entry is retrained, never trusted
             pass
     tokenizer = train_bpe(documents, vocab_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(tokenizer.to_str(), encoding="utf-8")
-    os.replace(tmp, path)  # atomic: concurrent runs never read half a file
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(tokenizer.to_str(), encoding="utf-8")
+        os.replace(tmp, path)  # atomic: concurrent runs never read half a file
+    except OSError:  # a full disk or a read-only cache: the tokenizer is still good, only not cached
+        tmp.unlink(missing_ok=True)
     return tokenizer
 
 
@@ -183,5 +186,5 @@ def load_tokenizer_file(path: str | Path) -> BPETokenizer:
 def check_special_tokens(tok: BPETokenizer, origin: str) -> None:
     """Every sample ends documents with an end-of-text token: a tokenizer without one cannot be used."""
     if tok.eos_id is None:
-        names = ", ".join(_ALIASES["eos"])
+        names = ", ".join(dict.fromkeys(_ALIASES["eos"]))  # each name once
         raise DataError(f"tokenizer {origin} has no end-of-text token (looked for {names})", "tokenizer")

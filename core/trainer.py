@@ -1028,6 +1028,8 @@ class Trainer:
                 model = self._plain_model(weights)
         if not self.dist.is_main:
             return None
+        if not _finite(model):  # a diverged run's weights would only spread NaN: earlier checkpoints stay
+            raise CheckpointError(f"the weights at step {self.step} are not finite (the run diverged); not saved")
         saved = ckpt_io.save_checkpoint(path, model, tokenizer=self.data.tokenizer, run_config=self._config_dict(),
                                         trainer_state=self.trainer_state(optimizer_state),
                                         step=self.step, tokens=self.tokens,
@@ -1085,6 +1087,12 @@ class Trainer:
             if old != saved:
                 ckpt_io.remove_folder(old)  # renamed aside first: never seen half-deleted
         return saved
+
+
+def _finite(model: torch.nn.Module) -> bool:
+    """Every weight is finite. One CPU–GPU sync (the flag is read on the host), paid only when saving."""
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all().item()) if flags else True
 
 
 def _other_stream(state: dict[str, Any], train_samples: int) -> str:

@@ -6,12 +6,8 @@ import os
 import signal
 import sys
 
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication
-
-from assets import ICON
-from gui.main_window import APPLICATION, ORGANIZATION, MainWindow
+# Qt is imported in main(), after the checks: Qt's GUI module itself links system libraries (EGL, fontconfig),
+# and importing it without one fails with an ImportError that names a file, not the package that has it.
 
 
 def _no_display_reason() -> str | None:
@@ -37,6 +33,12 @@ XCB_LIBRARIES = {
     "libxkbcommon-x11.so.0": "libxkbcommon-x11-0", "libGL.so.1": "libgl1", "libglib-2.0.so.0": "libglib2.0-0",
     "libgthread-2.0.so.0": "libglib2.0-0",
 }
+
+
+# Qt's GUI module (libQt6Gui.so) links these on every platform, offscreen included; a desktop has them, a
+# minimal system may not.
+QT_GUI_LIBRARIES = {"libEGL.so.1": "libegl1", "libfontconfig.so.1": "libfontconfig1",
+                    "libfreetype.so.6": "libfreetype6"}
 
 
 def _qt_platform() -> str:
@@ -67,9 +69,19 @@ def missing_xcb_libraries() -> list[str]:
     return [soname for soname in XCB_LIBRARIES if not _loadable(soname)]
 
 
+def missing_system_libraries() -> list[str]:
+    """System libraries the window needs here that cannot be loaded: Qt's GUI module's, and on X11 its
+    plugin's; [] elsewhere than Linux."""
+    if not sys.platform.startswith("linux"):
+        return []
+    gui = [soname for soname in QT_GUI_LIBRARIES if not _loadable(soname)]
+    return gui + [soname for soname in missing_xcb_libraries() if soname not in gui]
+
+
 def _missing_libraries_message(missing: list[str]) -> str:
-    packages = " ".join(dict.fromkeys(XCB_LIBRARIES[name] for name in missing))
-    return (f"the window needs system libraries for X11 that pip cannot install (missing: {', '.join(missing)}); "
+    packages = " ".join(dict.fromkeys({**QT_GUI_LIBRARIES, **XCB_LIBRARIES}[name] for name in missing))
+    what = "for X11 " if all(name in XCB_LIBRARIES for name in missing) else ""
+    return (f"the window needs system libraries {what}that pip cannot install (missing: {', '.join(missing)}); "
             f"on Debian/Ubuntu install them with:\n    sudo apt-get install -y {packages}")
 
 
@@ -78,9 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"speedboard: error: {reason}", file=sys.stderr)
         return 2
-    missing = missing_xcb_libraries()  # before Qt, which would abort with a message that names none of them
+    missing = missing_system_libraries()  # before Qt, which would abort with a message that names none of them
     if missing:
         print(f"speedboard: error: {_missing_libraries_message(missing)}", file=sys.stderr)
+        return 2
+    try:
+        from PySide6.QtCore import QTimer
+        from PySide6.QtGui import QIcon
+        from PySide6.QtWidgets import QApplication
+
+        from assets import ICON
+        from gui.main_window import APPLICATION, ORGANIZATION, MainWindow
+    except ImportError as exc:
+        print(f"speedboard: error: the dashboard needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
         return 2
     app = QApplication.instance() or QApplication(list(sys.argv if argv is None else argv))
     app.setOrganizationName(ORGANIZATION)

@@ -53,6 +53,24 @@ short interval keeps training at full speed beside a busy window."""
 log = logging.getLogger(__name__)
 
 
+def release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
+
+    On CPU a run's memory figure is its peak resident set minus the process's before its model exists.
+    The last run's tensors, freed, stay resident in the allocator's free lists: without this a later run
+    reuses them and reads far less than the same run alone (identical runs read 0.30, 0.19, 0.00 GiB).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # another C library (musl)
+        return
+    trim(0)
+
+
 # --------------------------------------------------------------------------- jobs (GUI -> torch thread)
 @dataclass(frozen=True)
 class StartRun:
@@ -250,6 +268,7 @@ class TorchThread(QThread):
 
     def _run(self, job: StartRun) -> None:
         self._trainer = None  # let the previous model go before the next is built
+        release_freed_memory()  # so the next run's baseline is not the last run's leftovers
         ended = False
         trainer: Trainer | None = None
 

@@ -4,45 +4,33 @@ The window lays out, asks and draws. What runs do is the ``RunSession``'s
 business (gui/session.py): it owns the torch thread's controller, torchrun
 jobs and followed run folders, updates each run's record and the plots'
 buffers, and reports through signals that the window turns into rows, log
-lines and dialogs. A timer redraws plots, progress and table at 10 Hz.
+lines and dialogs. Save and Load live in gui/checkpoint_actions.py, opening
+run folders in gui/run_folders.py. A timer redraws plots, progress and table
+at 10 Hz (the plots paced by gui/redraw_pacer.py).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
-
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QFileDialog,
     QMainWindow,
     QScrollArea,
     QSplitter,
     QTabWidget,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from core.checkpoint import is_speedboard_checkpoint
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
 from core.events import DataPreparationProgress, MicroBatchChanged, RunFailed, RunStarted, SampleGenerated
 from core.memory_budget import fit_run_config
-from core.runs import default_out_dir, is_run_dir
 from gui import dialogs
-from gui.checkpoint_paths import (
-    LOAD_FILTER,
-    architecture_note,
-    checkpoint_target,
-    describe_checkpoint,
-    fit_message,
-    save_target_problem,
-)
-from gui.controller import CheckpointSummary
+from gui.checkpoint_actions import CheckpointActions, RecentFolders
+from gui.redraw_pacer import RedrawPacer
+from gui.run_folders import RunFolders
 from gui.run_record import RunRecord, describe
 from gui.session import RunSession
 from gui.widgets.config_panel import ConfigPanel, presets_with
@@ -51,6 +39,7 @@ from gui.widgets.plot_panel import PlotPanel
 from gui.widgets.run_controls import RunControls
 from gui.widgets.run_table import RunTable
 from gui.widgets.sample_view import SampleView
+from gui.widgets.settings_toggle import SETTINGS_MIN_WIDTH, SettingsToggle
 from gui.widgets.status_bar import StatusBar
 from gui.widgets.tune_dialog import TuneDialog
 
@@ -58,15 +47,7 @@ ORGANIZATION = "Speedboard"
 APPLICATION = "Speedboard"
 REFRESH_HZ = 10
 PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the GUI thread long
-# Plots skip ticks while the GUI thread uses more than this share of a core, so on a machine
-# whose cores also train (a CPU run) the window takes little from training; at least 1 redraw/s.
-GUI_CPU_BUDGET = 0.04
-MAX_PLOT_GAP_S = 1.0
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
-MAX_REOPENED = 50
-"""Runs of the last session shown again at start (the newest)."""
-SETTINGS_MIN_WIDTH = 250
-"""The settings scroll sideways below this; the window fits 1024 px (half of a 1920 screen)."""
 
 
 class MainWindow(QMainWindow):
@@ -78,8 +59,7 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else QSettings(ORGANIZATION, APPLICATION)
         self.session = RunSession(out_dir, self)
         self.store = self.session.store
-        self._fed: tuple[RunRecord | None, tuple[str, str] | None] = (None, None)
-        """The run started from a loaded checkpoint, and that choice (cleared once the run has loaded it)."""
+        self.folders = RecentFolders(self.settings)
 
         devices = available_devices()
         self.config_panel = ConfigPanel(presets_with(extra_presets, devices), devices)
@@ -89,18 +69,19 @@ class MainWindow(QMainWindow):
         self.log = LogView()
         self.sample = SampleView()
         self.status = StatusBar()
+        self.checkpoints = CheckpointActions(self, self.session, self.config_panel, self.folders, self.log,
+                                             self.status)
+        self.run_folders = RunFolders(self, self.session, self.folders, self.plots, self.log, self.status)
         self._build_layout()
         self._build_menus()
         self._connect()
         self._restore_settings()
-        self._reopen_last_session()
+        self.run_folders.reopen_last_session(self.settings)
 
         self._refresh_timer = QTimer(self)
         self._refresh_timer.setInterval(1000 // REFRESH_HZ)
         self._refresh_timer.timeout.connect(self._on_tick)
-        self._tick_clock = (time.perf_counter(), time.thread_time())
-        self._gui_cpu_share = 0.0
-        self._last_plot_refresh = 0.0
+        self._pacer = RedrawPacer()
         self._refresh_timer.start()
         self._update_controls()
 
@@ -138,16 +119,8 @@ class MainWindow(QMainWindow):
         self.main_splitter.setCollapsible(0, True)  # drag the handle to the left edge, or the button
         self.main_splitter.setCollapsible(1, False)
         self.right_splitter.setCollapsible(0, False)
-        self.settings_button = QToolButton()
-        self.settings_button.setObjectName("settingsToggle")
-        self.settings_button.setCheckable(True)
-        self.settings_button.setChecked(True)
-        self.settings_button.setAutoRaise(True)
-        self.settings_button.toggled.connect(self.show_settings)
+        self.settings_button = SettingsToggle(self.main_splitter)
         self.plots.options.insertWidget(0, self.settings_button)
-        self.main_splitter.splitterMoved.connect(self._on_main_splitter_moved)
-        self._settings_width = 400
-        self._update_settings_button()
         self.setCentralWidget(self.main_splitter)
         self.setStatusBar(self.status)
         self.resize(1500, 950)
@@ -156,39 +129,16 @@ class MainWindow(QMainWindow):
         self.left_splitter.setSizes([700, 220])
 
     def settings_shown(self) -> bool:
-        return self.main_splitter.sizes()[0] > 0
+        return self.settings_button.settings_shown()
 
     def show_settings(self, shown: bool) -> None:
         """Show or collapse the settings and log column (the plots take its room)."""
-        sizes = self.main_splitter.sizes()
-        if shown == (sizes[0] > 0):
-            self._update_settings_button()
-            return
-        total = sum(sizes)
-        if shown:
-            left = min(self._settings_width, total // 2)
-            self.main_splitter.setSizes([left, total - left])
-        else:
-            self._settings_width = max(sizes[0], SETTINGS_MIN_WIDTH)
-            self.main_splitter.setSizes([0, total])
-        self._update_settings_button()
-
-    def _on_main_splitter_moved(self, *_) -> None:
-        self._update_settings_button()
-
-    def _update_settings_button(self) -> None:
-        shown = self.settings_shown()
-        self.settings_button.blockSignals(True)
-        self.settings_button.setChecked(shown)
-        self.settings_button.blockSignals(False)
-        self.settings_button.setText("◀ settings" if shown else "▶ settings")
-        self.settings_button.setToolTip("Hide the settings and log (more room for the plots)" if shown
-                                        else "Show the settings and log")
+        self.settings_button.show_settings(shown)
 
     def _build_menus(self) -> None:
         menus = {
             "&File": (("Open run folders…", QKeySequence.StandardKey.Open, lambda: self.open_run_folders()),
-                      ("Save model…", QKeySequence.StandardKey.Save, self._save),
+                      ("Save model…", QKeySequence.StandardKey.Save, self.checkpoints.save),
                       ("Load weights…", "Ctrl+L", self._load),
                       None,
                       ("Quit", QKeySequence.StandardKey.Quit, self.close)),
@@ -239,10 +189,6 @@ class MainWindow(QMainWindow):
         s.record_changed.connect(self._on_record_changed)
         s.event_applied.connect(self._on_event_applied)
         s.running_changed.connect(self._on_running_changed)
-        s.checkpoint_read.connect(self._on_checkpoint_read)
-        s.load_failed.connect(self._on_load_failed)
-        s.save_finished.connect(self._on_save_finished)
-        s.save_failed.connect(self._on_save_failed)
         s.continue_failed.connect(self._on_continue_failed)
         s.job_failed.connect(self._on_job_failed)
         s.record_removed.connect(self._on_record_removed)
@@ -254,7 +200,7 @@ class MainWindow(QMainWindow):
         self.controls.resume_clicked.connect(self._resume)
         self.controls.stop_clicked.connect(self._stop)
         self.controls.continue_clicked.connect(self._continue)
-        self.controls.save_clicked.connect(self._save)
+        self.controls.save_clicked.connect(self.checkpoints.save)
         self.controls.load_clicked.connect(self._load)
         self.table.selection_changed.connect(self.plots.set_visible_runs)
         self.table.selection_changed.connect(self._update_controls)
@@ -272,30 +218,17 @@ class MainWindow(QMainWindow):
             state = s.value(f"window/{name}")
             if state is not None:
                 getattr(self, name).restoreState(state)
-        self._update_settings_button()  # the settings column may come back collapsed
+        self.settings_button.sync()  # the settings column may come back collapsed
 
     def save_settings(self) -> None:
         s = self.settings
-        folders = list(dict.fromkeys(r.folder for r in self.session.records if r.folder))
-        s.setValue("session/run_folders", json.dumps(folders[-MAX_REOPENED:]))
+        self.run_folders.remember_session(s)
         self.config_panel.save_state(s)
         self.plots.save_state(s)
         s.setValue("window/geometry", self.saveGeometry())
         for name in SPLITTERS:
             s.setValue(f"window/{name}", getattr(self, name).saveState())
         s.sync()
-
-    def _last_dir(self) -> str:
-        folder = self.settings.value("paths/last_dir")
-        return folder if isinstance(folder, str) and Path(folder).is_dir() else str(Path.home())
-
-    def _save_dir(self) -> str:
-        folder = self.settings.value("paths/save_dir")
-        return folder if isinstance(folder, str) and Path(folder).is_dir() else self._last_dir()
-
-    def _remember_dir(self, path: str) -> None:
-        folder = Path(path).expanduser()
-        self.settings.setValue("paths/last_dir", str(folder if folder.is_dir() else folder.parent))
 
     # ------------------------------------------------------------------ what the session reports
     def _on_record_added(self, record: RunRecord) -> None:
@@ -308,13 +241,6 @@ class MainWindow(QMainWindow):
         self._update_controls()
 
     def _on_record_changed(self, record: RunRecord) -> None:
-        fed, start_from = self._fed
-        if record is fed and (record.run_id or record.ended):
-            # Started (its weights are loaded): the next run starts afresh. A run that failed before
-            # loading them keeps the choice, so a fixed setting can simply start again.
-            self._fed = (None, None)
-            if record.run_id and self.config_panel.start_from == start_from:
-                self.config_panel.clear_start_from()
         self.table.update_record(record)
         self.table.fit_columns()
         self.plots.add_run(record.key, record.color, record.label, record.dash)  # its label may name the parent
@@ -376,7 +302,8 @@ class MainWindow(QMainWindow):
             return
         self.log.add(f"{record.label}: {line.text}", line.level)
         if line.level == "error":  # the run failed
-            self.status.showMessage(f"{record.label} {line.text}", 15_000)
+            key = record.key
+            self.status.showMessage(f"{record.label} {line.text}", 15_000, until=lambda r: r.key != key)
             self.tabs.setCurrentWidget(self.log)
 
     def _on_running_changed(self, running: bool) -> None:
@@ -391,41 +318,8 @@ class MainWindow(QMainWindow):
     def _on_continue_failed(self, message: str) -> None:
         dialogs.show_error(self, "Cannot continue", message)
 
-    def _on_save_finished(self, path: str) -> None:
-        self.status.showMessage(f"Model saved to {path}", 10_000)
-
-    def _on_save_failed(self, path: str, message: str) -> None:
-        self.log.add(f"save failed: {message}", "error")
-        dialogs.show_error(self, "Save failed", f"The model was not saved:\n{message}")
-
-    def _on_load_failed(self, path: str, message: str) -> None:
-        self.log.add(f"load failed: {message}", "error")
-        dialogs.show_error(self, "Cannot load", f"Could not load {Path(path).name or path}:\n{message}")
-
     def _on_job_failed(self, job: str, message: str) -> None:
         self.log.add(f"{job} failed: {message}", "error")
-
-    def _on_checkpoint_read(self, info: CheckpointSummary) -> None:
-        description = describe_checkpoint(info)
-        if info.fit_problem:  # refused now, not after Start; the choice made before stays
-            self.log.add(f"not loaded: {info.fit_problem}", "error")
-            dialogs.show_error(self, "These weights do not fit", fit_message(info, self.config_panel.preset_name))
-            return
-        mode = "init"
-        if info.resumable:
-            mode = dialogs.ask_load_mode(self, description)
-            if mode is None:
-                self.log.add(f"load of {info.path} cancelled")
-                return
-        if mode == "resume" and info.run_config:
-            try:
-                self.config_panel.set_from_config(RunConfig.from_dict(info.run_config))
-            except (SpeedboardError, TypeError, ValueError):
-                pass  # an older or foreign config: the panel keeps its settings
-        self.config_panel.set_start_from(info.path, mode, description, info.model_config)
-        what = "resumes it exactly" if mode == "resume" else "starts from its weights"
-        self.log.add(f"loaded {description}: the next run {what}{architecture_note(info)}")
-        self.status.showMessage(f"Loaded {description}", 10_000)
 
     # ------------------------------------------------------------------ commands
     def _settings_or_explain(self) -> RunConfig | None:
@@ -450,8 +344,7 @@ class MainWindow(QMainWindow):
         except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot start", str(exc))
             return
-        if cfg.init_from or cfg.resume:  # a loaded checkpoint feeds one run: cleared once it has started from it
-            self._fed = (record, self.config_panel.start_from)
+        self.checkpoints.started(record, cfg)
 
     def _offer_fitting_split(self, cfg: RunConfig) -> RunConfig | None:
         """When the micro-batch cannot fit, offer the largest that does with the same effective batch:
@@ -474,7 +367,9 @@ class MainWindow(QMainWindow):
 
     def _pause(self) -> None:
         self.session.pause()
-        self.status.showMessage("Pausing after the current optimizer step …", 5_000)
+        key = self.session.active.key if self.session.active is not None else None
+        self.status.showMessage("Pausing after the current optimizer step …", 5_000,
+                                until=lambda r: r.key != key or r.state == "paused" or r.ended)
         self._update_controls()
 
     def _pause_or_resume(self) -> None:
@@ -488,8 +383,10 @@ class MainWindow(QMainWindow):
     def _stop(self) -> None:
         if not self.session.running:
             return
+        key = self.session.active.key if self.session.active is not None else None
         self.session.stop()
-        self.status.showMessage("Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000)
+        self.status.showMessage("Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
+                                until=lambda r: r.key != key or r.ended)
         self._update_controls()
 
     def _continue(self) -> None:
@@ -497,8 +394,10 @@ class MainWindow(QMainWindow):
         if settings is None:
             return
         if self.session.running:
+            key = self.session.active.key if self.session.active is not None else None
             self.session.stop_then_continue(settings, self.config_panel.nproc)
-            self.status.showMessage("Stopping; the run then continues with these settings …", 10_000)
+            self.status.showMessage("Stopping; the run then continues with these settings …", 10_000,
+                                    until=lambda r: r.key != key)  # the continued run is in focus
             self._update_controls()
             return
         source = self.session.continue_source(self.table.selected_keys())
@@ -511,48 +410,8 @@ class MainWindow(QMainWindow):
         except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot continue", str(exc))
 
-    def _save(self) -> None:
-        session = self.session
-        if session.in_processes:
-            dialogs.show_error(self, "Save from the run folder",
-                               "A multi-process run saves its checkpoints into its run folder (a final one when "
-                               "it ends or is stopped); load one of those.")
-            return
-        if not session.can_save:
-            dialogs.show_error(self, "Nothing to save", "There is no model yet: start a run first.")
-            return
-        if session.pending_save is not None:
-            dialogs.show_error(self, "Save in progress", f"The model is being saved to {session.pending_save}.")
-            return
-        path = dialogs.ask_save_target(self, self._save_dir(), session.save_name())
-        if not path:
-            return
-        problem = save_target_problem(path)
-        if problem:
-            dialogs.show_error(self, "Cannot save there", problem)
-            return
-        if is_speedboard_checkpoint(path) and not dialogs.confirm_replace(self, path):
-            return
-        self.settings.setValue("paths/save_dir", str(Path(path).parent))
-        deferred = session.save(path)
-        self.status.showMessage("Saving at the next optimizer step …" if deferred else "Saving …", 10_000)
-
     def _load(self) -> None:
-        if self.session.running:
-            dialogs.show_error(self, "Cannot load during a run",
-                               "Weights cannot be loaded while a run is training. Stop the run (or wait until it "
-                               "ends), then load; the next run starts from the loaded weights.")
-            return
-        if self.session.inspecting:
-            return
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Load weights: a .pt/.pth/.bin/.safetensors file, or config.json in a checkpoint folder",
-            self._last_dir(), LOAD_FILTER)
-        if not path:
-            return
-        self._remember_dir(path)
-        self.session.inspect(checkpoint_target(path), self.config_panel.preset_config().model)
-        self.status.showMessage(f"Reading {path} …", 5_000)
+        self.checkpoints.load()
         self._update_controls()
 
     def open_run_folder(self, folder: str | None = None) -> RunRecord | None:
@@ -562,51 +421,8 @@ class MainWindow(QMainWindow):
         return records[0] if records else None
 
     def open_run_folders(self, folders: list[str] | None = None) -> list[RunRecord]:
-        """Show several run folders; a picked folder that holds run folders (a runs folder) opens them all."""
-        if folders is None:
-            start = str(default_out_dir()) if default_out_dir().is_dir() else self._last_dir()
-            folders = dialogs.pick_run_folders(self, start)
-        runs, refused = [], []
-        for folder in folders:
-            if is_run_dir(folder):
-                runs.append(folder)
-                continue
-            inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
-                if Path(folder).is_dir() else []
-            (runs.extend if inside else refused.append)(inside or folder)
-        if refused:
-            dialogs.show_error(self, "Not a run folder", f"{', '.join(refused)}: no metrics.jsonl here or in the "
-                                                         f"folders inside; choose folders that Speedboard runs wrote.")
-        if runs:
-            self._remember_dir(str(Path(runs[-1]).parent))
-        records = [record for record in (self._open_one(folder) for folder in runs) if record is not None]
-        self.plots.refresh()
-        return records
-
-    def _open_one(self, folder: str, note: str = "opened") -> RunRecord | None:
-        try:
-            record, new = self.session.follow_folder(folder)
-        except (OSError, SpeedboardError) as exc:  # unreadable: said, and the other folders still open
-            self.log.add(f"cannot open {folder}: {exc}", "error")
-            return None
-        if not new:
-            self.status.showMessage(f"{record.label} is already shown", 5_000)
-            return record
-        state = "being written: followed live" if record.state == "following" else record.state
-        self.log.add(f"{record.label}: {note} {folder} ({state})")
-        return record
-
-    def _reopen_last_session(self) -> None:
-        """The rows of the last session come back, read from their run folders (those that still exist)."""
-        try:
-            folders = json.loads(self.settings.value("session/run_folders", "[]"))
-        except (TypeError, ValueError):
-            return
-        folders = [f for f in folders if isinstance(f, str) and is_run_dir(f)][-MAX_REOPENED:]
-        for folder in folders:
-            self._open_one(folder, "from the last session:")
-        if folders:
-            self.plots.refresh()
+        """Show several run folders (a runs folder opens all inside); without ``folders``, those picked."""
+        return self.run_folders.open(folders)
 
     # ------------------------------------------------------------------ periodic refresh
     def _on_tick(self) -> None:
@@ -615,15 +431,8 @@ class MainWindow(QMainWindow):
             self.plots.live = live
             if not live:
                 self.plots.fit_tight()  # nothing grows any more: no headroom on the right
-        # CPU time of this thread since the last tick, painting included: a running share.
-        now, cpu = time.perf_counter(), time.thread_time()
-        wall0, cpu0 = self._tick_clock
-        self._tick_clock = (now, cpu)
-        if now > wall0:
-            self._gui_cpu_share = 0.7 * self._gui_cpu_share + 0.3 * (cpu - cpu0) / (now - wall0)
-        if self._gui_cpu_share <= GUI_CPU_BUDGET or now - self._last_plot_refresh >= MAX_PLOT_GAP_S:
+        if self._pacer.due():
             self.plots.refresh(budget=PLOTS_PER_TICK)
-            self._last_plot_refresh = now
         progressed = self.session.take_progressed()
         active = self.session.active
         if active is not None and active.state == "compiling" and active not in progressed:

@@ -320,7 +320,8 @@ class RunRecord:
             return ""
         elapsed = (time.monotonic() if now is None else now) - self.compile_started
         minutes, seconds = divmod(int(max(0.0, elapsed)), 60)
-        return f"compiling {self.compile_what} {minutes}:{seconds:02d}"
+        # The time first: the table's State column and the status bar cut a long text at its end.
+        return f"compiling {minutes}:{seconds:02d} ({self.compile_what})"
 
     def progress_text(self) -> str:
         if self.state == "compiling" and self.compile_started is not None:

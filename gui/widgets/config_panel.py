@@ -40,6 +40,7 @@ from core.config import (
     config_from_preset,
 )
 from core.errors import DataError, SpeedboardError
+from core.event_text import skipped_files
 from core.launch import check_nproc, process_capacity
 from core.prepare import SourceInfo, describe_source, too_little_text
 
@@ -698,10 +699,11 @@ def _source_summary(info: SourceInfo | None, problem: str | None) -> str:
         return ""
     files = f"{info.files:,} files, " if info.files > 1 else ""
     size = _size(info.bytes) if info.bytes is not None else "size unknown"
+    skipped = f"; not read: {skipped_files(info.ignored)}" if info.ignored else ""
     if info.prepared and info.tokens is not None:
-        return f"{files}{size}; tokenized: {info.tokens:,} tokens, training starts at once"
+        return f"{files}{size}; tokenized: {info.tokens:,} tokens, training starts at once{skipped}"
     docs = f", {info.documents:,} documents" if info.documents else ""
-    return f"{files}{size}{docs}; tokenized once when a run first starts on it"
+    return f"{files}{size}{docs}; tokenized once when a run first starts on it{skipped}"
 
 
 def presets_with(extra: dict[str, RunConfig] | None = None,

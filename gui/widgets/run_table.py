@@ -111,7 +111,9 @@ class RunTable(QTableWidget):
                 "Loss": "Final training loss",
                 "Train GiB": "Peak memory of the training itself: CUDA max allocated, or on CPU the peak "
                              "resident set minus what the process held before the model existed (the "
-                             "window and earlier runs excluded), as speedboard bench reports it"}
+                             "window and earlier runs excluded; their freed memory is handed back first), as "
+                             "speedboard bench reports it. On CPU a window's first run also counts torch's "
+                             "one-time set-up, so it reads higher than the runs after it"}
         for name, tip in tips.items():
             self.horizontalHeaderItem(COLUMNS.index(name)).setToolTip(tip)
         self._records: list[RunRecord] = []

@@ -9,6 +9,8 @@ full text in a tooltip.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
@@ -99,11 +101,15 @@ class StatusBar(QStatusBar):
         self._clear.setSingleShot(True)
         self._clear.timeout.connect(self.clearMessage)
         self._shown: tuple | None = None
+        self._until: Callable[[RunRecord], bool] | None = None
 
     # ------------------------------------------------------------------ messages
-    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 (QStatusBar's name)
-        """A message left of the run's state, elided to its room; cleared after ``timeout`` ms (0: kept)."""
+    def showMessage(self, text: str, timeout: int = 0, *,  # noqa: N802 (QStatusBar's name)
+                    until: Callable[[RunRecord], bool] | None = None) -> None:
+        """A message left of the run's state, elided to its room; cleared after ``timeout`` ms (0: kept),
+        or sooner once ``until(run in focus)`` holds: "Stopping …" must not outlive the stop."""
         self.message.setText(text)
+        self._until = until
         if timeout > 0:
             self._clear.start(timeout)
         else:
@@ -114,11 +120,14 @@ class StatusBar(QStatusBar):
 
     def clearMessage(self) -> None:  # noqa: N802 (QStatusBar's name)
         self._clear.stop()
+        self._until = None
         self.message.setText("")
 
     # ------------------------------------------------------------------ the run in focus
     def show_run(self, record: RunRecord, step_time: float | None) -> None:
         """``record``'s state and progress; the ETA from ``step_time`` (recent seconds per optimizer step)."""
+        if self._until is not None and self._until(record):
+            self.clearMessage()
         step, total = record.step, record.total_steps
         shown = (record.key, record.state, record.label, step, total, record.mem_gib, record.device,
                  record.compile_progress(), record.preparation, round(step_time or 0.0, 3))

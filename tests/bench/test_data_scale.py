@@ -24,3 +24,16 @@ def test_data_scale_quick_mode_reports_every_figure(tmp_path):
         assert row["tokens"] > 0 and row["prepare_mchars_s"] > 0 and row["bare_encode_batch_mchars_s"] > 0
         assert row["from_store"] and row["first_step_seconds"] > 0 and row["peak_rss_mib"] > 100
     assert "| corpus | documents |" in proc.stdout and "Peak RSS, largest over smallest corpus" in proc.stdout
+
+
+def test_the_table_is_the_one_in_the_docs():
+    """The markdown the bench prints has docs/benchmarks.md's columns, `encode_batch_fast` beside `encode_batch`."""
+    from bench.data_scale import markdown
+
+    row = {"size_mb": 5.0, "documents": 28_026, "tokens": 1_391_166, "tokenizer_seconds": 0.8, "prepare_seconds": 1.0,
+           "prepare_mchars_s": 5.0, "bare_encode_batch_mchars_s": 5.44, "bare_encode_batch_fast_mchars_s": 6.36,
+           "ratio_to_encode_batch": 0.92, "first_step_seconds": 4.4, "peak_rss_mib": 524}
+    head, _, line = markdown([row]).splitlines()
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert head in docs
+    assert line in docs  # the docs' 5 MB row, as the bench prints it

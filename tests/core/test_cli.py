@@ -38,6 +38,8 @@ def test_train_then_generate_end_to_end(tmp_path):
     assert finished["train_mem_gib"] == pytest.approx(finished["peak_mem_gib"] - started["mem_baseline_gib"])
     assert f"peak mem {finished['train_mem_gib']:.2f} GiB for training ({finished['peak_mem_gib']:.2f} GiB the " \
            f"process)" in out.stdout
+    step3 = next(x for x in lines if x["event"] == "step" and x["step"] == 3)  # the step lines say the same
+    assert f"| mem {step3['peak_mem_gib'] - started['mem_baseline_gib']:.2f} GiB" in out.stdout
     gen = run_cli("generate", str(run_dir), "--prompt", "The", "--max-new-tokens", "5")
     assert gen.returncode == 0, gen.stderr
     assert gen.stdout.startswith("The")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +55,29 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert "removed" in capsys.readouterr().out
     assert main(["prepare", "--list"]) == 0
     assert "no token stores" in capsys.readouterr().out
+
+
+def test_prepare_names_the_files_of_a_folder_it_does_not_read(tmp_path, cache, capsys):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text(open(text_corpus(tmp_path)).read())
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    assert main(["prepare", str(folder), "--vocab-size", "300", "--no-progress"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"preparing {folder} (text, 1 files") and "not read: logo.png" in first, first
+
+
+def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps({"body": f"document {i} " * 20, "text": "x"}) + "\n" for i in range(30)))
+    for field in (["--text-field", "body"], []):
+        assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress", *field]) == 0
+    capsys.readouterr()
+    assert main(["prepare", "--remove", str(data), "--text-field", "text"]) == 0  # that field's store alone
+    assert capsys.readouterr().out.count("removed") == 1
+    assert main(["prepare", "--remove", str(data)]) == 0  # the rest: the one of --text-field body
+    assert capsys.readouterr().out.count("removed") == 1
+    assert main(["prepare", "--list"]) == 0 and "no token stores" in capsys.readouterr().out
 
 
 def bad_data(tmp_path, kind: str) -> str:
@@ -113,3 +139,31 @@ def test_hub_dataset_without_network_is_one_line(tmp_path, cache, capsys, monkey
     assert "HF_HUB_OFFLINE is set" in err
     assert not (cache / "stores").exists() or not [p for p in (cache / "stores").iterdir()
                                                      if not p.name.startswith(".")]
+
+
+def _limited_cli(limit: int, *args: str) -> subprocess.CompletedProcess:
+    """``speedboard ARGS…`` in a process whose files cannot grow past ``limit`` bytes, as on a full disk."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "tests.core.full_disk_entry", "cli", str(limit), *args],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit, message", [(2_000, "cannot write the tokenizer into the cache folder"),
+                                            (60_000, "cannot write the token store in")])
+def test_a_full_disk_while_preparing_is_one_line_and_keeps_nothing(tmp_path, cache, capsys, limit, message):
+    """The disk fills up while the tokenizer is cached, or while the tokens are written (numpy reports a short
+    write without an error number): one line that says why, and nothing a later run would take up."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n\n".join(f"paragraph {i}: " + " ".join(f"w{(i * j) % 97}" for j in range(40))
+                                for i in range(1500)))
+    proc = _limited_cli(limit, "prepare", str(path), "--vocab-size", "300", "--no-progress")
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert len(err.splitlines()) == 1 and message in err and "file-size limit" in err, err
+    left = [p.relative_to(cache).as_posix() for p in cache.rglob("*")]
+    assert not [p for p in left if ".tmp" in p or (p.startswith("stores/") and not p.startswith("stores/.lock-"))], \
+        left
+    assert main(["prepare", str(path), "--vocab-size", "300", "--no-progress"]) == 0  # room again: prepared whole
+    assert "prepared in" in capsys.readouterr().out

@@ -52,6 +52,12 @@ def test_every_format_reads_the_same_documents(tmp_path, name):
     assert load_corpus(str(path)).documents == DOCS
 
 
+def test_a_dictionary_encoded_text_column_is_text(tmp_path):
+    """pandas' categorical columns are written as dictionary<string>: the same documents."""
+    pq.write_table(pa.table({"text": pa.array(DOCS).dictionary_encode()}), tmp_path / "c.parquet")
+    assert load_corpus(str(tmp_path / "c.parquet")).documents == DOCS
+
+
 def test_parquet_folder_of_shards_in_order_and_text_field(tmp_path):
     shards = tmp_path / "shards"
     shards.mkdir()
@@ -104,6 +110,21 @@ def test_bad_files_are_one_line(tmp_path, make, expected):
     make(tmp_path)
     (path,) = tmp_path.iterdir()
     assert expected in one_line_error(lambda: load_corpus(str(path)))
+
+
+def test_zstd_frames_are_read_one_after_another_and_a_cut_one_is_refused(tmp_path):
+    """Concatenated frames (``cat a.zst b.zst``, pzstd) are one stream; a file that stops inside a frame (a
+    partial download) is refused, even where the cut leaves every line whole (only the frame's checksum is lost)."""
+    zstandard = pytest.importorskip("zstandard")
+    lines = [json.dumps({"text": d}) + "\n" for d in DOCS]
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress
+    path = tmp_path / "c.jsonl.zst"
+    path.write_bytes(b"".join(frame("".join(lines[i:i + 7]).encode()) for i in range(0, len(lines), 7)))
+    assert load_corpus(str(path)).documents == DOCS
+    whole = frame("".join(lines).encode())
+    for cut in (4, len(whole) // 2):  # the checksum alone; half the file
+        path.write_bytes(whole[:-cut])
+        assert "truncated" in one_line_error(lambda: load_corpus(str(path)))
 
 
 def test_folders_mixing_formats_or_holding_unread_files_are_refused(tmp_path):

@@ -89,6 +89,18 @@ def test_samples_are_the_in_memory_layouts(tmp_path, cache, layout):
     assert batch.inputs.dtype == torch.int64
 
 
+def test_special_token_names_inside_a_document_are_text(tmp_path, cache):
+    """A document that quotes "<|eos|>" or "<|pad|>" keeps them as text: BOS/EOS stand only at its ends."""
+    path = corpus(tmp_path)
+    path.write_text(path.read_text() + "\n\nthe marker <|eos|> ends GPT-style text, <|pad|> pads and <|bos|> opens.")
+    data = prepare_data(DataConfig(source=str(path), seq_len=16, vocab_size=300, layout="document"))
+    tok, store = data.tokenizer, data.store
+    last = np.asarray(store.tokens[int(store.offsets[-2]):int(store.offsets[-1])])
+    specials = {tok.bos_id, tok.eos_id, tok.pad_id}
+    assert last[0] == tok.bos_id and last[-1] == tok.eos_id and not specials & set(last[1:-1].tolist())
+    assert "the marker <|eos|> ends" in tok.decode(last[1:-1].tolist(), skip_special=False)
+
+
 def test_order_needs_no_memory_per_sample():
     """An order over 300 million samples: a permutation computed by position, not a stored array."""
     order = SampleOrder(300_000_000, seed=5)
@@ -117,7 +129,7 @@ def test_a_failed_preparation_leaves_no_store(tmp_path, cache, monkeypatch):
     cfg = DataConfig(source=str(corpus(tmp_path, n=3000)), seq_len=16, vocab_size=300)
     monkeypatch.setattr("core.sources.Source.iter_documents",
                         _small_batches(ts.Source.iter_documents))
-    with pytest.raises(DataError, match=r"No space left on device\); nothing was kept"):
+    with pytest.raises(DataError, match=r"\(no space left on the device\); nothing was kept"):
         prepare_data(cfg)
     assert store_folders(cache) == [] and list_stores() == []
     monkeypatch.setattr(ts, "_pack", real)
@@ -158,6 +170,63 @@ def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_t
     """Progress events for every chunk (no throttling): the test reacts to the first one."""
     self.emit(DataPreparationProgress, stage=stage, bytes_done=bytes_done, bytes_total=bytes_total,
               documents_done=documents, documents_total=documents_total, tokens_done=tokens, eta_seconds=None)
+
+
+def test_progress_eta_counts_from_the_start_of_its_stage(tmp_path, cache, monkeypatch):
+    """The first progress of a stage comes after its first batch: its ETA is already an estimate, never 0:00
+    while most of the corpus is still to be read."""
+    import itertools
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("core.prepare.time", SimpleNamespace(perf_counter=itertools.count().__next__))  # 1 s a call
+    monkeypatch.setattr("core.sources._READ_CHUNK", 4096)  # the file is read in many chunks, not one
+    monkeypatch.setattr("core.sources.Source.iter_documents", _small_batches(
+        __import__("core.sources", fromlist=["Source"]).Source.iter_documents))
+    sink = ListSink()
+    prepare_data(DataConfig(source=str(corpus(tmp_path, n=3000)), seq_len=16, vocab_size=300), sink=sink)
+    for stage in ("tokenizer", "tokens"):
+        first = next(e for e in sink.of(DataPreparationProgress) if e.stage == stage)
+        assert first.eta_seconds is not None and first.eta_seconds > 0, first
+
+
+def test_one_process_prepares_and_the_others_wait_then_map_its_store(tmp_path, cache):
+    """Under torchrun every rank calls the preparation: the corpus' lock lets one write while the others wait
+    (saying so), then they map that same store. A stop while waiting ends the wait. flock belongs to an open
+    file, so this thread holding the lock stands in for another process."""
+    import threading
+
+    from core.prepare import prepare_corpus
+    from core.sources import resolve_source
+    from core.token_store import preparation_lock, write_store
+    from core.tokenizer import load_tokenizer_file, train_bpe
+
+    path = corpus(tmp_path, n=300)
+    tok_file = tmp_path / "tok.json"
+    train_bpe(path.read_text().split("\n\n"), 300).tok.save(str(tok_file))
+    cfg = DataConfig(source=str(path), seq_len=16, vocab_size=300, tokenizer=str(tok_file))
+    source = resolve_source(str(path))
+    waiting, result = threading.Event(), {}
+    stores_dir().mkdir(parents=True)  # as the preparing process made it
+
+    def sink(event):
+        if isinstance(event, DataPreparationProgress) and event.stage == "waiting":
+            waiting.set()
+
+    def rank() -> None:
+        result["prepared"] = prepare_corpus(cfg, sink=sink)
+
+    with preparation_lock(source.fingerprint()):  # the preparing process
+        waiter = threading.Thread(target=rank)
+        waiter.start()
+        assert waiting.wait(60), "the other process never said it waits"
+        written = write_store(source, load_tokenizer_file(tok_file), source.fingerprint(), tokenizer_origin="f")
+        assert waiter.is_alive()  # still waiting: the lock is held
+    waiter.join(60)
+    prepared = result["prepared"]
+    assert prepared.from_store and prepared.store.path == written.path and store_folders(cache) == [written.path]
+    other = corpus(tmp_path, n=20, name="other.txt")
+    with preparation_lock(resolve_source(str(other)).fingerprint()), pytest.raises(Cancelled, match="waiting"):
+        prepare_corpus(DataConfig(source=str(other), seq_len=16, tokenizer=str(tok_file)), should_stop=lambda: True)
 
 
 def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
@@ -223,6 +292,8 @@ def test_tokenizer_files_and_their_special_tokens(tmp_path, cache):
     with pytest.raises(DataError, match="has no end-of-text token") as err:
         prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(no_eos)))
     assert err.value.field == "tokenizer"
+    looked_for = str(err.value).split("looked for ")[1].rstrip(")").split(", ")
+    assert "[EOT]" in looked_for and "</s>" in looked_for and len(looked_for) == len(set(looked_for))
     (tmp_path / "not.json").write_text('{"this is": "not a tokenizer"}')
     with pytest.raises(DataError, match="cannot read tokenizer"):
         prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(tmp_path / "not.json")))

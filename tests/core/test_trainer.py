@@ -241,3 +241,23 @@ def test_a_sink_that_raises_never_ends_the_run(micro):
     warnings = [e.message for e in events if isinstance(e, WarningRaised)]
     assert len(warnings) == 1 and "the event consumer failed (BrokenPipeError" in warnings[0], warnings
     assert isinstance(events[-1], RunFinished)
+
+
+def test_weights_that_are_not_finite_are_never_saved(micro, tmp_path):
+    """A diverged model (NaN weights) is refused at save, by the user's Save and the periodic one alike,
+    so it never replaces a good checkpoint; the run's earlier checkpoints stay."""
+    from core.errors import CheckpointError
+
+    trainer = Trainer(micro(train={"budget": 2}), sink=ListSink())
+    trainer.run()
+    saved_before = sorted(p.name for p in (trainer.run_dir / "checkpoints").iterdir())
+    with torch.no_grad():
+        next(trainer.model.parameters())[0, 0] = float("nan")
+    with pytest.raises(CheckpointError, match="not finite"):
+        trainer.save(tmp_path / "diverged")
+    assert not (tmp_path / "diverged").exists()
+    trainer.step += 1  # the periodic save warns instead of ending the run
+    sink = trainer.user_sink = ListSink()
+    assert trainer._save_or_warn(None) is None
+    assert "not finite" in sink.events[-1].message
+    assert sorted(p.name for p in (trainer.run_dir / "checkpoints").iterdir()) == saved_before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from PySide6.QtWidgets import QFileDialog
 
 from tests.gui.conftest import child, click, wait_idle
@@ -92,6 +93,21 @@ def test_a_folder_is_described_off_the_window_thread(qtbot, window, dialogs, tmp
     assert slow.threads and threading.main_thread() not in slow.threads
     assert not panel.checking_source and "2 files" in info.text() and "tokenized once" in info.text()
     assert child(window, "startButton").isEnabled()
+
+
+def test_a_folder_says_which_of_its_files_it_does_not_read(qtbot, window, dialogs, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    pq.write_table(pa.table({"text": [f"document {i} " * 30 for i in range(40)]}), shards / "000.parquet")
+    (shards / "README.md").write_text("# a dataset card, not data")
+    dialogs.files["getExistingDirectory"] = str(shards)
+    with qtbot.waitSignal(window.config_panel._folder_check.done, timeout=60_000):
+        child(window, "dataFolderButton").click()
+    text = child(window, "dataInfoLabel").text()
+    assert "40 documents" in text and "not read: README.md" in text
 
 
 def test_a_folders_problem_is_said_when_its_check_ends(qtbot, window, dialogs, tmp_path, monkeypatch):

@@ -131,9 +131,11 @@ def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, 
     parent = wait_steps(qtbot, window, 2)
     child(window, "accumStepsSpin").setValue(2)
     click(window, "continueButton")
+    assert window.status.currentMessage().startswith("Stopping; the run then continues")
     records = window.session.records
     qtbot.waitUntil(lambda: len(records) == 2 and records[-1].step > parent.step, timeout=90_000)
     assert parent.state == "stopped"
+    qtbot.waitUntil(lambda: window.status.currentMessage() == "")  # the continued run in focus: said and done
     continued = window.session.records[-1]
     assert continued.parent_id == parent.run_id
     assert continued.start_step == parent.step
@@ -148,6 +150,7 @@ def test_pause_and_resume(qtbot, make_window):
     record = wait_steps(qtbot, window, 1)
     click(window, "pauseButton")
     qtbot.waitUntil(lambda: record.state == "paused")  # acknowledged by the trainer, between two steps
+    qtbot.waitUntil(lambda: window.status.currentMessage() == "")  # "Pausing …" is over: the state says paused
     paused_at = record.step
     assert child(window, "pauseButton").text() == "Resume"
     assert window.store.run(record.key).steps["step"][-1] == paused_at
@@ -180,11 +183,13 @@ def test_core_exception_becomes_a_failed_row_and_the_next_run_works(qtbot, windo
     assert "simulated kernel failure" in state.toolTip()
     assert any("simulated kernel failure" in line for line in window.log.messages())
     assert read_jsonl(failed.folder)[-1]["event"] == "failed"
+    assert "simulated kernel failure" in window.status.currentMessage()
 
     monkeypatch.undo()
     ok = run_once(qtbot, window)
     assert ok.state == "finished" and ok.step == 4
     assert table.rowCount() == 2
+    assert window.status.currentMessage() == ""  # the failure was #1's: not shown beside the next run
 
 
 def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_window, dialogs):

@@ -28,6 +28,21 @@ def test_missing_xcb_libraries_are_named_with_one_apt_get_line(x11_desktop, monk
     assert command == "sudo apt-get install -y libxcb-cursor0 libxkbcommon-x11-0 libglib2.0-0"
 
 
+def test_qt_s_own_system_libraries_are_checked_before_qt_is_imported(monkeypatch, capsys):
+    import subprocess
+
+    # Importing the start-up module imports no Qt: a missing libEGL cannot fail the import before the check.
+    code = "import sys; sys.modules['PySide6.QtGui'] = None; import gui.app"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # not X11: Qt's GUI module still needs them
+    monkeypatch.setattr(app, "_loadable", lambda soname: soname != "libEGL.so.1")
+    assert app.main([]) == 2
+    err = capsys.readouterr().err
+    assert "missing: libEGL.so.1" in err and "Traceback" not in err
+    assert [line.strip() for line in err.splitlines() if "apt-get" in line] == ["sudo apt-get install -y libegl1"]
+
+
 @pytest.mark.parametrize(("env", "checked"), [
     ({"QT_QPA_PLATFORM": "offscreen"}, False),
     ({"QT_QPA_PLATFORM": "xcb"}, True),
@@ -50,4 +65,4 @@ def test_the_readme_lists_the_same_packages():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     line = next(line for line in readme.splitlines() if "apt-get install -y libxcb" in line)
-    assert set(line.split("install -y", 1)[1].split()) == set(app.XCB_LIBRARIES.values())
+    assert set(line.split("install -y", 1)[1].split()) == {*app.XCB_LIBRARIES.values(), *app.QT_GUI_LIBRARIES.values()}

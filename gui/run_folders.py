@@ -1,0 +1,87 @@
+"""Run folders shown in the window: opened by the user (several at once, or a runs folder), and the last
+session's runs brought back at start (their folders are remembered in the settings at close)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QWidget
+
+from core.errors import SpeedboardError
+from core.runs import default_out_dir, is_run_dir
+from gui import dialogs
+from gui.checkpoint_actions import RecentFolders
+from gui.run_record import RunRecord
+from gui.session import RunSession
+from gui.widgets.log_view import LogView
+from gui.widgets.plot_panel import PlotPanel
+from gui.widgets.status_bar import StatusBar
+
+MAX_REOPENED = 50
+"""Runs of the last session shown again at start (the newest)."""
+_SESSION_KEY = "session/run_folders"
+
+
+class RunFolders:
+    """Opens run folders into the session for the window (``parent``, which owns the dialogs)."""
+
+    def __init__(self, parent: QWidget, session: RunSession, folders: RecentFolders, plots: PlotPanel,
+                 log: LogView, status: StatusBar) -> None:
+        self._window = parent
+        self.session, self.folders, self.plots, self.log, self.status = session, folders, plots, log, status
+
+    def open(self, folders: list[str] | None = None) -> list[RunRecord]:
+        """Show several run folders; a picked folder that holds run folders (a runs folder) opens them all.
+        Without ``folders``, those picked in a dialog."""
+        if folders is None:
+            start = str(default_out_dir()) if default_out_dir().is_dir() else self.folders.last()
+            folders = dialogs.pick_run_folders(self._window, start)
+        runs, refused = [], []
+        for folder in folders:
+            if is_run_dir(folder):
+                runs.append(folder)
+                continue
+            inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
+                if Path(folder).is_dir() else []
+            (runs.extend if inside else refused.append)(inside or folder)
+        if refused:
+            dialogs.show_error(self._window, "Not a run folder",
+                               f"{', '.join(refused)}: no metrics.jsonl here or in the folders inside; "
+                               f"choose folders that Speedboard runs wrote.")
+        if runs:
+            self.folders.remember(str(Path(runs[-1]).parent))
+        records = [record for record in (self._open_one(folder) for folder in runs) if record is not None]
+        self.plots.refresh()
+        return records
+
+    def _open_one(self, folder: str, note: str = "opened") -> RunRecord | None:
+        try:
+            record, new = self.session.follow_folder(folder)
+        except (OSError, SpeedboardError) as exc:  # unreadable: said, and the other folders still open
+            self.log.add(f"cannot open {folder}: {exc}", "error")
+            return None
+        if not new:
+            self.status.showMessage(f"{record.label} is already shown", 5_000)
+            return record
+        state = "being written: followed live" if record.state == "following" else record.state
+        self.log.add(f"{record.label}: {note} {folder} ({state})")
+        return record
+
+    def reopen_last_session(self, settings: QSettings) -> None:
+        """The rows of the last session come back, read from their run folders (those that still exist)."""
+        try:
+            folders = json.loads(settings.value(_SESSION_KEY, "[]"))
+        except (TypeError, ValueError):
+            return
+        folders = [f for f in folders if isinstance(f, str) and is_run_dir(f)][-MAX_REOPENED:]
+        for folder in folders:
+            self._open_one(folder, "from the last session:")
+        if folders:
+            self.plots.refresh()
+
+    def remember_session(self, settings: QSettings) -> None:
+        """Keep the folders of the runs shown now (the newest ``MAX_REOPENED``) for the next start."""
+        folders = list(dict.fromkeys(r.folder for r in self.session.records if r.folder))
+        settings.setValue(_SESSION_KEY, json.dumps(folders[-MAX_REOPENED:]))
