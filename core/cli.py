@@ -437,11 +437,26 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
                         env=worker_env(args.nproc, config.train.device))
 
 
-def _stop_on_first_sigint(control):
-    """A SIGINT handler: the first Ctrl-C asks the work to stop at its next safe point, the second aborts."""
+def _stop_on_first_sigint(control, grace_s: float | None = None):
+    """A SIGINT handler: the first Ctrl-C asks the work to stop at its next safe point, the second aborts.
+
+    As for ``train`` (``core.stopping``): Python discards an exception raised while it runs a weakref
+    callback (frequent during a tune trial's torch.compile), so the abort also arms a watchdog that ends
+    the process ``grace_s`` seconds later, and any further Ctrl-C ends it at once.
+    """
+    import threading
+
+    from core.stopping import ABORT_GRACE_S
+
+    def watchdog():
+        threading.Event().wait(ABORT_GRACE_S if grace_s is None else grace_s)
+        _error_line("speedboard: aborted")
+        os._exit(130)
 
     def handler(signum, frame):
         if control.stop_requested:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            threading.Thread(target=watchdog, name="speedboard-abort-watchdog", daemon=True).start()
             raise KeyboardInterrupt
         print("\nstopping … (Ctrl-C again to abort)", file=sys.stderr, flush=True)
         control.stop()

@@ -119,6 +119,44 @@ def test_a_second_ctrl_c_that_python_swallows_still_aborts_and_records_it():
     assert "once compilation has finished" in proc.stderr and "speedboard: aborted" in proc.stderr
 
 
+SWALLOWED_OUTSIDE_TRAIN = textwrap.dedent("""
+    import os, signal, time, weakref
+    from core.cli import _stop_on_first_sigint
+    from core.control import Control
+
+    control = Control()
+    signal.signal(signal.SIGINT, _stop_on_first_sigint(control, grace_s=1.0))  # as prepare and tune install it
+    os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: stop at the next safe point
+    assert control.stop_requested
+
+    class Thing:
+        pass
+
+    def callback(ref):  # the second lands in a weakref callback, as it can while a tune trial compiles
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    del thing
+    print("the interrupt was swallowed", flush=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("still running", flush=True)
+""")
+
+
+def test_a_second_ctrl_c_that_python_swallows_still_aborts_prepare_and_tune():
+    proc = subprocess.run([sys.executable, "-c", SWALLOWED_OUTSIDE_TRAIN], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert "the interrupt was swallowed" in proc.stdout  # the case being guarded against really happened
+    assert "still running" not in proc.stdout
+    assert proc.returncode == 130, (proc.returncode, proc.stdout, proc.stderr)
+    assert "speedboard: aborted" in proc.stderr
+
+
 # --------------------------------------------------------------------------- real runs
 def start_run(tmp_path: Path, *extra: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / "runs"
