@@ -47,7 +47,7 @@ class RunStarted(Event):
     world_size: int = 1
     versions: dict[str, str] = field(default_factory=dict)
     precision_reason: str = ""
-    """Why this precision: as set, or what ``auto`` measured ("bf16: matmul 5.6× faster than fp32 on this CPU")."""
+    """Why this precision: as set, or what ``auto`` measured ("bf16: training 5.6× faster than fp32 on this CPU")."""
     matmul_peak_flops: float = 0.0
     """The MFU denominator per process: the best GEMM FLOP/s in the run's precision on this machine."""
     flops_per_token: float = 0.0

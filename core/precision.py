@@ -7,10 +7,14 @@ machine, a new torch or a changed BIOS setting measures again.
 
 - ``decide_precision``: an explicit fp32/bf16/fp16 is used as given (bf16 where
   the device lacks it is a ``ConfigError``); ``auto`` is bf16 on CUDA where
-  supported, and on a CPU bf16 only when the one-time probe (fp32 vs bf16 GEMMs
-  at the model's shapes, ``probe_bf16_speedup``) shows bf16 at least
-  ``BF16_MIN_SPEEDUP`` times faster; otherwise fp32. A CPU with native bf16
-  matrix units (Intel AMX) passes by far; one that emulates bf16 does not.
+  supported, and on a CPU bf16 only when the one-time probe (a training pass
+  through one decoder layer and the output head at the model's shapes, fp32
+  against bf16 autocast, ``probe_bf16_speedup``) shows bf16 at least
+  ``BF16_MIN_SPEEDUP`` times faster; otherwise fp32. Timing the whole pass and
+  not the GEMMs alone matters: on a CPU with native bf16 matrix units (Intel
+  AMX) tiny's GEMMs run 4× faster in bf16, yet its training step does not (the
+  casts, attention and the elementwise rest eat the gain), while small's runs
+  about 2× faster; a CPU that emulates bf16 gains nothing.
 - ``matmul_peak``: the best FLOP/s of square GEMMs of several sizes, in the
   run's precision, repeated; the cache keeps the highest figure measured for
   the machine, precision and thread count (by the first runs there and by
@@ -37,11 +41,14 @@ import torch.nn.functional as F
 from core.config import ModelConfig
 from core.errors import ConfigError
 
-BF16_MIN_SPEEDUP = 1.5
-"""bf16 autocast casts activations and weights; below this GEMM speedup the casts eat the gain."""
+BF16_MIN_SPEEDUP = 1.3
+"""bf16 changes the numerics; below this speedup of the probe's training pass it is not worth it (the optimizer,
+in fp32 either way, makes a whole step gain a little less than the probe)."""
 PROBE_ROWS = 2048
-"""Tokens per probe GEMM: a micro-batch's worth (tiny's 16 × 128, small's 8 × 256), so the casts autocast pays
+"""Tokens per probe pass: a micro-batch's worth (tiny's 16 × 128, small's 8 × 256), so the casts autocast pays
 per weight weigh as much against the GEMMs as in a training step."""
+PROBE_SEQ_LEN = 128
+"""Sequence length of the probe's samples (at most the model's positions)."""
 _PROBE_SECONDS = 0.3
 """Time spent repeating each precision's probe (after one warm-up pass); at least one timed pass."""
 _PEAK_SECONDS = 0.25
@@ -119,12 +126,12 @@ def _write_atomic(path: Path, data: dict) -> None:
 # ---------------------------------------------------------------------- the bf16 probe
 @dataclass(frozen=True)
 class ProbeResult:
-    """fp32 and bf16 GEMM throughput at a model's shapes on this machine."""
+    """fp32 and bf16 (autocast) training throughput, in FLOP/s, of the probe's pass at a model's shapes."""
 
     fp32_flops: float
     bf16_flops: float
     shapes: tuple[tuple[int, int, int], ...] = ()
-    """(rows, in, out) of each GEMM timed."""
+    """(rows, in, out) of the pass's largest GEMMs (MLP up and down, the output head): the cache key."""
 
     @property
     def speedup(self) -> float:
@@ -171,25 +178,60 @@ def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float
     return flops / best
 
 
+def _time_training_pass(model: ModelConfig, device: torch.device, rows: int, seconds: float,
+                        autocast: torch.dtype | None = None) -> float:
+    """FLOP/s of the fastest forward + backward of one decoder layer, the final norm, the output head and the
+    loss at ``model``'s widths, over ``rows`` tokens, after one warm-up pass; repeated for ``seconds`` (at least
+    one timed pass). fp32 weights; with ``autocast``, under autocast as training runs it (casts paid)."""
+    from dataclasses import replace
+
+    from core.device import synchronize, training_flops_per_token
+    from core.model import LlamaForCausalLM
+
+    seq = max(1, min(PROBE_SEQ_LEN, model.max_position_embeddings, rows))
+    batch = max(1, rows // seq)
+    one_layer = replace(model, num_layers=1)
+    # Its own RNG: a run that probes must start from the same weights as one that read the cache.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = LlamaForCausalLM(one_layer).to(device)
+        x = torch.randint(0, model.vocab_size, (batch, seq), device=device)
+    flops = training_flops_per_token(one_layer, seq) * batch * seq
+
+    def one_pass() -> float:
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = net(x, targets=x)
+        loss.backward()
+        synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
+        elapsed = time.perf_counter() - t0
+        net.zero_grad(set_to_none=True)
+        return elapsed
+
+    one_pass()  # warm-up: kernel selection, oneDNN's JIT, first-touch of the buffers
+    best, spent, runs = float("inf"), 0.0, 0
+    while spent < seconds or runs < 1:
+        elapsed = one_pass()
+        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
+    return flops / best
+
+
 def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *,
                        rows: int = PROBE_ROWS, seconds: float = _PROBE_SECONDS) -> ProbeResult:
-    """Measure fp32 and bf16 GEMMs at ``model``'s shapes now (a second or two for small on a 2-core CPU).
-
-    bf16 runs as training runs it: fp32 weights and inputs under bf16 autocast,
-    so the casts of weights and activations are paid, which decides for small
-    models whose GEMMs are cheap."""
+    """Time a training pass at ``model``'s shapes in fp32 and under bf16 autocast now (a second or two for
+    small on a 2-core CPU, several for base). The pass (``_time_training_pass``) holds what a step spends
+    beside its GEMMs, the casts included, which decides for small models whose GEMMs are cheap."""
     device = device or torch.device("cpu")
-    shapes = probe_shapes(model, rows)
-    with torch.no_grad():
-        fp32 = _time_gemms(shapes, torch.float32, device, seconds)
-        bf16 = _time_gemms(shapes, torch.float32, device, seconds, autocast=torch.bfloat16)
-    return ProbeResult(fp32, bf16, shapes)
+    fp32 = _time_training_pass(model, device, rows, seconds)
+    bf16 = _time_training_pass(model, device, rows, seconds, autocast=torch.bfloat16)
+    return ProbeResult(fp32, bf16, probe_shapes(model, rows))
 
 
 def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS) -> Path:
     shape = "-".join(f"{r}x{i}x{o}" for r, i, o in probe_shapes(model, rows))
-    # "autocast": the probe's method is part of the key, so a result measured another way is not reused.
-    return _machine_dir(device) / f"bf16-autocast-probe-{shape}-{torch.get_num_threads()}t.json"
+    shape += f"-h{model.num_heads}kv{model.num_kv_heads}"  # attention is part of the pass
+    # The probe's method is part of the key, so a result measured another way (bare GEMMs) is not reused.
+    return _machine_dir(device) / f"bf16-training-probe-{shape}-{torch.get_num_threads()}t.json"
 
 
 def cached_probe(model: ModelConfig, device: torch.device | None = None) -> ProbeResult | None:
@@ -233,7 +275,7 @@ class PrecisionChoice:
     precision: str
     reason: str
     bf16_speedup: float | None = None
-    """The probe's bf16 ÷ fp32 GEMM throughput, where ``auto`` measured it."""
+    """The probe's bf16 ÷ fp32 training throughput, where ``auto`` measured it."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -256,8 +298,8 @@ def choice_from_probe(result: ProbeResult, device: torch.device | None = None) -
     where = _processor(device or torch.device("cpu"))
     s = result.speedup
     if s >= BF16_MIN_SPEEDUP:
-        return PrecisionChoice("auto", "bf16", f"bf16: matmul {s:.1f}× faster than fp32 on {where}", s)
-    return PrecisionChoice("auto", "fp32", f"fp32: bf16 matmul only {s:.2f}× fp32's speed on {where} "
+        return PrecisionChoice("auto", "bf16", f"bf16: training {s:.1f}× faster than fp32 on {where}", s)
+    return PrecisionChoice("auto", "fp32", f"fp32: bf16 trains only {s:.2f}× fp32's speed on {where} "
                                            f"(auto takes bf16 from {BF16_MIN_SPEEDUP}×)", s)
 
 

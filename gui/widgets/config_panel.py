@@ -42,6 +42,7 @@ from core.config import (
 from core.errors import DataError, SpeedboardError
 from core.event_text import skipped_files
 from core.launch import check_nproc, process_capacity
+from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
@@ -50,7 +51,7 @@ SCOPE_TEXT = {"model": "whole model", "block": "per block"}
 PRECISION_TEXT = {"auto": "auto (decided at start)", "fp32": "fp32", "bf16": "bf16 autocast",
                   "fp16": "fp16 + loss scaling"}
 AUTO_TOOLTIP = ("auto: bf16 on a GPU that supports it; on a CPU bf16 only where a one-time probe on this machine "
-                "measured bf16 matmuls at least 1.5× faster than fp32 (cached), else fp32")
+                f"measured training at least {BF16_MIN_SPEEDUP}× faster in bf16 than in fp32 (cached), else fp32")
 BUDGET_KINDS = ("steps", "tokens")
 MAX_INT = 2**31 - 1
 CPU_TINY_STEPS = 200
@@ -107,7 +108,7 @@ def _about(field: str):
 def _combo(name: str, items: dict[str, str]) -> QComboBox:
     combo = QComboBox()
     combo.setObjectName(name)
-    # A combo is as wide as its longest item by default: "auto (bf16: matmul 3.2× faster than fp32 on this
+    # A combo is as wide as its longest item by default: "auto (bf16: training 3.2× faster than fp32 on this
     # CPU)" then made the whole settings panel scroll sideways. It shrinks to the panel instead, eliding
     # its text, and its popup shows the items in full.
     combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)

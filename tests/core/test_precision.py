@@ -41,7 +41,7 @@ def never() -> ProbeResult:
 def test_a_cpu_with_fast_bf16_matmuls_gets_bf16_and_says_why():
     choice = decide_precision("auto", CPU, AMX_LIKE)
     assert choice.precision == "bf16" and choice.requested == "auto"
-    assert choice.reason == "bf16: matmul 5.6× faster than fp32 on this CPU"
+    assert choice.reason == "bf16: training 5.6× faster than fp32 on this CPU"
     assert choice.bf16_speedup == pytest.approx(1074 / 192)
 
 
@@ -49,8 +49,8 @@ def test_a_cpu_without_fast_bf16_stays_fp32():
     choice = decide_precision("auto", CPU, lambda: NO_FAST_BF16)
     assert choice.precision == "fp32" and "1.00×" in choice.reason
     # The threshold: 1.5× is enough, just under it is not.
-    assert decide_precision("auto", CPU, ProbeResult(100.0, 150.0)).precision == "bf16"
-    assert decide_precision("auto", CPU, ProbeResult(100.0, 149.0)).precision == "fp32"
+    assert decide_precision("auto", CPU, ProbeResult(100.0, 130.0)).precision == "bf16"
+    assert decide_precision("auto", CPU, ProbeResult(100.0, 129.0)).precision == "fp32"
 
 
 @pytest.mark.parametrize("explicit", ["fp32", "bf16"])
@@ -95,7 +95,7 @@ def test_the_probe_is_cached_per_machine(monkeypatch):
     monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: calls.append(1) or AMX_LIKE)
     assert cached_choice("auto", CPU, TINY) is None  # nothing measured yet: the GUI says "decided at start"
     decide_precision("auto", CPU, model=TINY)
-    assert cached_choice("auto", CPU, TINY).reason == "bf16: matmul 5.6× faster than fp32 on this CPU"
+    assert cached_choice("auto", CPU, TINY).reason == "bf16: training 5.6× faster than fp32 on this CPU"
     decide_precision("auto", CPU, model=TINY)
     assert len(calls) == 1  # one measurement per process
     for _ in range(prec.PROBE_MEASUREMENTS + 2):
@@ -133,20 +133,40 @@ def test_a_damaged_cache_entry_is_measured_again(monkeypatch):
     assert decide_precision("auto", CPU, model=TINY).precision == "fp32"
 
 
-def test_the_real_probe_times_both_precisions_at_the_models_shapes(monkeypatch):
+def test_the_real_probe_times_a_training_pass_in_both_precisions(monkeypatch):
     seen = []
-    real = prec._time_gemms
+    real = prec._time_training_pass
 
-    def spy(shapes, dtype, device, seconds, min_runs=1, autocast=None):
-        seen.append((dtype, autocast))
-        return real(shapes, dtype, device, seconds, min_runs, autocast)
+    def spy(model, device, rows, seconds, autocast=None):
+        seen.append((model, rows, autocast))
+        return real(model, device, rows, seconds, autocast)
 
-    monkeypatch.setattr(prec, "_time_gemms", spy)
+    monkeypatch.setattr(prec, "_time_training_pass", spy)
+    before = torch.random.get_rng_state()
     result = prec.probe_bf16_speedup(TINY, CPU, rows=8, seconds=0.0)
+    assert torch.equal(torch.random.get_rng_state(), before)  # a probing run starts from the same weights
     assert result.shapes == ((8, 16, 32), (8, 32, 16), (8, 16, 64))
     assert result.fp32_flops > 0 and result.bf16_flops > 0 and result.speedup > 0
-    # bf16 as training runs it: fp32 tensors under bf16 autocast, casts included.
-    assert seen == [(torch.float32, None), (torch.float32, torch.bfloat16)]
+    # bf16 as training runs it: fp32 weights under bf16 autocast, casts included.
+    assert seen == [(TINY, 8, None), (TINY, 8, torch.bfloat16)]
+
+
+def test_the_probe_pass_is_a_layers_forward_and_backward_with_the_head_and_loss(monkeypatch):
+    """What is timed: one decoder layer at the model's widths, the output head and the loss, with gradients."""
+    from core import model as model_module
+
+    built = []
+    real_init = model_module.LlamaForCausalLM.__init__
+
+    def spy_init(self, cfg):
+        built.append(cfg)
+        real_init(self, cfg)
+
+    monkeypatch.setattr(model_module.LlamaForCausalLM, "__init__", spy_init)
+    assert prec._time_training_pass(TINY, CPU, rows=8, seconds=0.0) > 0
+    (cfg,) = built
+    assert cfg.num_layers == 1 and cfg.hidden_size == TINY.hidden_size and cfg.vocab_size == TINY.vocab_size
+    assert cfg.num_heads == TINY.num_heads and cfg.num_kv_heads == TINY.num_kv_heads
 
 
 # ---------------------------------------------------------------------- the matmul peak
@@ -211,7 +231,7 @@ def _started(precision: str, requested: str, reason: str) -> RunStarted:
 
 def test_the_start_line_says_what_auto_chose_and_the_peak():
     line = event_line(_started("bf16", "auto", decide_precision("auto", CPU, AMX_LIKE).reason)).text
-    assert "(bf16 — auto: matmul 5.6× faster than fp32 on this CPU; 1.00M parameters" in line
+    assert "(bf16 — auto: training 5.6× faster than fp32 on this CPU; 1.00M parameters" in line
     assert "MFU of 1,074 GFLOP/s bf16 GEMMs" in line
     assert "auto" not in event_line(_started("fp32", "fp32", "fp32: as set")).text
 
@@ -228,9 +248,9 @@ def test_a_run_records_what_auto_chose(micro, monkeypatch):
     assert saved["precision"] == "bf16" and saved["config"]["train"]["precision"] == "auto"
     assert saved["precision_choice"] == {"requested": "auto", "precision": "bf16",
                                          "bf16_speedup": pytest.approx(1074 / 192),
-                                         "reason": "bf16: matmul 5.6× faster than fp32 on this CPU"}
+                                         "reason": "bf16: training 5.6× faster than fp32 on this CPU"}
     started = next(e for e in sink.events if isinstance(e, RunStarted))
-    assert started.precision == "bf16" and started.precision_reason.startswith("bf16: matmul 5.6×")
+    assert started.precision == "bf16" and started.precision_reason.startswith("bf16: training 5.6×")
     assert started.matmul_peak_flops == 1e12 and started.flops_per_token > 0
 
 

@@ -108,6 +108,6 @@ def test_the_auto_precision_item_says_what_auto_chose_without_measuring(panel, m
     result = prec.ProbeResult(192e9, 1074e9, prec.probe_shapes(panel.config.model))
     prec._write_cache(prec._probe_path(panel.config.model, prec.torch.device("cpu")), result.to_dict())
     panel.refresh_precision()
-    assert combo.itemText(auto) == "auto (bf16: matmul 5.6× faster than fp32 on this CPU)"
-    assert "1.5×" in combo.itemData(auto, Qt.ItemDataRole.ToolTipRole)
+    assert combo.itemText(auto) == "auto (bf16: training 5.6× faster than fp32 on this CPU)"
+    assert f"{prec.BF16_MIN_SPEEDUP}×" in combo.itemData(auto, Qt.ItemDataRole.ToolTipRole)
     assert panel.config.train.precision == "auto"  # the setting stays auto: decided again at each start

@@ -152,7 +152,7 @@ def test_window_is_usable_at_1024_by_640(qtbot, window, tmp_path):
     assert legend.height() <= 2 * legend.sizeHintForRow(0) + 20  # twelve runs do not push the plots away
     # The settings fit their column: no sideways scrolling, even with auto's long reason in the precision box
     panel = window.config_panel
-    panel.precision.setItemText(panel.precision.findData("auto"), "auto (bf16: matmul 5.6× faster than fp32 on "
+    panel.precision.setItemText(panel.precision.findData("auto"), "auto (bf16: training 5.6× faster than fp32 on "
                                                                    "this CPU)")
     viewport = panel.parentWidget()
     qtbot.waitUntil(lambda: panel.width() <= viewport.width())
