@@ -151,11 +151,19 @@ def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int,
     return (rows, d, f), (rows, f, d), (rows, d, v)
 
 
-def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float, min_runs: int = 1,
-                autocast: torch.dtype | None = None) -> float:
-    """FLOP/s of the fastest pass over ``shapes`` (``F.linear`` as the model calls it), after one warm-up pass;
-    passes are repeated for ``seconds``, at least ``min_runs`` of them. With ``autocast`` the tensors are
-    ``dtype`` and each pass runs under autocast, paying its casts as a training step does."""
+def _best_seconds(one_pass: Callable[[], float], seconds: float, min_runs: int) -> float:
+    """The fastest of repeated timed passes, after one warm-up pass (kernel selection, oneDNN's JIT,
+    first-touch of the buffers); passes are repeated for ``seconds``, at least ``min_runs`` of them."""
+    one_pass()
+    best, spent, runs = float("inf"), 0.0, 0
+    while spent < seconds or runs < min_runs:
+        elapsed = one_pass()
+        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
+    return best
+
+
+def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float, min_runs: int = 1) -> float:
+    """FLOP/s of the fastest pass over ``shapes`` (``F.linear`` as the model calls it) in ``dtype``."""
     from core.device import synchronize
 
     pairs = [(torch.randn(r, i, device=device, dtype=dtype), torch.randn(o, i, device=device, dtype=dtype))
@@ -164,25 +172,19 @@ def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float
 
     def one_pass() -> float:
         t0 = time.perf_counter()
-        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            for x, w in pairs:
-                F.linear(x, w)
+        for x, w in pairs:
+            F.linear(x, w)
         synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
         return time.perf_counter() - t0
 
-    one_pass()  # warm-up: kernel selection, oneDNN's JIT, first-touch of the buffers
-    best, spent, runs = float("inf"), 0.0, 0
-    while spent < seconds or runs < min_runs:
-        elapsed = one_pass()
-        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
-    return flops / best
+    return flops / _best_seconds(one_pass, seconds, min_runs)
 
 
 def _time_training_pass(model: ModelConfig, device: torch.device, rows: int, seconds: float,
                         autocast: torch.dtype | None = None) -> float:
     """FLOP/s of the fastest forward + backward of one decoder layer, the final norm, the output head and the
-    loss at ``model``'s widths, over ``rows`` tokens, after one warm-up pass; repeated for ``seconds`` (at least
-    one timed pass). fp32 weights; with ``autocast``, under autocast as training runs it (casts paid)."""
+    loss at ``model``'s widths, over ``rows`` tokens (``_best_seconds``: a warm-up, then repeated for
+    ``seconds``). fp32 weights; with ``autocast``, under autocast as training runs it (casts paid)."""
     from dataclasses import replace
 
     from core.device import synchronize, training_flops_per_token
@@ -208,12 +210,7 @@ def _time_training_pass(model: ModelConfig, device: torch.device, rows: int, sec
         net.zero_grad(set_to_none=True)
         return elapsed
 
-    one_pass()  # warm-up: kernel selection, oneDNN's JIT, first-touch of the buffers
-    best, spent, runs = float("inf"), 0.0, 0
-    while spent < seconds or runs < 1:
-        elapsed = one_pass()
-        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
-    return flops / best
+    return flops / _best_seconds(one_pass, seconds, min_runs=1)
 
 
 def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *,
