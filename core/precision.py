@@ -14,7 +14,8 @@ machine, a new torch or a changed BIOS setting measures again.
   not the GEMMs alone matters: on a CPU with native bf16 matrix units (Intel
   AMX) tiny's GEMMs run 4× faster in bf16, yet its training step does not (the
   casts, attention and the elementwise rest eat the gain), while small's runs
-  about 2× faster; a CPU that emulates bf16 gains nothing.
+  about 2× faster. Nor does the CPU's name decide: an AMD EPYC without AMX but
+  with ``avx512_bf16`` trains small 2.5× faster in bf16 (docs/benchmarks.md).
 - ``matmul_peak``: the best FLOP/s of square GEMMs of several sizes, in the
   run's precision, repeated; the cache keeps the highest figure measured for
   the machine, precision and thread count (by the first runs there and by
