@@ -72,6 +72,8 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--data", "latin1"], "not UTF-8"),
     (["--data", "short"], "fewer than one sample"),
     (["--seq-len", "4096"], "beyond the model's"),
+    (["--seq-len", "1"], "sequence length (seq_len) must be an integer ≥ 2"),
+    (["--vocab-size", "3"], "vocabulary size (vocab_size) must be between 300 and 1,000,000"),
     (["--accum", "0"], "accumulation steps must be"),
     (["--micro-batch", "0"], "micro-batch must be"),
     (["--compile", "turbo"], "invalid choice"),
