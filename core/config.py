@@ -219,9 +219,11 @@ class DataConfig:
                  "tokenizer_train_docs")
         _require(self.layout in LAYOUTS, f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}",
                  "layout")
-        _require(self.seq_len >= 2, f"sequence length (seq_len) must be an integer ≥ 2, got {self.seq_len!r}", "seq_len")
+        _require(self.seq_len >= 2, f"sequence length (seq_len) must be an integer ≥ 2, got {self.seq_len!r}",
+                 "seq_len")
         _require(300 <= self.vocab_size <= 1_000_000,
-                 f"vocabulary size (vocab_size) must be between 300 and 1,000,000, got {self.vocab_size!r}", "vocab_size")
+                 f"vocabulary size (vocab_size) must be between 300 and 1,000,000, got {self.vocab_size!r}",
+                 "vocab_size")
         _require(0.0 < self.val_fraction < 0.5, f"val_fraction must be in (0, 0.5), got {self.val_fraction!r}",
                  "val_fraction")
         _require(bool(self.source), "data source is empty", "source")

@@ -458,6 +458,8 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
                     raise DataError(f"{path}:{n}: not UTF-8 text") from None
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
+                if isinstance(row, dict) and text_field in row and row[text_field] is None:
+                    continue  # a missing value, as a null in a Parquet or Arrow text column: no document
                 if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
                     keys = f" (its keys: {_more(sorted(row), 8)})" if isinstance(row, dict) else ""
                     raise DataError(f"{path}:{n}: each line needs a string field '{text_field}'{keys}; "

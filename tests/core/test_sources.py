@@ -52,6 +52,18 @@ def test_every_format_reads_the_same_documents(tmp_path, name):
     assert load_corpus(str(path)).documents == DOCS
 
 
+@pytest.mark.parametrize("name", ["c.jsonl", "c.parquet"])
+def test_null_and_blank_texts_are_no_documents_in_any_format(tmp_path, name):
+    """A null text (a missing value) and a blank one are skipped alike in JSONL and Parquet."""
+    docs = [DOCS[0], None, DOCS[1], "  ", DOCS[2], ""]
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(pa.table({"text": pa.array(docs, pa.string())}), path)
+    else:
+        path.write_text("\n".join(json.dumps({"text": d}) for d in docs), encoding="utf-8")
+    assert load_corpus(str(path)).documents == DOCS[:3]
+
+
 def test_a_dictionary_encoded_text_column_is_text(tmp_path):
     """pandas' categorical columns are written as dictionary<string>: the same documents."""
     pq.write_table(pa.table({"text": pa.array(DOCS).dictionary_encode()}), tmp_path / "c.parquet")
@@ -104,6 +116,7 @@ def test_text_is_streamed_in_chunks_with_the_same_paragraphs(tmp_path, monkeypat
     (lambda p: (p / "c.arrow").write_bytes(b"garbage" * 10), "not an Arrow file"),
     (lambda p: (p / "c.csv").write_text("a,b\n"), "unsupported data file c.csv"),
     (lambda p: write_jsonl(p / "c.jsonl", key="body"), "needs a string field 'text' (its keys: body, url)"),
+    (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": 5}\n'), "c.jsonl:2: each line needs a string field"),
     (lambda p: (p / "c.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n' * 50)[:-12]), "cannot read"),
 ])
 def test_bad_files_are_one_line(tmp_path, make, expected):
