@@ -370,7 +370,10 @@ class ConsoleSink:
         if isinstance(event, ev.DataPreparationProgress):
             total = event.bytes_total or event.documents_total
             done = event.bytes_done if event.bytes_total else event.documents_done
-            if self.progress:
+            if event.stage == "tokenizer-training":  # one event, no progress to draw: a line
+                self.close()
+                self._print(data_progress_line(event))
+            elif self.progress:
                 from tqdm import tqdm
 
                 key = (event.stage, bool(event.bytes_total))

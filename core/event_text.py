@@ -51,6 +51,8 @@ def data_progress_line(event: ev.DataPreparationProgress) -> str:
     """Preparation progress as one line (where no progress bar is drawn)."""
     if event.stage == "waiting":
         return "waiting for another process that is preparing this corpus …"
+    if event.stage == "tokenizer-training":
+        return f"training the tokenizer on {event.documents_done:,} documents …"
     what = "reading the tokenizer's training documents" if event.stage == "tokenizer" else "tokenizing"
     share = (f" {100 * event.bytes_done / event.bytes_total:.0f}% of {_size(event.bytes_total)}"
              if event.bytes_total else f" {event.documents_done:,} documents")

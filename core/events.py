@@ -80,7 +80,8 @@ class DataPreparationStarted(Event):
 class DataPreparationProgress(Event):
     stage: str
     """``waiting`` (another process prepares this corpus), ``tokenizer`` (reading the documents a new
-    tokenizer is trained on, then training it) or ``tokens`` (tokenizing the corpus into the store)."""
+    tokenizer is trained on), ``tokenizer-training`` (training it on them: one event, at its start, with
+    their count) or ``tokens`` (tokenizing the corpus into the store)."""
     bytes_done: int
     bytes_total: int | None
     documents_done: int

@@ -126,6 +126,8 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     if not docs:
         raise DataError(f"data source {source.spec} is empty (no text)")
     report.progress("tokenizer", done, None, len(docs), limit, 0, final=True)
+    # Training gives no progress of its own (tokenizers' bars draw to a terminal only): say that it runs.
+    report.progress("tokenizer-training", done, None, len(docs), None, 0, final=True)
     tok = get_tokenizer(docs, cfg.vocab_size)  # cached by the sample's own hash as well
     path = _source_tokenizer_path(fingerprint, cfg)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -42,6 +42,7 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "prepared in" in out and "BOS <|bos|>, EOS <|eos|>, PAD <|pad|>" in out
+    assert "training the tokenizer on 80 documents …" in out  # a stage with no progress of its own is said
     assert main(["prepare", "--list"]) == 0
     assert data in capsys.readouterr().out
     assert main(["train", *SMALL, "--data", data, "--steps", "1", "--out", str(tmp_path / "runs")]) == 0

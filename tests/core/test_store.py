@@ -15,6 +15,7 @@ from core.config import DataConfig
 from core.control import Control
 from core.data import SampleOrder, prepare_data
 from core.errors import Cancelled, DataError
+from core.event_text import data_progress_line
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, ListSink, RunFailed
 from core.prepare import describe_source
 from core.token_store import MANIFEST, TOKENS, list_stores, stores_dir, sweep_stale, token_dtype
@@ -187,6 +188,21 @@ def test_progress_eta_counts_from_the_start_of_its_stage(tmp_path, cache, monkey
     for stage in ("tokenizer", "tokens"):
         first = next(e for e in sink.of(DataPreparationProgress) if e.stage == stage)
         assert first.eta_seconds is not None and first.eta_seconds > 0, first
+
+
+def test_training_the_tokenizer_is_a_stage_between_reading_its_sample_and_tokenizing(tmp_path, cache):
+    """Training a tokenizer reports no progress of its own: one event says it starts, with its sample's size
+    (the first ``tokenizer_train_docs`` documents), after the sample is read and before tokenizing begins."""
+    sink = ListSink()
+    prepare_data(DataConfig(source=str(corpus(tmp_path, n=300)), seq_len=16, vocab_size=300,
+                            tokenizer_train_docs=120), sink=sink)
+    stages = [e.stage for e in sink.of(DataPreparationProgress)]
+    assert stages.count("tokenizer-training") == 1
+    at = stages.index("tokenizer-training")
+    assert set(stages[:at]) == {"tokenizer"} and set(stages[at + 1:]) == {"tokens"}
+    (event,) = [e for e in sink.of(DataPreparationProgress) if e.stage == "tokenizer-training"]
+    assert event.documents_done == 120 and event.eta_seconds is None
+    assert data_progress_line(event) == "training the tokenizer on 120 documents …"
 
 
 def test_one_process_prepares_and_the_others_wait_then_map_its_store(tmp_path, cache):
