@@ -8,6 +8,11 @@
   a first Ctrl-C does; nobody reads the console any more, so nothing is said.
 - SIGTERM: aborts (torchrun ends a job this way when another process failed).
 
+A signal that comes once the run's outcome is decided (it finished, or it
+failed and is recording why: under torchrun, a peer's death reaches this
+process both as a failed collective and as torchrun's SIGTERM) does not replace
+that outcome: the process goes on ending as it was, under the watchdog below.
+
 An abort raises an exception in the main thread, which the trainer records in
 ``metrics.jsonl`` on its way out. Python runs signal handlers wherever the
 main thread happens to be, and an exception raised inside a weakref callback
@@ -48,6 +53,9 @@ class Run(Protocol):
 
     @property
     def stoppable(self) -> bool: ...
+
+    @property
+    def ending(self) -> bool: ...
 
     compiling: bool
 
@@ -130,6 +138,8 @@ class StopSignals:
             self._watchdog = threading.Thread(target=self._watch, args=(str(exc), exit_code),
                                               name="speedboard-abort-watchdog", daemon=True)
             self._watchdog.start()
+        if self.run.ending:
+            return  # its outcome is recorded or being recorded: raising here would print another one
         raise exc
 
     def _watch(self, message: str, exit_code: int) -> None:

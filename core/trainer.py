@@ -234,6 +234,11 @@ class Trainer:
         return self.phase is Phase.TRAINING
 
     @property
+    def ending(self) -> bool:
+        """The run's outcome is decided (finished, or failed and recording why): the process is on its way out."""
+        return self.phase in (Phase.FINISHED, Phase.FAILED)
+
+    @property
     def has_model(self) -> bool:
         """Set-up finished: there is a model that ``save`` can write."""
         return self.compiled is not None

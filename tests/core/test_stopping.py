@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class FakeRun:
     """What the handlers see of a trainer."""
 
-    def __init__(self, stoppable: bool = True, compiling: bool = False) -> None:
-        self.stoppable, self.compiling, self.aborts = stoppable, compiling, []
+    def __init__(self, stoppable: bool = True, compiling: bool = False, ending: bool = False) -> None:
+        self.stoppable, self.compiling, self.ending, self.aborts = stoppable, compiling, ending, []
 
     def record_abort(self, message: str) -> None:
         self.aborts.append(message)
@@ -63,6 +63,25 @@ def test_ctrl_c_during_set_up_aborts_at_once_and_sighup_stops_like_ctrl_c():
             signals._on_terminate(signal.SIGTERM, None)
 
 
+def test_a_signal_once_the_outcome_is_decided_does_not_replace_it_but_the_watchdog_still_ends_the_process(
+        monkeypatch):
+    """Under torchrun a dead peer reaches rank 0 twice: a failed collective (recorded and printed as one line)
+    and torchrun's SIGTERM. The SIGTERM must not raise a second ending over the first; if the exit then
+    hangs, the watchdog records nothing new (the run's own ending stands) and ends the process."""
+    run = FakeRun(ending=True)
+    signals = StopSignals(Control(), run, grace_s=0.2)
+    signals.install()
+    exits = []
+    monkeypatch.setattr("core.stopping.os._exit", exits.append)  # the watchdog's exit, recorded instead
+    try:
+        signals._on_terminate(signal.SIGTERM, None)  # no exception
+        signals._watchdog.join(60)
+    finally:
+        signals.restore()
+    assert exits == [128 + signal.SIGTERM]
+    assert run.aborts and run.aborts[0].startswith("terminated (SIGTERM)")  # a no-op on a recorded trainer
+
+
 def test_nohup_keeps_sighup_ignored_but_kill_int_always_stops():
     """``nohup speedboard train``: closing the terminal must not stop the run. A background job's ignored
     SIGINT is still handled: ``kill -INT`` is how scripts and the dashboard stop a run."""
@@ -83,7 +102,7 @@ SWALLOWED = textwrap.dedent("""
     from core.stopping import StopSignals
 
     class Run:
-        stoppable, compiling = True, True
+        stoppable, compiling, ending = True, True, False
         def record_abort(self, message):
             print("recorded:", message, flush=True)
 

@@ -124,10 +124,18 @@ def test_failure_becomes_a_failed_event(micro, monkeypatch):
         raise RuntimeError("boom in the step")
 
     monkeypatch.setattr(Trainer, "_optimizer_step", explode)
+    ending_when = {}
+
+    def record(event):  # whether a signal arriving now would find the outcome decided (core.stopping)
+        ending_when.setdefault(type(event), trainer.ending)
+        sink(event)
+
+    trainer = Trainer(micro(), sink=record)
     with pytest.raises(RuntimeError):
-        train(micro(), sink=sink)
+        trainer.run()
     failed = sink.of(RunFailed)
     assert failed and "boom in the step" in failed[0].message
+    assert ending_when[RunStarted] is False and ending_when[RunFailed] is True and trainer.ending
 
 
 def test_compile_unavailable_falls_back_with_a_warning(micro, monkeypatch):
