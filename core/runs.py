@@ -108,7 +108,8 @@ def run_tag(config, world_size: int = 1) -> str:
 
 def plan_run_dir(config, world_size: int = 1, run_id: str | None = None) -> tuple[str, Path]:
     """The id and folder a run of ``config`` in ``world_size`` processes will have (nothing is created)."""
-    run_id = check_run_id(run_id or new_run_id(run_tag(config, world_size)))
+    # An empty id (an unset shell variable) is refused, not replaced by a new one.
+    run_id = check_run_id(run_id if run_id is not None else new_run_id(run_tag(config, world_size)))
     return run_id, run_root(config.out_dir) / run_id
 
 

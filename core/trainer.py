@@ -159,7 +159,7 @@ class Trainer:
     def __init__(self, config: RunConfig, control: Control | None = None, sink: Sink = null_sink,
                  run_id: str | None = None) -> None:
         self.cfg = config
-        self.requested_run_id = check_run_id(run_id) if run_id else None
+        self.requested_run_id = check_run_id(run_id) if run_id is not None else None
         self.control = control or Control()
         self.user_sink = sink
         self.phase = Phase.NEW

@@ -89,6 +89,8 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--warmup", "nan"], "warmup ratio must be a finite number"),
     (["--log-every", "0"], "--log-every: must be an integer ≥ 1, got 0"),
     (["--log-every", "-3"], "--log-every: must be an integer ≥ 1, got -3"),
+    (["--run-id", ""], "run id '' must be a plain folder name"),  # an unset variable: not a new id
+    (["--run-id", "../up"], "run id '../up' must be a plain folder name"),
     # Huge integers: beyond 64 bits, or counts made of them beyond it, or a memory check that must stay quick.
     (["--micro-batch", "99999999999999999999999"], "micro batch must be at most 2**63 - 1"),
     (["--eval-every", "99999999999999999999999"], "eval every must be at most 2**63 - 1"),
