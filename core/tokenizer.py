@@ -175,6 +175,8 @@ def load_tokenizer_file(path: str | Path) -> BPETokenizer:
         raise DataError(f"tokenizer file {path} does not exist", "tokenizer") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise DataError(f"tokenizer {path} is not a regular file", "tokenizer")
+    if stat.S_ISDIR(st.st_mode) and not (p / "tokenizer.json").is_file():
+        raise DataError(f"tokenizer folder {path} holds no tokenizer.json", "tokenizer")
     try:
         tok = BPETokenizer.load(p)
     except CheckpointError as exc:

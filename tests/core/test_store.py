@@ -313,6 +313,9 @@ def test_tokenizer_files_and_their_special_tokens(tmp_path, cache):
     (tmp_path / "not.json").write_text('{"this is": "not a tokenizer"}')
     with pytest.raises(DataError, match="cannot read tokenizer"):
         prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(tmp_path / "not.json")))
+    (tmp_path / "no_tokenizer").mkdir()  # a folder is read for its tokenizer.json: say so when it has none
+    with pytest.raises(DataError, match="tokenizer folder .*no_tokenizer holds no tokenizer.json$"):
+        prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(tmp_path / "no_tokenizer")))
 
 
 def test_tokenizer_is_trained_on_a_bounded_sample(tmp_path, cache):
