@@ -96,6 +96,28 @@ def test_nohup_keeps_sighup_ignored_but_kill_int_always_stops():
             signal.signal(signum, handler)
 
 
+# The second Ctrl-C lands in a weakref callback, as it can while torch.compile runs (in a run or a tune trial):
+# the handler runs there and Python discards what it raises. Work then goes on: only the watchdog can end it.
+SWALLOW_SECOND_CTRL_C = textwrap.dedent("""
+    class Thing:
+        pass
+
+    def callback(ref):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs here
+            pass
+
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    del thing
+    print("the interrupt was swallowed", flush=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("still running", flush=True)
+""")
+
+
 SWALLOWED = textwrap.dedent("""
     import os, signal, time, weakref
     from core.control import Control
@@ -109,23 +131,7 @@ SWALLOWED = textwrap.dedent("""
     StopSignals(Control(), Run(), grace_s=1.0).install()
     os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: stop after this step
 
-    class Thing:
-        pass
-
-    def callback(ref):  # the second lands in a weakref callback, as it can while torch.compile runs
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(1000):  # the handler runs here; Python discards what it raises
-            pass
-
-    thing = Thing()
-    ref = weakref.ref(thing, callback)
-    del thing
-    print("the interrupt was swallowed", flush=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # "training" goes on: only the watchdog can end this
-        time.sleep(0.01)
-    print("still running", flush=True)
-""")
+""") + SWALLOW_SECOND_CTRL_C
 
 
 @pytest.mark.slow
@@ -148,23 +154,7 @@ SWALLOWED_OUTSIDE_TRAIN = textwrap.dedent("""
     os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: stop at the next safe point
     assert control.stop_requested
 
-    class Thing:
-        pass
-
-    def callback(ref):  # the second lands in a weakref callback, as it can while a tune trial compiles
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(1000):
-            pass
-
-    thing = Thing()
-    ref = weakref.ref(thing, callback)
-    del thing
-    print("the interrupt was swallowed", flush=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        time.sleep(0.01)
-    print("still running", flush=True)
-""")
+""") + SWALLOW_SECOND_CTRL_C
 
 
 def test_a_second_ctrl_c_that_python_swallows_still_aborts_prepare_and_tune():
