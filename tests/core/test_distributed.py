@@ -302,6 +302,26 @@ def test_launch_spec_runs_and_sigint_stops_every_rank_cleanly(tmp_path, corpus):
 
 
 # ----------------------------------------------------------------------------- launch commands, in this process
+WORKER_END = """
+import atexit, sys
+from core import cli
+atexit.register(lambda: print(" teardown ran", flush=True))
+cli.COMMANDS["train"] = lambda args, argv: (print("trained", end=""), 3)[1]  # left in stdout's buffer
+sys.exit(cli.main(["train"]))
+"""
+
+
+def test_a_torchrun_worker_of_train_ends_without_the_interpreters_teardown():
+    """gloo's threads can abort a finished worker during the interpreter's teardown: a worker of ``train``
+    leaves before it, with its exit code and its output flushed. Any other process ends as usual."""
+    worker = subprocess.run([sys.executable, "-c", WORKER_END], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120, env=python_env(WORLD_SIZE="2", RANK="1"))
+    assert (worker.returncode, worker.stdout) == (3, "trained"), worker.stderr
+    alone = subprocess.run([sys.executable, "-c", WORKER_END], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120, env={k: v for k, v in python_env().items() if k not in ("RANK", "WORLD_SIZE")})
+    assert (alone.returncode, alone.stdout) == (3, "trained teardown ran\n"), alone.stderr
+
+
 def test_torchrun_argv_and_worker_env():
     from core.launch import torchrun_argv, worker_env
 
