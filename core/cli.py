@@ -16,7 +16,7 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 EXIT_USAGE = 2
 
@@ -666,32 +666,16 @@ COMMANDS = {"train": cmd_train, "prepare": cmd_prepare, "generate": cmd_generate
 def run_command(args: argparse.Namespace, argv: list[str]) -> int:
     """Run a parsed engine command; a user's mistake is one line on stderr and exit code 2.
 
-    A torchrun worker of ``train`` does not come back: it ends here (``_end_worker``).
+    A torchrun worker of ``train`` does not come back: its run's ending is recorded and printed and its
+    process group destroyed, so it ends here (``core.distributed.exit_without_teardown``).
     """
     code = _run_command(args, argv)
     if args.command == "train":
-        from core.distributed import launched_by_torchrun
+        from core.distributed import exit_without_teardown, launched_by_torchrun
 
         if launched_by_torchrun():
-            _end_worker(code)
+            exit_without_teardown(code)
     return code
-
-
-def _end_worker(code: int) -> NoReturn:
-    """End a torchrun worker whose run is over: its ending recorded and printed, its process group destroyed.
-
-    It leaves without the interpreter's teardown. There, now and then, gloo's
-    threads abort a process that has finished everything ("terminate called
-    without an active exception": 1 run in 114 of ``train --nproc 2 --fsdp`` on
-    the 2-core CPU machine; torch's known gloo teardown problem), and torchrun
-    then reports a failed worker after a run that succeeded.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more can be said
-            pass
-    os._exit(code)
 
 
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:

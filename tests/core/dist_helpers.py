@@ -86,7 +86,7 @@ def record(config, **kwargs) -> dict:
 
 def _rank_main(rank: int, world: int, port: int, config: dict, out: str) -> None:
     from core.config import RunConfig
-    from core.distributed import shutdown
+    from core.distributed import exit_without_teardown, shutdown
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
@@ -96,13 +96,9 @@ def _rank_main(rank: int, world: int, port: int, config: dict, out: str) -> None
     finally:
         shutdown()
     Path(out, f"rank{rank}.json").write_text(json.dumps(data), encoding="utf-8")
-    # The record is written and the process group destroyed: leave without the interpreter's teardown. There,
-    # now and then (about 1 run in 30 of the FSDP test on a loaded 2-core machine), gloo's threads abort a rank
-    # that has finished everything ("terminate called without an active exception": torch's known gloo teardown
-    # problem, pytorch/pytorch#179291), which these tests of the training itself would report as a failure.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # Leave as a torchrun worker of train does (gloo's threads could abort a finished rank at teardown: about
+    # 1 run in 30 of the FSDP test on a loaded 2-core machine, reported as a failure of the training itself).
+    exit_without_teardown(0)
 
 
 def spawn_ranks(config, world: int, out: Path, entry=_rank_main, extra: tuple = ()) -> list[dict]:
