@@ -109,7 +109,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     from core.data import build_views, prepare_data
     from core.device import resolve_device, resolve_precision
     from core.memory_budget import check_fits, fit_split
-    from core.tokenizer import BPETokenizer
+    from core.tokenizer import TOKENIZER_FILE, BPETokenizer
 
     tc = config.train
     device = resolve_device(tc.device)
@@ -117,7 +117,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     source = config.resume or config.init_from
     info = peek_checkpoint(source) if source else None
     tokenizer, origin = None, "given"
-    if info is not None and info.path.is_dir() and (info.path / "tokenizer.json").is_file():
+    if info is not None and info.path.is_dir() and (info.path / TOKENIZER_FILE).is_file():
         tokenizer, origin = BPETokenizer.load(info.path), f"checkpoint {info.path}"
     data = prepare_data(config.data, tokenizer, tokenizer_origin=origin, sink=sink, should_stop=should_stop)
     build_views(data.store, config.data, data.tokenizer)

@@ -615,12 +615,18 @@ def _read_hub(source: Source) -> Iterator[tuple[str, int]]:
     dataset = _hub_dataset(source)
     field_ = source.text_field
     try:
-        for n, row in enumerate(dataset):
-            text = row.get(field_) if isinstance(row, dict) else None
-            if n == 0 and not isinstance(text, str):
-                raise DataError(f"{source.spec} has no text field '{field_}' (its fields: "
-                                f"{_more(sorted(row), 8)}); choose one with --text-field")
-            if isinstance(text, str) and text.strip():
+        for n, row in enumerate(dataset, start=1):
+            if not isinstance(row, dict) or field_ not in row:
+                fields = f" (its fields: {_more(sorted(row), 8)})" if isinstance(row, dict) else ""
+                raise DataError(f"{source.spec} has no text field '{field_}'{fields}; choose one with --text-field")
+            text = row[field_]
+            if text is None:
+                continue  # a missing value, as a null in a Parquet column or JSONL: no document
+            if not isinstance(text, str):
+                value = f"{type(text).__name__} {repr(text)[:40]}"
+                raise DataError(f"{source.spec}: row {n}: '{field_}' holds the {value}, not text; "
+                                f"choose another field with --text-field")
+            if text.strip():
                 yield text, 0
     except DataError:
         raise

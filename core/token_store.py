@@ -42,12 +42,12 @@ import numpy as np
 from core.errors import Cancelled, DataError
 from core.paths import fsync, why_write_failed
 from core.sources import Source, sampled_sha256
-from core.tokenizer import BPETokenizer, cache_dir
+from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir
 
 STORE_FORMAT = "speedboard-token-store"
 STORE_VERSION = 2
 """2: the names of special tokens inside a document are text (1 turned them into the tokens)."""
-MANIFEST, TOKENS, OFFSETS, TOKENIZER = "manifest.json", "tokens.bin", "offsets.bin", "tokenizer.json"
+MANIFEST, TOKENS, OFFSETS, TOKENIZER = "manifest.json", "tokens.bin", "offsets.bin", TOKENIZER_FILE
 _TMP = re.compile(r"\.tmp-(?P<key>[0-9a-f]+)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+")
 
 

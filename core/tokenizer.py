@@ -22,6 +22,7 @@ from core.paths import user_path
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2 in every trained tokenizer
 _FORMAT = "speedboard-bpe-1"
+TOKENIZER_FILE = "tokenizer.json"  # its name in a checkpoint and in a Hugging Face folder
 # Names other tokenizers (e.g. Hugging Face Llama folders) give the same roles.
 # The article series' tokenizers name them [BOT]/[EOT]/[PAD]; others [BOS]/[EOS] or <bos>/<eos>.
 _ALIASES = {"bos": (BOS, "<s>", "<|begin_of_text|>", "[BOT]", "[BOS]", "<bos>", "<|startoftext|>", "<|bos|>"),
@@ -82,7 +83,7 @@ class BPETokenizer:
     def save(self, folder: str | Path) -> Path:
         """Write ``tokenizer.json`` (and the HF ``tokenizer_config.json``) into ``folder``."""
         folder = Path(folder)
-        path = folder / "tokenizer.json"
+        path = folder / TOKENIZER_FILE
         path.write_text(self.to_str(), encoding="utf-8")
         (folder / "tokenizer_config.json").write_text(json.dumps(self.hf_config(), indent=2), encoding="utf-8")
         return path
@@ -101,7 +102,7 @@ class BPETokenizer:
         """Load ``tokenizer.json`` (a file, or a folder holding it with an optional tokenizer_config.json)."""
         path = Path(path)
         folder = path if path.is_dir() else path.parent
-        file = path / "tokenizer.json" if path.is_dir() else path
+        file = path / TOKENIZER_FILE if path.is_dir() else path
         try:
             tok = Tokenizer.from_file(str(file))
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
@@ -175,8 +176,8 @@ def load_tokenizer_file(path: str | Path) -> BPETokenizer:
         raise DataError(f"tokenizer file {path} does not exist", "tokenizer") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise DataError(f"tokenizer {path} is not a regular file", "tokenizer")
-    if stat.S_ISDIR(st.st_mode) and not (p / "tokenizer.json").is_file():
-        raise DataError(f"tokenizer folder {path} holds no tokenizer.json", "tokenizer")
+    if stat.S_ISDIR(st.st_mode) and not (p / TOKENIZER_FILE).is_file():
+        raise DataError(f"tokenizer folder {path} holds no {TOKENIZER_FILE}", "tokenizer")
     try:
         tok = BPETokenizer.load(p)
     except CheckpointError as exc:

@@ -30,14 +30,13 @@ from core.config import MAX_SEED, ModelConfig, RunConfig
 from core.errors import CheckpointError, ConfigError, first_line
 from core.paths import user_path
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE, is_run_dir
-from core.tokenizer import BPETokenizer
+from core.tokenizer import TOKENIZER_FILE, BPETokenizer
 
 FORMAT = "speedboard-checkpoint"
 FORMAT_VERSION = 2
 """2: config.json carries its own checksum (``config_sha256``), and a version-2 file without one is refused;
 version 1 (written before) loads as before."""
 WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "trainer_state.pt"
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 CONFIG_CHECKSUM = "config_sha256"
@@ -231,6 +230,8 @@ def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:
         return found[-1]
     if is_run_dir(path):
         raise CheckpointError(f"run folder {path} holds no checkpoint yet")
+    if os.path.lexists(path / CONFIG_FILE):  # a folder, a FIFO or a dangling link: say so, not "no config.json"
+        raise CheckpointError(f"{path / CONFIG_FILE} is not a regular file")
     raise CheckpointError(f"{path} is not a checkpoint folder (no {CONFIG_FILE}) and holds no checkpoints")
 
 

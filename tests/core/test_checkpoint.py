@@ -273,6 +273,14 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         folder = tmp_path / "empty_folder"
         folder.mkdir()
         return folder
+    if kind in ("config_is_a_folder", "config_is_a_fifo"):  # read neither as "no config.json" nor by blocking
+        folder = tmp_path / "odd_config"
+        folder.mkdir()
+        if kind == "config_is_a_folder":
+            (folder / "config.json").mkdir()
+        else:
+            os.mkfifo(folder / "config.json")
+        return folder
     if kind == "folder_missing_weights":
         folder = _good_folder(tmp_path, tok)
         (folder / "model.safetensors").unlink()
@@ -372,6 +380,8 @@ BAD_CASES = {
     "unsupported_file": "unsupported checkpoint file notes.txt",
     "pt_without_state_dict": "numbers.pt does not hold a model state dict",
     "folder_without_config": "is not a checkpoint folder",
+    "config_is_a_folder": r"odd_config/config\.json is not a regular file",
+    "config_is_a_fifo": r"odd_config/config\.json is not a regular file",
     "folder_missing_weights": "is incomplete: model.safetensors is missing",
     "folder_missing_tokenizer": "is incomplete: tokenizer.json is missing",
     "config_not_json": "config.json is not readable JSON",

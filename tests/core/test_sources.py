@@ -192,3 +192,18 @@ def test_hub_names_without_network_are_one_line(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens there
     assert "cannot reach 127.0.0.1" in one_line_error(source.check)
     assert "expected hf:NAME" in one_line_error(lambda: resolve_source("hf:"))
+
+
+def test_hub_rows_skip_nulls_and_refuse_other_values_like_jsonl(monkeypatch):
+    """The hub stream is read as a JSONL file is: a null text is no document, a number is refused by row."""
+    import core.sources
+
+    rows = [{"text": DOCS[0]}, {"text": None}, {"text": DOCS[1]}]
+    monkeypatch.setattr(core.sources, "_hub_dataset", lambda source: iter(rows))
+    source = resolve_source("hf:someone/corpus")
+    assert [d for batch, _ in source.iter_documents() for d in batch] == DOCS[:2]
+    rows.append({"text": 7})
+    message = one_line_error(lambda: list(source.iter_documents()))
+    assert "hf:someone/corpus: row 4: 'text' holds the int 7, not text" in message
+    rows[:] = [{"text": None}, {"body": DOCS[0]}]  # a null first row does not hide the missing field after it
+    assert "has no text field 'text' (its fields: body)" in one_line_error(lambda: list(source.iter_documents()))
