@@ -157,8 +157,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the prepared token stores")
     p.add_argument("--remove", action="store_true",
-                   help="remove the token stores of DATA (all its tokenizers and text fields; only those of "
-                        "--text-field when given), or of every corpus with 'all'")
+                   help="remove the token stores of DATA (all its tokenizers and text fields, and those of its "
+                        "earlier versions; only those of --text-field when given), or of every corpus with 'all'")
 
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
     g.add_argument("checkpoint", type=_path,
@@ -516,23 +516,37 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _remove_stores(data: str, text_field: str | None) -> int:
-    from core.sources import resolve_source
+    from core.errors import DataError
+    from core.sources import resolve_source, source_location
     from core.token_store import list_stores, remove_store
 
     stores = list_stores()
     if data != "all":
-        # The fingerprint counts the text field (of JSONL, Parquet, …): each store is matched with its own,
-        # so stores prepared with --text-field go too (or only those of the --text-field given).
-        fingerprints: dict[str, str] = {}
+        # A store is DATA's when it was prepared from the same place (any version of the file: an edited
+        # corpus leaves its older stores behind), or from the same content under another name. The
+        # fingerprint counts the text field (of JSONL, Parquet, …): each store is matched with its own, so
+        # stores prepared with --text-field go too (or only those of the --text-field given).
+        location = source_location(data)
+        fingerprints: dict[str, str | None] = {}
 
-        def fingerprint(field: str) -> str:
+        def fingerprint(field: str) -> str | None:
             if field not in fingerprints:
-                fingerprints[field] = resolve_source(data, field).fingerprint()
+                try:
+                    fingerprints[field] = resolve_source(data, field).fingerprint()
+                except DataError:
+                    fingerprints[field] = None  # gone or unreadable now: its place still names its stores
             return fingerprints[field]
 
-        fingerprint(text_field or "text")  # a missing source is one line even when no store exists
-        stores = [m for m in stores if m.get("fingerprint") == fingerprint(
-            text_field or (m.get("source") or {}).get("text_field") or "text")]
+        def is_data(m: dict) -> bool:
+            source = m.get("source") or {}
+            field = source.get("text_field") or "text"
+            if text_field is not None and field != text_field and source.get("kind") not in ("text", "builtin"):
+                return False
+            return source.get("location") == location or m.get("fingerprint") == fingerprint(field)
+
+        stores = [m for m in stores if is_data(m)]
+        if not stores:
+            resolve_source(data, text_field or "text")  # a missing source is one line, not "no token store"
     for m in stores:
         remove_store(m["path"])
         print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {(m.get('source') or {}).get('spec', '?')})")

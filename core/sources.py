@@ -147,6 +147,14 @@ class Source:
             yield batch, done if self.files else 0
 
 
+def source_location(spec: str) -> str:
+    """Where ``spec`` points, whatever its content now (and whether it still exists): the absolute path of
+    a file or folder, or the builtin/hub name. The stores of every version of one corpus share it."""
+    if spec == BUILTIN_CORPUS or spec.startswith(HUB_PREFIX):
+        return spec
+    return str(Path(spec).expanduser().resolve())
+
+
 def resolve_source(spec: str, text_field: str = "text") -> Source:
     """What ``spec`` names, with its files listed and checked cheaply (no file is opened here)."""
     if spec == BUILTIN_CORPUS:

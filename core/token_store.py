@@ -41,7 +41,7 @@ import numpy as np
 
 from core.errors import Cancelled, DataError
 from core.paths import fsync, why_write_failed
-from core.sources import Source, sampled_sha256
+from core.sources import Source, sampled_sha256, source_location
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir
 
 STORE_FORMAT = "speedboard-token-store"
@@ -319,7 +319,8 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
         manifest = {
             "format": STORE_FORMAT, "version": STORE_VERSION,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "source": {"spec": source.spec, "kind": source.kind, "name": source.name,
+            "source": {"spec": source.spec, "location": source_location(source.spec), "kind": source.kind,
+                       "name": source.name,
                        "text_field": source.text_field, "bytes": source.bytes,
                        "files": [{"path": f.rel, "bytes": f.size} for f in source.files]},
             "fingerprint": fingerprint,

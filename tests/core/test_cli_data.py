@@ -168,3 +168,22 @@ def test_a_full_disk_while_preparing_is_one_line_and_keeps_nothing(tmp_path, cac
         left
     assert main(["prepare", str(path), "--vocab-size", "300", "--no-progress"]) == 0  # room again: prepared whole
     assert "prepared in" in capsys.readouterr().out
+
+
+def test_remove_finds_the_stores_of_earlier_versions_and_of_a_deleted_file(tmp_path, cache, capsys):
+    data = Path(text_corpus(tmp_path))
+    assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
+    data.write_text(data.read_text() + "\n\nOne more paragraph, so the corpus is another version of itself.\n")
+    assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["prepare", "--remove", str(data)]) == 0  # the store of the edited file and the one before
+    assert capsys.readouterr().out.count("removed") == 2
+    assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
+    data.unlink()
+    capsys.readouterr()
+    assert main(["prepare", "--remove", str(data)]) == 0  # its place still names its store
+    assert capsys.readouterr().out.count("removed") == 1
+    assert main(["prepare", "--list"]) == 0
+    assert "no token stores" in capsys.readouterr().out
+    assert main(["prepare", "--remove", str(data)]) == 2  # nothing there and no store of it: the usual line
+    assert "does not exist" in capsys.readouterr().err
