@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidget, QTableWidgetItem, QWidget
 
@@ -183,9 +183,14 @@ class RunTable(QTableWidget):
         self._hidden.discard(key)
         self._filling = True
         try:
-            self.removeRow(row)
+            # Removing a selected row changes the selection; told now, the plots would hand their hidden runs
+            # back (set_hidden) while the row is still there but its record gone, and every row after it would
+            # be painted with the next record's texts. The selection is told once rows and records agree.
+            with QSignalBlocker(self):
+                self.removeRow(row)
         finally:
             self._filling = False
+        self._on_selection()
         self.fit_columns()
         if key == self._baseline:
             self._baseline = None

@@ -322,6 +322,22 @@ def test_rows_are_removed_with_delete_and_failed_runs_cleared(qtbot, window, tmp
     assert Path(records[0].folder).is_dir()  # the folder stays on disk
 
 
+def test_removing_a_row_before_others_keeps_every_row_its_own_run(qtbot, window, tmp_path):
+    """Removing a selected row changes the selection while the table shrinks: every row left still shows
+    its own run's name and figures (the row after a removed one once showed the run after it)."""
+    records = open_runs(window, tmp_path, 4)
+    table = window.table
+    table.selectRow(1)
+    table.setFocus()
+    qtbot.keyClick(table, Qt.Key.Key_Delete)
+    kept = [records[0], records[2], records[3]]
+    assert table.rowCount() == 3 and records[1].removed
+    assert [table.item(row, table.column("Run")).text() for row in range(3)] == [r.label for r in kept]
+    assert [table.record_at(row).key for row in range(3)] == [r.key for r in kept]
+    assert [table.item(row, table.column("Loss")).text() for row in range(3)] == \
+        [f"{r.final_loss:.4f}" for r in kept]
+
+
 def test_new_rows_scroll_into_view(window, tmp_path):
     window.resize(1024, 640)
     records = open_runs(window, tmp_path, 25)
