@@ -165,11 +165,18 @@ class Fit:
         return bool(self.reason)
 
 
-def fit_run_config(config, nproc: int = 1) -> Fit:
+IN_PROCESS_RAM_SHARE = 0.5
+"""The share of the available RAM a CPU run inside the dashboard's own process is offered by default. The
+estimate is a lower bound (a bf16 run on a CPU peaked at 1.3-1.5x it: tiny at micro-batches 256 and 4096), and
+a process that runs out of RAM is killed by the OS: there, the window with every run it shows."""
+
+
+def fit_run_config(config, nproc: int = 1, ram_share: float = 1.0) -> Fit:
     """``fit_split`` for a run's settings (a ``RunConfig``) before it starts, with the device the trainer will
     resolve; the model's vocabulary as set (a tokenizer can only make it smaller). For the dashboard's window
     thread: the precision probe never runs here, so ``auto`` on a CPU is the cached decision, or fp32 (whose
-    estimate is the larger) until a run has decided it."""
+    estimate is the larger) until a run has decided it. ``ram_share`` < 1 keeps a CPU run to that share of
+    the available RAM (``IN_PROCESS_RAM_SHARE``)."""
     from core.device import resolve_device
     from core.precision import cached_choice
 
@@ -179,18 +186,24 @@ def fit_run_config(config, nproc: int = 1) -> Fit:
     choice = cached_choice(tc.precision, device, config.model)
     precision = choice.precision if choice is not None else "fp32"
     return fit_split(config.model, tc.micro_batch, tc.accum_steps, config.data.seq_len, precision, device, shards,
-                     nproc if device.type != "cuda" else 1)
+                     nproc if device.type != "cuda" else 1, ram_share if device.type == "cpu" else 1.0)
 
 
 def fit_split(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: int, precision: str,
-              device: torch.device, shards: int = 1, processes: int = 1) -> Fit:
+              device: torch.device, shards: int = 1, processes: int = 1, ram_share: float = 1.0) -> Fit:
     """``--micro-batch auto``: the set split when it fits, else the largest micro-batch that does, with
     accumulation raised so micro-batch × accumulation (the effective batch per process) is unchanged.
 
     A model whose states alone cannot fit, or whose micro-batch 1 cannot, is a ``ConfigError``.
     """
+    assert 0 < ram_share <= 1
     estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
     available, what = device_memory(device)
+    if available is not None and ram_share < 1:
+        share = "half" if ram_share == 0.5 else f"{ram_share:.0%}"
+        what = (f"{what} ({available / GIB:.1f} GiB) that a run inside the window may take: {share}, as "
+                f"running out of memory would close the window")
+        available = int(available * ram_share)
     if available is None or estimate.total * processes <= available:
         return Fit(micro_batch, accum_steps)
     _check_states_fit(estimate, processes, available, what)

@@ -19,10 +19,13 @@ def tight_memory(monkeypatch, gib: float) -> None:
 
 
 def test_start_offers_the_split_that_fits_and_yes_applies_it(qtbot, window, dialogs, monkeypatch):
-    tight_memory(monkeypatch, 2.5)  # micro preset: micro-batch 4 × accumulation 1; 2 fits
+    # Micro preset: micro-batch 4 × accumulation 1. A run in the window is offered half of the 5 GiB, for
+    # running out would close the window: 2 fits there (the command line would train with 4).
+    tight_memory(monkeypatch, 5.0)
     record = run_once(qtbot, window)
     (question,) = dialogs.questions()
     assert "micro-batch 4 × 32 tokens needs at least 4.0 GiB" in question
+    assert "more than the 2.5 GiB of test memory (5.0 GiB) that a run inside the window may take: half" in question
     assert "micro-batch 2 × accumulation 2 instead" in question and "(4 sequences per" in question
     assert (child(window, "microBatchSpin").value(), child(window, "accumStepsSpin").value()) == (2, 2)
     assert record.state == "finished"
