@@ -288,6 +288,8 @@ class TrainConfig:
                  "accum_steps")
         _require(self.budget_kind in BUDGET_KINDS, f"unknown budget kind {self.budget_kind!r}", "budget_kind")
         _require(self.budget > 0, f"budget must be positive, got {self.budget!r}", "budget")
+        _require(self.budget_kind == "epochs" or float(self.budget).is_integer(),
+                 f"a budget in {self.budget_kind} must be a whole number, got {self.budget!r}", "budget")
         _require(self.lr > 0, f"learning rate must be positive, got {self.lr!r}", "lr")
         _require(0 <= self.min_lr <= self.lr, f"min-lr must be between 0 and lr ({self.lr}), got {self.min_lr!r}",
                  "min_lr")

@@ -16,7 +16,6 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -44,6 +43,7 @@ from core.event_text import skipped_files
 from core.launch import check_nproc, process_capacity
 from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
+from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
                      "max-autotune": "max-autotune", "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
@@ -53,7 +53,6 @@ PRECISION_TEXT = {"auto": "auto (decided at start)", "fp32": "fp32", "bf16": "bf
 AUTO_TOOLTIP = ("auto: bf16 on a GPU that supports it; on a CPU bf16 only where a one-time probe on this machine "
                 f"measured training at least {BF16_MIN_SPEEDUP}× faster in bf16 than in fp32 (cached), else fp32")
 BUDGET_KINDS = ("steps", "tokens")
-MAX_INT = 2**31 - 1
 CPU_TINY_STEPS = 200
 """The first run's budget on a CPU for ``tiny``: 410k tokens, about 50 s at the 8,000 tokens/s tiny trains at on an
 idle 2-core CPU (README, Responsiveness); its loss falls from about 7.6 to below 5 (4.80 at step 150, measured).
@@ -128,12 +127,7 @@ def _fit_popup(combo: QComboBox) -> None:
 
 
 def _spin(name: str, lo: int, hi: int, step: int = 1) -> QSpinBox:
-    spin = QSpinBox()
-    spin.setObjectName(name)
-    spin.setRange(lo, hi)
-    spin.setSingleStep(step)
-    spin.setGroupSeparatorShown(True)
-    return spin
+    return BoundedSpin(name, lo, hi, step)
 
 
 def _set_combo(combo: QComboBox, value: Any) -> bool:
@@ -204,17 +198,16 @@ class ConfigPanel(QWidget):
         self.processes = _spin("processesSpin", 1, max(1, most))
         self.processes.setToolTip(f"Processes (one per {'GPU' if self.process_kind == 'cuda' else 'CPU process'}); "
                                   f"more than one trains with DistributedDataParallel through torchrun")
-        self.lr = QDoubleSpinBox()
-        self.lr.setObjectName("lrSpin")
-        self.lr.setDecimals(5)
-        self.lr.setRange(0.00001, 1.0)
-        self.lr.setSingleStep(0.0001)
-        self.warmup = _spin("warmupSpin", 0, 50)  # percent of the budget
+        self.lr = NumberField("lrSpin", 1e3, integer=False)  # 3e-4 or 0.0003; the arrows walk 1-2-5 per decade
+        self.lr.setToolTip("Peak learning rate (after warmup; the cosine decays it to a tenth): type 3e-4 or 0.0003")
+        self.warmup = _spin("warmupSpin", 0, 99)  # percent of the budget
         self.warmup.setSuffix(" %")
-        self.budget = _spin("budgetSpin", 1, MAX_INT, 10)
+        self.budget = NumberField("budgetSpin", EXACT_INTEGERS, integer=True)  # 5e9, 10B or 10,000,000,000
+        self.budget.setSingleStep(10)
         self.budget_kind = _combo("budgetKindCombo", {k: k for k in BUDGET_KINDS})
-        self.seed = _spin("seedSpin", 0, MAX_INT)
-        self.seed.setValue(min(presets[next(iter(presets))].train.seed, MAX_INT))  # the CLI's default seed
+        self._budget_kind_shown = self.budget_kind.currentData()
+        self.seed = NumberField("seedSpin", EXACT_INTEGERS, integer=True)
+        self.seed.setValue(float(presets[next(iter(presets))].train.seed))  # the CLI's default seed
         self.seed.setToolTip("Seeds the weights' initialisation and the sample order: the same settings and seed "
                              "give the same run here and in `speedboard train` (default 1337 in both).")
         self.accum.setToolTip(TOOLTIPS["accum"])
@@ -330,9 +323,9 @@ class ConfigPanel(QWidget):
 
     def _connect(self) -> None:
         self.preset.currentIndexChanged.connect(self._on_preset)
-        for combo in (self.layout_combo, self.compile_mode, self.compile_scope, self.precision, self.device,
-                      self.budget_kind):
+        for combo in (self.layout_combo, self.compile_mode, self.compile_scope, self.precision, self.device):
             combo.currentIndexChanged.connect(self._on_changed)
+        self.budget_kind.currentIndexChanged.connect(self._on_budget_kind)
         for spin in (self.seq_len, self.micro_batch, self.accum, self.warmup, self.budget, self.seed,
                      self.processes):
             spin.valueChanged.connect(self._on_changed)
@@ -470,15 +463,17 @@ class ConfigPanel(QWidget):
             self.warmup.setValue(round(tc.warmup_ratio * 100))
             if tc.budget_kind in BUDGET_KINDS:
                 _set_combo(self.budget_kind, tc.budget_kind)
-                self.budget.setValue(min(int(tc.budget), MAX_INT))
-            self.seed.setValue(tc.seed)
+                self._budget_kind_shown = tc.budget_kind
+                self.budget.setValue(float(tc.budget))
+            self.seed.setValue(float(tc.seed))
         finally:
             self._updating = False
         self._on_changed()
 
     # ------------------------------------------------------------------ QSettings
     _SETTINGS_WIDGETS = ("layout_combo", "compile_mode", "compile_scope", "precision", "device", "budget_kind")
-    _SETTINGS_SPINS = ("seq_len", "micro_batch", "accum", "warmup", "budget", "seed", "processes")
+    _SETTINGS_SPINS = ("seq_len", "micro_batch", "accum", "warmup", "processes")
+    _SETTINGS_NUMBERS = ("budget", "seed", "lr")
 
     def save_state(self, settings: QSettings) -> None:
         settings.beginGroup("config")
@@ -489,7 +484,8 @@ class ConfigPanel(QWidget):
             settings.setValue(name, getattr(self, name).currentData())
         for name in self._SETTINGS_SPINS:
             settings.setValue(name, getattr(self, name).value())
-        settings.setValue("lr", self.lr.value())
+        for name in self._SETTINGS_NUMBERS:
+            settings.setValue(name, getattr(self, name).number())
         settings.endGroup()
 
     def restore_state(self, settings: QSettings) -> None:
@@ -510,24 +506,37 @@ class ConfigPanel(QWidget):
                 value = settings.value(name)
                 if value is not None:
                     _set_combo(getattr(self, name), str(value))
-            for name in self._SETTINGS_SPINS:
+            for name in (*self._SETTINGS_SPINS, *self._SETTINGS_NUMBERS):
                 value = settings.value(name)
                 try:
                     if value is not None:
-                        getattr(self, name).setValue(int(value))
+                        spin = getattr(self, name)
+                        spin.setValue(float(value) if isinstance(spin, NumberField) else int(value))
                 except (TypeError, ValueError):
                     pass
-            try:
-                if settings.value("lr") is not None:
-                    self.lr.setValue(float(settings.value("lr")))
-            except (TypeError, ValueError):
-                pass
+            self._budget_kind_shown = self.budget_kind.currentData()
         finally:
             self._updating = False
             settings.endGroup()
         self.set_source(self._source)
 
     # ------------------------------------------------------------------ reactions
+    def _on_budget_kind(self) -> None:
+        """Steps <-> tokens keeps the length of the run: 200 steps of 2,048 tokens become 409,600 tokens (and
+        back, rounded up to whole steps), not a budget of 200 tokens, less than one step."""
+        kind, before = self.budget_kind.currentData(), self._budget_kind_shown
+        self._budget_kind_shown = kind
+        cfg = self._config
+        if not self._updating and cfg is not None and kind != before:
+            per_step = cfg.tokens_per_step(self.nproc)
+            budget = self.budget.number()
+            self._updating = True
+            try:
+                self.budget.setValue(float(budget * per_step if kind == "tokens" else -(-int(budget) // per_step)))
+            finally:
+                self._updating = False
+        self._on_changed()
+
     def _on_preset(self) -> None:
         self._fill_from_preset(self.preset.currentData())
 
@@ -542,7 +551,8 @@ class ConfigPanel(QWidget):
             self.warmup.setValue(round(cfg.train.warmup_ratio * 100))
             if cfg.train.budget_kind in BUDGET_KINDS:
                 _set_combo(self.budget_kind, cfg.train.budget_kind)
-                self.budget.setValue(min(int(cfg.train.budget), MAX_INT))
+                self._budget_kind_shown = cfg.train.budget_kind
+                self.budget.setValue(float(cfg.train.budget))
         finally:
             self._updating = False
         self.set_source(self._source)
@@ -579,7 +589,7 @@ class ConfigPanel(QWidget):
             "compile_mode": self.compile_mode.currentData(), "compile_scope": self.compile_scope.currentData(),
             "precision": self.precision.currentData(), "device": self.device.currentData(),
             "lr": lr, "min_lr": lr * ratio, "warmup_ratio": self.warmup.value() / 100,
-            "budget_kind": self.budget_kind.currentData(), "budget": self.budget.value(), "seed": self.seed.value(),
+            "budget_kind": self.budget_kind.currentData(), "budget": self.budget.number(), "seed": self.seed.number(),
         }
         overrides: dict[str, Any] = {"data": data, "train": train, "init_from": None, "resume": None}
         if self._start_model is not None:

@@ -81,6 +81,7 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--precision", "fp8"], "invalid choice"),
     (["--device", "cuda"], "no CUDA device"),
     (["--lr", "-1"], "learning rate must be positive"),
+    (["--tokens", "1000.5"], "a budget in tokens must be a whole number, got 1000.5"),
     (["--compile", "reduce-overhead", "--accum", "2"], "max-autotune-no-cudagraphs"),
     # Every number is range-checked before anything is created: seeds, non-finite floats, CLI-only settings.
     (["--seed", "-1"], "seed must be between 0 and 2**63 - 1"),

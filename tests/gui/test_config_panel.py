@@ -111,3 +111,68 @@ def test_the_auto_precision_item_says_what_auto_chose_without_measuring(panel, m
     assert combo.itemText(auto) == "auto (bf16: training 5.6× faster than fp32 on this CPU)"
     assert f"{prec.BF16_MIN_SPEEDUP}×" in combo.itemData(auto, Qt.ItemDataRole.ToolTipRole)
     assert panel.config.train.precision == "auto"  # the setting stays auto: decided again at each start
+
+
+def type_into(qtbot, field, text: str) -> None:
+    """What a user does: select the field's text, type, press Return."""
+    from PySide6.QtCore import Qt
+
+    field.setFocus()
+    field.lineEdit().selectAll()
+    qtbot.keyClicks(field.lineEdit(), text)
+    qtbot.keyClick(field.lineEdit(), Qt.Key.Key_Return)
+
+
+@pytest.mark.parametrize(("typed", "lr"), [("1e-4", 1e-4), ("3E-4", 3e-4), ("0.00025", 2.5e-4), ("0,001", 1e-3),
+                                           ("1e-7", 1e-7), ("6e-4", 6e-4)])
+def test_the_learning_rate_takes_what_is_typed(qtbot, panel, typed, lr):
+    """Scientific notation and small rates are the rate typed (a five-decimal spin box once kept "1" of "1e-4",
+    0.00002 of 0.000025, and 1.0 of "0,001")."""
+    type_into(qtbot, panel.lr, typed)
+    assert panel.config is not None and panel.config.train.lr == pytest.approx(lr, rel=1e-12)
+    assert panel.config.train.min_lr == pytest.approx(lr * 0.1, rel=1e-9)  # the preset's ratio
+
+
+def test_a_rate_of_zero_is_refused_under_its_field_and_the_arrows_walk_one_two_five(qtbot, panel):
+    type_into(qtbot, panel.lr, "0")
+    assert panel.config is None and shown(panel) == ["lrError"] and "must be positive" in panel.error
+    type_into(qtbot, panel.lr, "3e-4")
+    panel.lr.stepBy(1)
+    assert panel.lr.text() == "0.0005"
+    panel.lr.stepBy(-2)
+    assert panel.lr.text() == "0.0001"
+    panel.lr.stepBy(-1)
+    assert panel.lr.text() == "5e-05" and panel.config.train.lr == pytest.approx(5e-5)
+
+
+@pytest.mark.parametrize(("typed", "budget"), [("3000000000", 3_000_000_000), ("3,000,000,000", 3_000_000_000),
+                                               ("10B", 10_000_000_000), ("2.5M", 2_500_000), ("5e9", 5_000_000_000)])
+def test_a_token_budget_past_two_billion_is_the_budget_typed(qtbot, panel, typed, budget):
+    panel.budget_kind.setCurrentIndex(panel.budget_kind.findData("tokens"))
+    type_into(qtbot, panel.budget, typed)
+    assert panel.config is not None and panel.config.train.budget == budget
+    assert panel.budget.text() == f"{budget:,}"
+
+
+def test_seeds_keep_every_digit_and_counts_typed_past_their_range_become_its_bound(qtbot, panel):
+    """Not the first digits of what was typed: 2048 accumulation steps became 204 in Qt's own spin box."""
+    for field, typed, value in ((panel.seed, "4294967295", 4294967295), (panel.micro_batch, "5000", 4096),
+                                (panel.accum, "2048", 1024), (panel.warmup, "51", 51), (panel.warmup, "120", 99)):
+        type_into(qtbot, field, typed)
+        assert field.value() == value, field.objectName()
+    assert panel.config is not None
+    assert (panel.config.train.seed, panel.config.train.micro_batch, panel.config.train.accum_steps) == \
+        (4294967295, 4096, 1024)
+    assert panel.config.train.warmup_ratio == 0.99
+    type_into(qtbot, panel.budget, "1.5")  # not silently one step
+    assert panel.config is None and shown(panel) == ["budgetError"] and "whole number, got 1.5" in panel.error
+
+
+def test_switching_between_steps_and_tokens_keeps_the_length_of_the_run(qtbot, panel):
+    type_into(qtbot, panel.budget, "30")
+    per_step = panel.config.tokens_per_step()
+    panel.budget_kind.setCurrentIndex(panel.budget_kind.findData("tokens"))
+    assert panel.config.train.budget == 30 * per_step
+    type_into(qtbot, panel.budget, str(30 * per_step + 1))  # not a whole number of steps: rounded up
+    panel.budget_kind.setCurrentIndex(panel.budget_kind.findData("steps"))
+    assert panel.config.train.budget == 31

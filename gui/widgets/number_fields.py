@@ -1,0 +1,152 @@
+"""Number fields that take what ML engineers type: ``3e-4``, ``1e-5``, ``2.5M``, ``10B``, ``1,000,000``.
+
+Qt's spin boxes refuse a keystroke that would leave their range or their
+decimals, silently: ``1e-4`` typed into a five-decimal box stayed ``1`` (a run
+at learning rate 1.0), and the tenth digit of a token budget was dropped.
+``NumberField`` accepts any number that reads as one, in a range far wider than
+sensible settings, shows it in its shortest form, and leaves the judgement to
+the config's validation, whose message the settings panel shows under the
+field. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
+takes a number typed past it as its bound, not as its first digits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from PySide6.QtGui import QValidator
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
+
+EXACT_INTEGERS = 2**53 - 1
+"""The largest count a field holds exactly (a double's integers)."""
+SUFFIXES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+# A count: digits with optional comma groups, a fraction, an exponent, a suffix (k, M, B, T).
+_COUNT = re.compile(r"([1-9]\d{0,2}(,\d{3})+|\d+)?(\.\d*)?([eE][+-]?\d*)?([kKMBGT])?")
+# A rate: digits, a fraction (after a point or a decimal comma: "0,001" is 0.001), an exponent.
+_RATE = re.compile(r"(\d+)?([.,]\d*)?([eE][+-]?\d*)?")
+# What may still become a count as the user types (a comma group being typed: "1,00").
+_PARTIAL_COUNT = re.compile(r"[1-9]\d{0,2}(,\d{3})*(,\d{0,2})?")
+
+
+def parse_number(text: str, counts: bool = True) -> float | None:
+    """The number ``text`` reads as, or None; ``counts`` allows comma groups and k/M/B/T suffixes."""
+    text = text.strip()
+    match = (_COUNT if counts else _RATE).fullmatch(text)
+    if match is None or not re.search(r"\d", text.split("e")[0].split("E")[0]):
+        return None
+    scale = 1.0
+    if counts and text[-1] in SUFFIXES:
+        scale, text = SUFFIXES[text[-1]], text[:-1]
+    try:
+        value = float(text.replace(",", "") if counts else text.replace(",", ".")) * scale
+    except ValueError:  # an exponent still being typed: "1e", "1e-"
+        return None
+    return value if math.isfinite(value) else None
+
+
+class NumberField(QDoubleSpinBox):
+    """A non-negative number typed freely. ``integer``: a count (budget, seed), shown with comma groups;
+    else a rate (the learning rate), shown in its shortest form and stepped along 1-2-5 per decade."""
+
+    def __init__(self, name: str, maximum: float, integer: bool, minimum: float = 0.0) -> None:
+        super().__init__()
+        self.setObjectName(name)
+        self._integer = integer
+        self.setDecimals(30)  # value() rounds to this many decimals: a rate of 1e-12 must stay itself
+        self.setRange(minimum, maximum)
+        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToPreviousValue)
+        self.setSingleStep(1.0)
+
+    def number(self) -> int | float:
+        """The value as the config takes it: an int where it is whole (a count typed as 2.5M is one)."""
+        value = self.value()
+        return int(value) if value.is_integer() else value
+
+    # Qt's hooks: what text is a number, and how a number reads.
+    def validate(self, text: str, pos: int):
+        stripped = text.strip()
+        value = parse_number(stripped, self._integer)
+        if value is not None and self.minimum() <= value <= self.maximum():
+            return QValidator.State.Acceptable, text, pos
+        if value is None and self._may_become_number(stripped):
+            return QValidator.State.Intermediate, text, pos
+        if value is not None:  # out of range: kept while typing, refused when the field is left
+            return QValidator.State.Intermediate, text, pos
+        return QValidator.State.Invalid, text, pos
+
+    def _may_become_number(self, text: str) -> bool:
+        if text in ("", "."):
+            return True
+        if self._integer and _PARTIAL_COUNT.fullmatch(text):
+            return True
+        return bool(re.fullmatch(r"\d*[.,]?\d*[eE][+-]?", text))  # an exponent still being typed
+
+    def valueFromText(self, text: str) -> float:
+        value = parse_number(text, self._integer)
+        return self.value() if value is None else value
+
+    def textFromValue(self, value: float) -> str:
+        if self._integer and float(value).is_integer():
+            return f"{int(value):,}"
+        return f"{value:.6g}"
+
+    def fixup(self, text: str) -> str:
+        return text
+
+    def stepBy(self, steps: int) -> None:
+        if self._integer:
+            super().stepBy(steps)
+            return
+        value = self.value()
+        for _ in range(abs(steps)):
+            value = _ladder(value, up=steps > 0)
+        self.setValue(min(max(value, self.minimum()), self.maximum()))
+
+    def stepEnabled(self):
+        flags = QAbstractSpinBox.StepEnabledFlag.StepNone
+        if self.value() < self.maximum():
+            flags |= QAbstractSpinBox.StepEnabledFlag.StepUpEnabled
+        if self.value() > self.minimum() and (self._integer or self.value() > 0):
+            flags |= QAbstractSpinBox.StepEnabledFlag.StepDownEnabled
+        return flags
+
+
+def _ladder(value: float, up: bool) -> float:
+    """The next value of the 1-2-5 series per decade (… 1e-4, 2e-4, 5e-4, 1e-3 …) above or below ``value``."""
+    if value <= 0:
+        return 1e-6 if up else 0.0
+    decade = 10.0 ** math.floor(math.log10(value))
+    rungs = [decade * m for m in (0.5, 1, 2, 5, 10, 20)]
+    tolerance = value * 1e-9
+    if up:
+        return next(r for r in rungs if r > value + tolerance)
+    return next(r for r in reversed(rungs) if r < value - tolerance)
+
+
+class BoundedSpin(QSpinBox):
+    """An integer spin box whose number typed past the range becomes the nearest bound (2048 -> 1024), where
+    Qt's own refuses the keystroke that leaves the range (2048 -> 204)."""
+
+    def __init__(self, name: str, lo: int, hi: int, step: int = 1) -> None:
+        super().__init__()
+        self.setObjectName(name)
+        self.setRange(lo, hi)
+        self.setSingleStep(step)
+        self.setGroupSeparatorShown(True)
+        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+
+    def validate(self, text: str, pos: int):
+        state = super().validate(text, pos)
+        state = state[0] if isinstance(state, tuple) else state
+        digits = text.strip().removesuffix(self.suffix().strip()).strip().replace(",", "")
+        if state == QValidator.State.Invalid and digits.isdigit():
+            return QValidator.State.Intermediate, text, pos  # past the range: the bound once the field is left
+        return state, text, pos
+
+    def fixup(self, text: str) -> str:
+        digits = text.strip().removesuffix(self.suffix().strip()).strip().replace(",", "")
+        if digits.isdigit():
+            return self.textFromValue(min(max(int(digits), self.minimum()), self.maximum()))
+        return text
