@@ -176,6 +176,10 @@ class JsonlSink:
             self._size += written
             return True
 
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:

@@ -258,10 +258,13 @@ class Trainer:
         """
         if not self.dist.is_main:
             return
+        # After its ending the run's metrics.jsonl is closed: a save the window asks for then (Save model… on a
+        # finished run) goes to the window alone, without a warning that the run folder misses events.
+        after_the_end = self._ended and self._jsonl is not None and self._jsonl.closed
         if isinstance(event, (RunFinished, RunFailed)):
             self._ended = True
         # The run folder first: nothing is lost if the consumer fails.
-        if self._jsonl is not None and not self._jsonl(event) and not self._metrics_failed:
+        if self._jsonl is not None and not after_the_end and not self._jsonl(event) and not self._metrics_failed:
             self._metrics_failed = True
             reason = why_write_failed(self._jsonl.error, self._jsonl.path.parent) if self._jsonl.error else "closed"
             self._deliver(WarningRaised(self.run_id, self.now(), f"cannot write {self._jsonl.path} ({reason}): "

@@ -42,6 +42,9 @@ def test_save_after_a_run_then_load_its_weights_into_the_next_run(qtbot, window,
     click(window, "saveButton")
     qtbot.waitUntil(lambda: window.session.pending_save is None)
     assert not dialogs.warnings()
+    # The run's own metrics.jsonl is closed by now: saving is no event of that run, and no warning says it is.
+    assert not any("warning" in line for line in window.log.messages()), window.log.messages()
+    assert any(str(target) in line for line in window.log.messages())
     _assert_plain_keys(_keys(target))
     final = Path(first.checkpoint)
     saved, reference = _tensors(target), _tensors(final)  # the model as the run left it
