@@ -455,6 +455,9 @@ class Trainer:
         model = LlamaForCausalLM(model_cfg)
         if loaded:
             ckpt_io.load_weights(model, loaded.state_dict, source=str(loaded.source))
+            if not _finite(model):  # else the first step's "loss became nan" would name the wrong cause
+                raise CheckpointError(f"the weights of {loaded.source} are not finite (NaN or inf): it was saved "
+                                      f"from a diverged or damaged model; start from an earlier checkpoint")
         self.model = model.to(device)
         # FSDP shards in place and replaces the parameters, so it comes before the optimizer.
         if self.fsdp:
@@ -579,7 +582,7 @@ class Trainer:
             self.emit(MicroBatchChanged(self.run_id, self.now(), **{k: v for k, v in change.items() if k != "time"}))
         if tc.fsdp and not self.dist.enabled:
             self.warn("FSDP shards over several processes (--nproc N); this single process trains unsharded")
-        if loaded and loaded.tokenizer is None:
+        if loaded and loaded.tokenizer is None and not self.cfg.data.tokenizer:  # a given one is the user's word
             self.warn(f"{loaded.source} has no tokenizer.json: its weights are trained with a new tokenizer "
                       f"whose token ids do not match the ones they learned")
 
@@ -1098,7 +1101,7 @@ class Trainer:
 
 
 def _finite(model: torch.nn.Module) -> bool:
-    """Every weight is finite. One CPU–GPU sync (the flag is read on the host), paid only when saving."""
+    """Every weight is finite. One CPU–GPU sync (the flag is read on the host), paid only when loading or saving."""
     flags = [torch.isfinite(p).all() for p in model.parameters()]
     return bool(torch.stack(flags).all().item()) if flags else True
 

@@ -183,6 +183,28 @@ def test_init_from_starts_a_new_run_from_the_weights_with_a_fresh_optimizer(stop
     assert child.data.tokenizer.to_str() == loaded.tokenizer.to_str()  # the checkpoint's tokenizer, not a new one
 
 
+def test_init_from_a_bare_state_dict_with_its_tokenizer_given_or_with_weights_not_finite(stopped_parent, tmp_path):
+    """A bare state dict with --tokenizer trains without a warning that its tokenizer is new; weights that are
+    not finite are refused before the run folder exists (not "loss became nan" at step 1)."""
+    _, checkpoint = stopped_parent
+    weights = ck.read_checkpoint(checkpoint).state_dict
+    bare = tmp_path / "weights.pt"
+    torch.save(weights, bare)
+    tokenizer = str(checkpoint / "tokenizer.json")
+    cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3])), "tokenizer": tokenizer},
+                       train={"budget": 1})
+    sink = ListSink()
+    train(cfg.replace(init_from=str(bare)), sink=sink)
+    assert not [w.message for w in sink.of(WarningRaised) if "tokenizer" in w.message]
+    weights["model.norm.weight"][0] = float("nan")
+    torch.save(weights, bare)
+    runs = Path(cfg.out_dir)
+    before = sorted(runs.iterdir())
+    with pytest.raises(CheckpointError, match=r"the weights of .*weights\.pt are not finite \(NaN or inf\)"):
+        train(cfg.replace(init_from=str(bare)))
+    assert sorted(runs.iterdir()) == before  # no run folder
+
+
 def test_resume_needs_a_trainer_state_and_an_intact_one(stopped_parent, tmp_path):
     _, checkpoint = stopped_parent
     cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3]))})
