@@ -13,6 +13,7 @@ import json
 import math
 import os
 import pickle
+import re
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -38,6 +39,8 @@ FORMAT_VERSION = 2
 version 1 (written before) loads as before."""
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.pt"
+_STEP_FOLDER = re.compile(r"step_(\d+)")
+"""A run's own checkpoint folder: ``step_`` and the step (7 digits, more past step 9,999,999)."""
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 CONFIG_CHECKSUM = "config_sha256"
 """config.json's own checksum: SHA-256 of its canonical JSON without this field (older checkpoints lack it)."""
@@ -207,13 +210,16 @@ def _read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 # ----------------------------------------------------------------------------- finding the checkpoint
 def list_checkpoints(folder: str | Path) -> list[Path]:
-    """Finished checkpoints in a folder (a run's ``checkpoints/``), oldest first by name."""
+    """A run's own finished checkpoints in a folder (its ``checkpoints/``: ``step_NNNNNNN``), oldest first by
+    step number, not by name (``step_10000000`` comes after ``step_9999999``). Anything else put there (an
+    export, a copy) is neither the run's newest checkpoint nor removed by its keep-rotation."""
     folder = user_path(folder)
     try:
         entries = list(folder.iterdir()) if folder.is_dir() else []
     except OSError:
         return []
-    return sorted(p for p in entries if p.is_dir() and not p.name.startswith(".") and (p / CONFIG_FILE).is_file())
+    steps = {p: int(m.group(1)) for p in entries if (m := _STEP_FOLDER.fullmatch(p.name))}
+    return sorted((p for p in steps if p.is_dir() and (p / CONFIG_FILE).is_file()), key=steps.__getitem__)
 
 
 def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:

@@ -119,6 +119,13 @@ def test_run_folder_resolves_to_its_newest_checkpoint(micro, tmp_path):
     result = train(micro(train={"budget": 4, "save_every": 2}))
     assert ck.latest_checkpoint(result.run_dir) == result.run_dir / "checkpoints" / "step_0000004"
     assert ck.read_checkpoint(result.run_dir).meta["step"] == 4
+    # Its own checkpoints go by step number, past 7 digits too; an export put beside them is not one of them.
+    folder = result.run_dir / "checkpoints"
+    for name in ("step_9999999", "step_10000000", "zz_export"):
+        shutil.copytree(folder / "step_0000004", folder / name)
+    assert [p.name for p in ck.list_checkpoints(folder)] == \
+        ["step_0000002", "step_0000004", "step_9999999", "step_10000000"]
+    assert ck.latest_checkpoint(result.run_dir) == folder / "step_10000000"
     shutil.rmtree(result.run_dir / "checkpoints")
     with pytest.raises(CheckpointError, match="holds no checkpoint yet"):
         ck.read_checkpoint(result.run_dir)
