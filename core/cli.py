@@ -217,26 +217,55 @@ def config_from_args(args: argparse.Namespace):
     import torch
 
     from core.checkpoint import infer_model_config, peek_checkpoint
-    from core.config import config_from_preset
+    from core.config import PRESETS, config_from_preset
 
     overrides: dict[str, Any] = _train_overrides(args)
     source = args.resume or args.init_from
     info = peek_checkpoint(source) if source else None  # config.json only; weights load in the trainer
+    _refuse_ignored_flags(args, info)
+    own = info.run_config if info is not None else None
     if args.resume:
-        base = info.run_config or config_from_preset(args.preset or "tiny")
+        base = own or config_from_preset(args.preset or "tiny")
         base = base.replace(resume=source)
     elif args.config:
         base = _read_config_file(args.config)
         if info is not None:
             base = base.replace(init_from=source, resume=None)
     else:
-        name = args.preset or ("small" if torch.cuda.is_available() else "tiny")
+        # Weights that bring their architecture train under their own preset's name and settings, unless
+        # one is given (it must be theirs): a tiny model is not labelled "small".
+        name = args.preset or (own.preset if own is not None and own.preset in PRESETS else None) or \
+            ("small" if torch.cuda.is_available() else "tiny")
         base = config_from_preset(name, init_from=source)
     if info is not None and info.model_config is not None:
         overrides["model"] = info.model_config  # the architecture is the checkpoint's own
     elif info is not None and info.kind == "state_dict" and not (args.preset or args.config):
         overrides["model"] = infer_model_config(info.shapes(), str(info.path))  # or one line asking for it
     return base.replace(out_dir=args.out or base.out_dir, **overrides)
+
+
+def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
+    """Flags a start checkpoint makes void are refused, not recorded and ignored: a preset that is not its
+    architecture, and the settings of a new tokenizer where one is given or the checkpoint has its own."""
+    from dataclasses import replace
+
+    from core.config import config_from_preset
+    from core.errors import ConfigError
+    from core.tokenizer import TOKENIZER_FILE
+
+    tokenizer = (f"the tokenizer {args.tokenizer}" if args.tokenizer else
+                 f"the tokenizer of {info.path}" if info is not None and info.path.is_dir()
+                 and (info.path / TOKENIZER_FILE).is_file() else None)
+    for flag, value in (("--vocab-size", args.vocab_size), ("--tokenizer-docs", args.tokenizer_train_docs)):
+        if value is not None and tokenizer is not None:
+            raise ConfigError(f"{flag} is for training a new tokenizer, but this run uses {tokenizer}; "
+                              f"leave {flag} out", "tokenizer")
+    if info is None or info.model_config is None or not args.preset:
+        return
+    preset = config_from_preset(args.preset).model
+    if replace(preset, vocab_size=info.model_config.vocab_size) != info.model_config:
+        raise ConfigError(f"{info.path} brings its own architecture, not the {args.preset} preset's; leave "
+                          f"--preset out (it is for a bare state dict)", "preset")
 
 
 def _read_config_file(path: str):

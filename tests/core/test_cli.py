@@ -81,7 +81,6 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--precision", "fp8"], "invalid choice"),
     (["--device", "cuda"], "no CUDA device"),
     (["--lr", "-1"], "learning rate must be positive"),
-    (["--tokens", "1000.5"], "a budget in tokens must be a whole number, got 1000.5"),
     (["--compile", "reduce-overhead", "--accum", "2"], "max-autotune-no-cudagraphs"),
     # Every number is range-checked before anything is created: seeds, non-finite floats, CLI-only settings.
     (["--seed", "-1"], "seed must be between 0 and 2**63 - 1"),
@@ -114,6 +113,27 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(existing_run, capsys, 
     assert message in err and len(err.splitlines()) == 1, err
     assert "Traceback" not in err
     assert list(out_dir.iterdir()) == [run_dir]  # no new run folder
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == snapshot
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--init-from", "{run}", "--preset", "small"], "brings its own architecture, not the small preset's"),
+    (["--resume", "{run}", "--preset", "small"], "brings its own architecture, not the small preset's"),
+    (["--resume", "{run}", "--vocab-size", "4096"], "--vocab-size is for training a new tokenizer, but this run "
+                                                    "uses the tokenizer of"),
+    (["--init-from", "{run}", "--tokenizer-docs", "10"], "--tokenizer-docs is for training a new tokenizer"),
+    (["--tokenizer", "{run}/tokenizer.json", "--vocab-size", "600"], "but this run uses the tokenizer "),
+])
+def test_flags_a_start_checkpoint_or_tokenizer_makes_void_are_refused(existing_run, capsys, args, message):
+    """Not recorded in config.json and ignored (a tiny model once trained as "small", vocab_size 4096 was
+    recorded beside a 512-token tokenizer)."""
+    out_dir, run_dir, snapshot = existing_run
+    capsys.readouterr()
+    args = [a.format(run=run_dir) for a in args]
+    assert main(["train", "--steps", "2", "--no-progress", "--out", str(out_dir), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert list(out_dir.iterdir()) == [run_dir]
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == snapshot
 
 

@@ -177,6 +177,14 @@ def test_cuda_graph_modes_refuse_accumulation():
     TrainConfig(compile_mode="max-autotune-no-cudagraphs", accum_steps=4)
 
 
+def test_a_budget_in_steps_or_tokens_is_whole_and_one_in_epochs_need_not_be():
+    for kind in ("steps", "tokens"):
+        with pytest.raises(ConfigError, match=f"a budget in {kind} must be a whole number, got 1000.5"):
+            TrainConfig(budget_kind=kind, budget=1000.5)
+        TrainConfig(budget_kind=kind, budget=1000.0)
+    TrainConfig(budget_kind="epochs", budget=0.5)
+
+
 def test_nan_loss_fails_clearly(micro):
     sink = ListSink()
     with pytest.raises(NotFinite, match="became (nan|inf).*lower the learning rate"):
