@@ -187,3 +187,19 @@ def test_remove_finds_the_stores_of_earlier_versions_and_of_a_deleted_file(tmp_p
     assert "no token stores" in capsys.readouterr().out
     assert main(["prepare", "--remove", str(data)]) == 2  # nothing there and no store of it: the usual line
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_relative_data_and_tokenizer_paths_are_recorded_absolute(tmp_path, cache, capsys, monkeypatch):
+    """A resume from another folder reads the same corpus (the typed "c.txt" once named another file there)."""
+    (tmp_path / "a").mkdir()
+    Path(text_corpus(tmp_path)).rename(tmp_path / "a" / "c.txt")
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(["train", *SMALL, "--data", "c.txt", "--steps", "1", "--out", str(tmp_path / "runs")]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    recorded = json.loads((run_dir / "config.json").read_text())["config"]["data"]
+    assert recorded["source"] == str(tmp_path / "a" / "c.txt")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--resume", str(run_dir), "--steps", "2", "--no-progress",
+                 "--out", str(tmp_path / "runs")]) == 0
+    assert main(["train", *SMALL, "--data", "", "--steps", "1", "--out", str(tmp_path / "runs")]) == 2
+    assert "data source is empty" in capsys.readouterr().err
