@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import gc
+import math
 import shutil
 import statistics
 import tempfile
@@ -113,7 +114,10 @@ def cell_of(config: RunConfig, precision: str) -> Cell:
 
 def splits(effective_batch: int) -> list[tuple[int, int]]:
     """Every micro-batch × accumulation with this product, largest micro-batch first."""
-    return [(b, effective_batch // b) for b in range(effective_batch, 0, -1) if effective_batch % b == 0]
+    # Divisors come in pairs around the square root: a batch of 10⁸ takes 10⁴ steps, not 10⁸.
+    small = [b for b in range(1, math.isqrt(effective_batch) + 1) if effective_batch % b == 0]
+    micro = sorted({*small, *(effective_batch // b for b in small)}, reverse=True)
+    return [(b, effective_batch // b) for b in micro]
 
 
 BENCH_MODES = (("off", "model"), ("default", "model"), ("default", "block"))

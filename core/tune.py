@@ -265,6 +265,15 @@ def candidate_cells(config: RunConfig, precisions: tuple[str, ...], device, curr
     return cells, left_out
 
 
+def check_settings(config: RunConfig) -> None:
+    """Refuse, in one line, the current settings where ``speedboard train`` would refuse them before its first
+    step: its own check (the data prepared, positions, tokenizer, the memory of a micro-batch), for the run the
+    trials train (from scratch, one process)."""
+    from core.launch import check_before_launch
+
+    check_before_launch(config.replace(init_from=None, resume=None), 1)
+
+
 def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list[Cell] | None = None) -> TunePlan:
     """Check the settings, list the cells (or take ``cells``), estimate, and keep what fits the budget.
 
@@ -288,6 +297,9 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     precisions = options.precisions or default_precisions(device)
     for p in precisions:
         resolve_precision(p, device)  # bf16 where the device lacks it: one line
+    # Before any estimate: a setting train refuses (a micro-batch far beyond memory) is refused in train's
+    # words, not planned into a budget of weeks (or a split search over every divisor of a huge batch).
+    check_settings(config)
     left_out: list[dict[str, str]] = []
     if cells is None:
         cells, left_out = candidate_cells(config, precisions, device, current)
@@ -355,6 +367,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     """
     from core.data import prepare_data
 
+    if report_path is not None:
+        check_report_path(report_path, flag=None)  # before any trial: measurements are not lost at the end
     emit = sink or (lambda event: None)
     stop = cancelled or (lambda: False)
     t0 = time.perf_counter()
@@ -459,7 +473,11 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         from core.paths import user_path
 
         report["path"] = str(user_path(report_path))
-        path = str(save_report(report, report_path))
+        try:
+            path = str(save_report(report, report_path))
+        except ConfigError as exc:  # a disk that filled up during the trials: the caller still has the results
+            report["path"] = None
+            raise ReportNotSaved(str(exc), report) from None
     emit(TuneFinished(report, path))
     return report
 
@@ -619,18 +637,26 @@ def save_report(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def check_report_path(path: str | os.PathLike[str]) -> Path:
-    """Before any trial: the report can be written there (not a folder, its folder not a file)."""
-    from core.paths import user_path
+class ReportNotSaved(ConfigError):
+    """The trials ended but their report could not be written; ``report`` holds what they measured."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message, "json")
+        self.report = report
+
+
+def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json") -> Path:
+    """Before any trial: the report can be written there (not a folder; its folder a writable folder or
+    creatable). ``flag`` names how the user gave the path; None for a default location."""
+    from core.paths import user_path, why_not_writable
 
     target = user_path(path)
+    lead = f"{flag} {target}" if flag else f"cannot write the tuning report {target}"
     if target.is_dir():
-        raise ConfigError(f"--json {target} is a folder; name a file", "json")
-    parent = next((p for p in target.parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise ConfigError(f"--json {target}: {parent} is a file, not a folder", "json")
-    if parent is not None and not os.access(parent, os.W_OK):
-        raise ConfigError(f"--json {target}: {parent} is not writable", "json")
+        raise ConfigError(f"{flag} {target} is a folder; name a file" if flag else f"{lead}: it is a folder", "json")
+    reason = why_not_writable(target.parent)
+    if reason:
+        raise ConfigError(f"{lead}: {reason}", "json")
     return target
 
 

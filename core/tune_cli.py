@@ -90,7 +90,9 @@ class TuneConsole:
 def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     from core.cli import _stop_on_first_sigint, config_from_args
     from core.control import Control
+    from core.errors import ConfigError
     from core.tune import (
+        ReportNotSaved,
         TuneOptions,
         check_report_path,
         default_report_path,
@@ -106,6 +108,11 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
                           patterns=args.cells)
     report_path = check_report_path(args.json) if args.json else None
     config = config_from_args(args)
+    if report_path is None:
+        try:
+            report_path = check_report_path(default_report_path(config), flag=None)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; give --json FILE to write it elsewhere", "json") from None
     plan = plan_tune(config, options)
     console = TuneConsole()
     console.say(f"speedboard tune: {config.preset} on {plan.device_name}, effective batch "
@@ -118,8 +125,12 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     control = Control()
     previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
     try:
-        report = run_tune(plan, console, cancelled=lambda: control.stop_requested,
-                          report_path=report_path or default_report_path(config))
+        report = run_tune(plan, console, cancelled=lambda: control.stop_requested, report_path=report_path)
+    except ReportNotSaved as exc:
+        # The measurements are shown before the error line: they took the whole budget to make.
+        console.say("")
+        console.say(format_report(exc.report))
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
     console.say("")

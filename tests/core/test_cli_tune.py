@@ -51,6 +51,82 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_any_trial(micro_
     assert "is a file" in capsys.readouterr().err
 
 
+def _no_trials(monkeypatch) -> None:
+    """Planning's matmul measurement and the trials fail the test: a refusal must come before either."""
+    import core.device
+    import core.tune
+
+    def never(*args, **kwargs):
+        raise AssertionError("reached planning or a trial")
+
+    monkeypatch.setattr(core.device, "measure_matmul_peak", never)
+    monkeypatch.setattr(core.tune, "run_trial", never)
+
+
+def test_a_micro_batch_train_refuses_is_refused_in_trains_words_before_planning(tmp_path, monkeypatch, capsys):
+    import core.memory_budget
+
+    # The same memory on both calls: the message quotes it.
+    monkeypatch.setattr(core.memory_budget, "device_memory", lambda device: (16 * 2**30, "available RAM"))
+    _no_trials(monkeypatch)
+    code = main(["tune", "--preset", "tiny", "--repeats", "1", "--trial-steps", "1", "--budget-seconds", "20",
+                 "--precisions", "fp32", "--micro-batch", "100000000", "--json", str(tmp_path / "t.json")])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    tune_line = captured.err.strip()
+    assert len(tune_line.splitlines()) == 1 and "too short" not in tune_line
+    assert "micro-batch 100,000,000 × 128 tokens needs at least" in tune_line
+    assert "fits with the same effective batch" in tune_line  # the split that fits, as train names it
+    assert main(["train", "--preset", "tiny", "--steps", "1", "--micro-batch", "100000000",
+                 "--out", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == tune_line
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("blocker", ["home/tune", "home"])
+def test_a_default_report_folder_that_cannot_be_written_is_refused_before_any_trial(
+        blocker, micro_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPEEDBOARD_HOME", str(tmp_path / "home"))
+    (tmp_path / blocker).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / blocker).write_text("")  # a file where the folder should be
+    _no_trials(monkeypatch)
+    assert main(["tune", "--config", micro_file]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert captured.out == "" and len(err.splitlines()) == 1, captured
+    assert f"{tmp_path / blocker} is a file, not a folder" in err and "give --json FILE" in err
+
+
+def test_a_report_that_fails_to_write_at_the_end_still_prints_the_results(micro_file, tmp_path, monkeypatch,
+                                                                           capsys):
+    import errno
+    from pathlib import Path
+
+    import torch
+
+    torch.set_num_threads(1)
+    monkeypatch.setenv("SPEEDBOARD_HOME", str(tmp_path / "home"))
+    reports = tmp_path / "home" / "tune"
+    real = Path.write_text
+
+    def disk_full(self, *args, **kwargs):
+        if self.parent == reports:  # only the report: the trials write as usual
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    code = main(["tune", "--config", micro_file, "--cells", "off-a2-fp32", "--precisions", "fp32",
+                 "--repeats", "1", "--trial-steps", "1"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "[2/2]" in captured.out and "tokens/s median" in captured.out and "recommendation: " in captured.out
+    assert "report:" not in captured.out
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "cannot write the tuning report" in err
+    assert "no space left on the device" in err
+    assert list(reports.iterdir()) == []  # no partial report left behind
+
+
 def test_a_tiny_tune_end_to_end(micro_file, tmp_path, capsys):
     import torch
 

@@ -49,6 +49,11 @@ def private_tmp(tmp_path, monkeypatch):
 def test_splits_keep_the_effective_batch_largest_micro_batch_first():
     assert splits(8) == [(8, 1), (4, 2), (2, 4), (1, 8)]
     assert splits(6) == [(6, 1), (3, 2), (2, 3), (1, 6)]
+    for n in range(1, 200):
+        assert splits(n) == [(b, n // b) for b in range(n, 0, -1) if n % b == 0]
+    huge = splits(10**8)  # every divisor of a huge batch, found from those up to its square root
+    assert len(huge) == 81 and huge[0] == (10**8, 1) and huge[-1] == (1, 10**8)
+    assert all(b * k == 10**8 for b, k in huge)
 
 
 def test_trials_start_from_the_same_weights_and_batches_and_leave_no_run_folder(micro, private_tmp):
@@ -127,6 +132,52 @@ def test_plan_puts_the_current_settings_first_and_keeps_within_the_budget(micro)
                 {"precisions": ("fp8",)}):
         with pytest.raises(ConfigError):
             TuneOptions(**bad)
+
+
+def test_a_setting_train_refuses_is_refused_before_anything_is_estimated(micro, monkeypatch):
+    import core.device
+
+    def never(*args, **kwargs):
+        raise AssertionError("the estimate was started")
+
+    monkeypatch.setattr(core.device, "measure_matmul_peak", never)
+    with pytest.raises(ConfigError, match="fits with the same effective batch") as caught:
+        plan_tune(micro(train={"micro_batch": 10**9}), TuneOptions(budget_seconds=20))
+    assert caught.value.field == "micro_batch"
+
+
+def test_a_report_path_that_cannot_be_written_stops_the_tune_before_any_trial(micro, tmp_path, monkeypatch):
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=1), cells=EAGER[:2])
+    fake = FakeTrials(monkeypatch, seconds=1.0)
+    (tmp_path / "blocker").write_text("")
+    events = []
+    with pytest.raises(ConfigError, match="blocker is a file, not a folder"):
+        run_tune(plan, events.append, report_path=tmp_path / "blocker" / "report.json")
+    assert fake.ran == [] and events == []
+
+
+def test_a_report_that_cannot_be_saved_at_the_end_keeps_the_results(micro, tmp_path, monkeypatch):
+    import errno
+
+    import core.tune
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=1), cells=EAGER[:2])
+    FakeTrials(monkeypatch, seconds=1.0)
+
+    real = Path.write_text
+
+    def disk_full(self, *args, **kwargs):
+        if self.parent == tmp_path:  # only the report's folder is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    with pytest.raises(core.tune.ReportNotSaved, match="no space left on the device") as caught:
+        run_tune(plan, report_path=tmp_path / "report.json")
+    report = caught.value.report
+    assert [t["cell"] for t in report["trials"]] == ["off-a1-fp32", "off-a2-fp32"] and report["path"] is None
+    assert "recommendation:" in format_report(report)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_huge_repeat_count_is_lowered_to_what_the_budget_holds_at_once(micro):
