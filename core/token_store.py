@@ -2,8 +2,8 @@
 
 ```
 <cache>/stores/<key>/                 key = sha256(format, source fingerprint, tokenizer JSON)
-    tokens.bin        [BOS] doc [EOS] of every document, concatenated: uint16 when the
-                      vocabulary has ≤ 65,536 tokens, else uint32 (nanoGPT's flat file)
+    tokens.bin        [BOS] doc [EOS] of every document, concatenated: uint16 when every
+                      token id is below 65,536, else uint32 (nanoGPT's flat file)
     offsets.bin       uint64, documents + 1 entries: where each document starts, then the total
                       (Megatron's indexed dataset: the document boundaries beside the tokens)
     tokenizer.json    the tokenizer the tokens belong to
@@ -71,6 +71,8 @@ def _size(n: float) -> str:
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest dtype for ids below ``vocab_size`` (``BPETokenizer.vocab_size``: highest id + 1, which
+    a vocabulary with holes has above its number of entries)."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 

@@ -63,10 +63,14 @@ class BPETokenizer:
         self.bos_token = names.get(self.bos_id) if self.bos_id is not None else None
         self.eos_token = names.get(self.eos_id) if self.eos_id is not None else None
         self.pad_token = names.get(self.pad_id) if self.pad_id is not None else None
+        # Highest id + 1, not the number of entries: a vocabulary with holes (ids 2..N) still needs an
+        # embedding row for its top id, and the token store a dtype that holds it.
+        self._vocab_size = max(vocab.values(), default=-1) + 1
 
     @property
     def vocab_size(self) -> int:
-        return self.tok.get_vocab_size(with_added_tokens=True)
+        """Embedding rows the tokenizer needs: its highest token id + 1."""
+        return self._vocab_size
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids

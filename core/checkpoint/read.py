@@ -413,6 +413,7 @@ def _verify_speedboard_files(path: Path, records: dict[str, dict[str, Any]], has
 
 
 def check_tokenizer_fits(tokenizer: BPETokenizer, model_config: ModelConfig) -> None:
+    # vocab_size is the highest id + 1: a tokenizer with holes in its ids needs a row for its top id.
     if tokenizer.vocab_size > model_config.vocab_size:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's embedding "
                               f"has only {model_config.vocab_size} rows")

@@ -1,0 +1,97 @@
+"""Token ids as a tokenizer numbers them (holes and all), and prompts encoded as training encodes documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.checkpoint import check_tokenizer_fits
+from core.config import DataConfig
+from core.data import prepare_data
+from core.errors import CheckpointError
+from core.events import ListSink
+from core.tokenizer import BPETokenizer
+from core.trainer import Trainer
+from tests.conftest import micro_config
+from tests.core.checkpoint_helpers import micro_model_config
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A cache folder of this test alone: stores and tokenizers start empty."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
+    return folder
+
+
+def holed_tokenizer(tok: BPETokenizer, path: Path, shift: int = 0) -> Path:
+    """``tok`` without <|pad|> (id 0) and <|bos|> (id 1), <|eos|> renamed <|endoftext|>, every id + ``shift``:
+    fewer entries than its highest id + 1, as GPT-2-style files cut from a larger vocabulary have."""
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    for name in ("<|pad|>", "<|bos|>"):
+        del vocab[name]
+    vocab["<|endoftext|>"] = vocab.pop("<|eos|>")
+    data["model"]["vocab"] = {k: v + shift for k, v in vocab.items()}
+    added = [t for t in data["added_tokens"] if t["content"] not in ("<|pad|>", "<|bos|>")]
+    for t in added:
+        t["content"] = "<|endoftext|>" if t["content"] == "<|eos|>" else t["content"]
+        t["id"] += shift
+    data["added_tokens"] = added
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def top_words(tok: BPETokenizer, count: int = 2) -> str:
+    """Text made of the tokenizer's highest ids."""
+    top = tok.vocab_size - 1
+    return "".join(tok.decode([i]) for i in range(top - count + 1, top + 1))
+
+
+def test_vocab_size_is_the_highest_id_plus_one(tmp_path, tok):
+    holed = BPETokenizer.load(holed_tokenizer(tok, tmp_path / "tok.json"))
+    assert len(holed.tok.get_vocab(with_added_tokens=True)) == tok.vocab_size - 2
+    assert holed.vocab_size == tok.vocab_size  # ids 2..299: the embedding needs 300 rows
+    assert holed.bos_id == holed.eos_id == 2
+    assert max(holed.encode(top_words(holed))) == holed.vocab_size - 1
+
+
+def test_an_embedding_of_as_many_rows_as_entries_is_too_small_for_ids_with_holes(tmp_path, tok):
+    holed = BPETokenizer.load(holed_tokenizer(tok, tmp_path / "tok.json"))
+    with pytest.raises(CheckpointError, match="the tokenizer has 300 tokens but the model's embedding has only 298"):
+        check_tokenizer_fits(holed, micro_model_config(vocab_size=298))
+    check_tokenizer_fits(holed, micro_model_config(vocab_size=300))
+
+
+def test_a_tokenizer_with_holes_trains_on_its_top_ids(tmp_path, cache, tok):
+    """Its top ids used to index past an embedding sized by the number of entries (IndexError mid-run)."""
+    tok_file = holed_tokenizer(tok, tmp_path / "tok.json")
+    holed = BPETokenizer.load(tok_file)
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join(f"{top_words(holed)} {i} " * 8 for i in range(40)), encoding="utf-8")
+    cfg = micro_config(tmp_path, data={"source": str(text), "tokenizer": str(tok_file)})
+    cfg = cfg.replace(train={"budget": 2})
+    trainer = Trainer(cfg, sink=ListSink())
+    trainer.run()
+    assert int(trainer.data.store.tokens.max()) == holed.vocab_size - 1
+    (run,) = (tmp_path / "runs").iterdir()
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["config"]["model"]["vocab_size"] == tok.vocab_size
+    assert trainer.model.model.embed_tokens.num_embeddings == tok.vocab_size
+
+
+def test_the_store_dtype_holds_ids_above_65535_of_a_small_vocabulary(tmp_path, cache, tok):
+    """298 entries with ids 70,002..70,299 need uint32 (uint16, chosen from the count, overflowed)."""
+    tok_file = holed_tokenizer(tok, tmp_path / "tok.json", shift=70_000)
+    holed = BPETokenizer.load(tok_file)
+    assert holed.vocab_size == 70_000 + tok.vocab_size
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join(f"{top_words(holed)} doc {i}" for i in range(20)), encoding="utf-8")
+    data = prepare_data(DataConfig(source=str(text), seq_len=16, tokenizer=str(tok_file)))
+    assert data.store.manifest["dtype"] == "uint32" and data.store.tokens.dtype == np.uint32
+    first = data.store.tokens[: int(data.store.offsets[1])]
+    assert first[0] == first[-1] == holed.eos_id == 70_002  # BOS and EOS are one <|endoftext|>
+    assert int(first.max()) == holed.vocab_size - 1
