@@ -44,6 +44,7 @@ _DATA_LIKE = (".csv", ".tsv", ".json", ".ndjson", ".gz", ".bz2", ".xz", ".zst", 
 _DOC_FILE = re.compile(r"(readme|license|licence|changelog)(\..*)?", re.IGNORECASE)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _READ_CHUNK = 4 << 20
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 MAX_PARAGRAPH_CHARS = 64 << 20
 """A longer run of text without a blank line is cut there: memory stays bounded on any file."""
 _SAMPLE_BLOCKS, _SAMPLE_BLOCK = 16, 16 << 10
@@ -451,6 +452,13 @@ def _open_lines(path: Path, counter: _CountingReader):
     return io.BufferedReader(counter, 1 << 20)
 
 
+def _without_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (JSON's ``\\ud800``: half an emoji cut by a scraper) as U+FFFD.
+
+    json.loads accepts them, but they are no UTF-8 text: hashing or tokenizing the document would fail."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
     n = 0
     try:
@@ -472,8 +480,12 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
                     keys = f" (its keys: {_more(sorted(row), 8)})" if isinstance(row, dict) else ""
                     raise DataError(f"{path}:{n}: each line needs a string field '{text_field}'{keys}; "
                                     f"choose another with --text-field")
-                if row[text_field].strip():
-                    yield row[text_field], counter.count
+                text = row[text_field]
+                # Only a line that escapes a code point in D000-DFFF can hold one: others pay nothing.
+                if b"\\ud" in line or b"\\uD" in line:
+                    text = _without_surrogates(text)
+                if text.strip():
+                    yield text, counter.count
     except DataError:
         raise
     except Exception as exc:  # a truncated or damaged .gz/.zst (OSError, EOFError, ZstdError), or a read error
@@ -634,6 +646,8 @@ def _read_hub(source: Source) -> Iterator[tuple[str, int]]:
                 value = f"{type(text).__name__} {repr(text)[:40]}"
                 raise DataError(f"{source.spec}: row {n}: '{field_}' holds the {value}, not text; "
                                 f"choose another field with --text-field")
+            if not text.isascii():  # isascii is a flag lookup; only other text can hold a lone surrogate
+                text = _without_surrogates(text)
             if text.strip():
                 yield text, 0
     except DataError:

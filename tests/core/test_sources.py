@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.data import load_corpus
+from core.config import DataConfig
+from core.data import load_corpus, prepare_data
 from core.errors import DataError
 from core.sources import resolve_source
 
@@ -207,3 +208,28 @@ def test_hub_rows_skip_nulls_and_refuse_other_values_like_jsonl(monkeypatch):
     assert "hf:someone/corpus: row 4: 'text' holds the int 7, not text" in message
     rows[:] = [{"text": None}, {"body": DOCS[0]}]  # a null first row does not hide the missing field after it
     assert "has no text field 'text' (its fields: body)" in one_line_error(lambda: list(source.iter_documents()))
+
+
+@pytest.mark.parametrize("name", ["c.jsonl", "c.jsonl.gz"])
+def test_lone_surrogates_in_jsonl_become_replacement_characters(tmp_path, name, monkeypatch, tok):
+    """json.loads accepts "\\ud800" alone (half of an emoji cut by a scraper): hashing and tokenizing it failed.
+    A whole pair, and escapes of other characters near the range (U+D55C), stay as they are."""
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+    lines = [r'{"text": "words \ud800 end"}', r'{"text": "cut \uDFFF\ud83d"}',
+             r'{"text": "pair \ud83d\ude00 and \ud55c"}', json.dumps({"text": DOCS[0]})]
+    data = "\n".join(lines).encode()
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    expected = ["words \ufffd end", "cut \ufffd\ufffd", "pair \U0001f600 and \ud55c", DOCS[0]]
+    assert load_corpus(str(tmp_path / name)).documents == expected
+    tok_file = tok.save(tmp_path)  # a given tokenizer (its encoder refused such a string with a TypeError)
+    store = prepare_data(DataConfig(source=str(tmp_path / name), seq_len=16, tokenizer=str(tok_file))).store
+    first = store.tokens[1: int(store.offsets[1]) - 1]
+    assert tok.decode(first.tolist()) == expected[0]
+
+
+def test_lone_surrogates_in_hub_rows_become_replacement_characters(monkeypatch):
+    import core.sources
+
+    monkeypatch.setattr(core.sources, "_hub_dataset", lambda source: iter([{"text": "a \udc00 b"}, {"text": "ok"}]))
+    source = resolve_source("hf:someone/corpus")
+    assert [d for batch, _ in source.iter_documents() for d in batch] == ["a \ufffd b", "ok"]
