@@ -666,6 +666,37 @@ def _bare_architecture(loaded, args: argparse.Namespace):
     return replace(model, vocab_size=rows) if rows else model
 
 
+def _check_prompt(prompt: str) -> None:
+    """Bytes that are not UTF-8 in argv reach Python as lone surrogates, which no tokenizer takes."""
+    from core.errors import ConfigError
+
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError("the prompt is not UTF-8 text", "prompt") from None
+
+
+def _generation_tokenizer(loaded, path: str | None):
+    """The checkpoint's own tokenizer; --tokenizer is for a checkpoint without one, or must be that same one
+    (its weights learned those ids), compared as train --resume/--init-from compare them."""
+    from core.errors import ConfigError
+    from core.tokenizer import load_tokenizer_file
+
+    given = load_tokenizer_file(path) if path else None
+    own = loaded.tokenizer
+    if given is not None and own is not None and given.to_str() != own.to_str():
+        raise ConfigError(f"tokenizer {path} is not the one of {loaded.source}, whose weights learned its token "
+                          f"ids; leave --tokenizer out to use the checkpoint's", "tokenizer")
+    return own or given
+
+
+def _prompt_ids(tok, prompt: str) -> list[int]:
+    """The prompt's ids as training tokenized documents: a special token's name written in it is text."""
+    from core.token_store import plain_text_tokenizer
+
+    return plain_text_tokenizer(tok).encode(prompt, add_special_tokens=False).ids
+
+
 def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
@@ -674,16 +705,16 @@ def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     from core.device import resolve_device
     from core.errors import CheckpointError, ConfigError
     from core.model import LlamaForCausalLM
-    from core.tokenizer import load_tokenizer_file
 
     settings = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                 top_k=args.top_k, seed=args.seed)  # checked before anything is read
+    _check_prompt(args.prompt)
     loaded = read_checkpoint(args.checkpoint)
     if loaded.model_config is not None and (args.preset or args.config):
         raise ConfigError(f"{loaded.source} brings its own architecture; --preset and --config are for a bare "
                           f"state dict")
     model_config = loaded.model_config or _bare_architecture(loaded, args)
-    tok = load_tokenizer_file(args.tokenizer) if args.tokenizer else loaded.tokenizer
+    tok = _generation_tokenizer(loaded, args.tokenizer)
     if tok is None:
         raise CheckpointError(f"{loaded.source} has no tokenizer: pass --tokenizer TOKENIZER.json, the one its "
                               f"model was trained with")
@@ -692,7 +723,7 @@ def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     model = LlamaForCausalLM(model_config)
     load_weights(model, loaded.state_dict, str(loaded.source))
     model.to(device).eval()
-    ids = ([tok.bos_id] if tok.bos_id is not None else []) + tok.encode(args.prompt)
+    ids = ([tok.bos_id] if tok.bos_id is not None else []) + _prompt_ids(tok, args.prompt)
     gen = torch.Generator(device=device).manual_seed(settings.seed)
     out = model.generate(torch.tensor([ids], device=device), settings.max_new_tokens,
                          temperature=settings.temperature, top_k=settings.top_k, eos_id=tok.eos_id, generator=gen)

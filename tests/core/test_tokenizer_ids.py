@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.checkpoint import check_tokenizer_fits
+from core.checkpoint import check_tokenizer_fits, save_checkpoint
+from core.cli import main
 from core.config import DataConfig
 from core.data import prepare_data
 from core.errors import CheckpointError
@@ -16,7 +17,7 @@ from core.events import ListSink
 from core.tokenizer import BPETokenizer
 from core.trainer import Trainer
 from tests.conftest import micro_config
-from tests.core.checkpoint_helpers import micro_model_config
+from tests.core.checkpoint_helpers import make_model, make_tokenizer, micro_model_config
 
 
 @pytest.fixture
@@ -95,3 +96,46 @@ def test_the_store_dtype_holds_ids_above_65535_of_a_small_vocabulary(tmp_path, c
     first = data.store.tokens[: int(data.store.offsets[1])]
     assert first[0] == first[-1] == holed.eos_id == 70_002  # BOS and EOS are one <|endoftext|>
     assert int(first.max()) == holed.vocab_size - 1
+
+
+# ----------------------------------------------------------------------------- generate's prompt and tokenizer
+@pytest.fixture
+def checkpoint(tmp_path, tok) -> Path:
+    """A micro model with its own tokenizer (300 tokens), saved as a Speedboard checkpoint."""
+    return save_checkpoint(tmp_path / "ckpt", make_model(0), tokenizer=tok)
+
+
+def generate(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["generate", *args, "--max-new-tokens", "2", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_special_token_names_in_the_prompt_are_text_as_in_training(checkpoint, capsys, tok):
+    """They were fed as PAD/EOS control tokens, and vanished from the printed prompt."""
+    prompt = "Hello <|pad|> world <|eos|> again <|bos|>"
+    code, out, err = generate(capsys, str(checkpoint), "--prompt", prompt)
+    assert code == 0, err
+    assert out.startswith(prompt)
+    from core.cli import _prompt_ids
+
+    ids = _prompt_ids(tok, prompt)
+    assert not {tok.pad_id, tok.bos_id, tok.eos_id} & set(ids) and tok.decode(ids) == prompt
+
+
+def test_a_prompt_that_is_not_utf8_is_one_line(checkpoint, capsys):
+    """Bytes such as caf\\xe9 (Latin-1) in argv reach Python as a lone surrogate: a TypeError in the tokenizer."""
+    code, out, err = generate(capsys, str(checkpoint), "--prompt", "caf\udce9")
+    assert (code, out, err) == (2, "", "speedboard: error: the prompt is not UTF-8 text\n")
+
+
+def test_generate_refuses_another_tokenizer_than_the_checkpoints_own(tmp_path, checkpoint, capsys, tok):
+    """--tokenizer is for a checkpoint without one; a different file was used silently (its ids mean other text)."""
+    other = make_tokenizer(320).save(tmp_path)
+    code, out, err = generate(capsys, str(checkpoint), "--tokenizer", str(other))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"speedboard: error: tokenizer {other} is not the one of {checkpoint}")
+    (tmp_path / "same").mkdir()
+    same = tok.save(tmp_path / "same")  # an identical copy is the checkpoint's own
+    code, out, err = generate(capsys, str(checkpoint), "--tokenizer", str(same), "--prompt", "The")
+    assert code == 0 and out.startswith("The"), err
