@@ -275,6 +275,11 @@ class MainWindow(QMainWindow):
 
     def _show_focus(self, *_) -> None:
         record = self.focus_record()
+        active = self.session.active
+        if active is not None and not active.ended and not active.step:
+            self.plots.show_waiting(active.label, active.state, active.preparing)
+        else:
+            self.plots.show_waiting(None)
         if record is None:
             self.status.show_idle("idle")
         else:
@@ -309,6 +314,7 @@ class MainWindow(QMainWindow):
     def _on_running_changed(self, running: bool) -> None:
         self._update_controls()
         if running:
+            self._show_focus()  # the new run is the active one now
             return
         if self.session.closing:
             QTimer.singleShot(0, self.close)

@@ -168,6 +168,11 @@ class MetricPlot(pg.PlotWidget):
         self._hidden.discard(key)
         self.hint.setVisible(not self._curves and bool(self.hint.text()))
 
+    def set_hint(self, text: str) -> None:
+        """What the plot says while it has no curves."""
+        self.hint.setText(text)
+        self.hint.setVisible(not self._curves and bool(text))
+
     def set_style(self, key: Hashable, series: str, style: str, color: str, dash: str = "solid") -> None:
         curve = self._curves.get((key, series))
         if curve is not None and style != "points":

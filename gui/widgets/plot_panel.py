@@ -34,7 +34,8 @@ MAX_SMOOTHING = 100
 MIN_MEMORY_SPAN_GIB = 0.1
 """The memory plot never spans less: a change of a few megabytes is not a cliff."""
 EMPTY_HINT = ("No runs yet.\nChoose settings on the left and press Start,\n"
-              "or open a run folder (File ▸ Open run folder…).")
+              "or open run folders (File ▸ Open run folders…).")
+WAITING_PHASES = {"starting": "setting up", "compiling": "compiling its model", "stopping": "stopping"}
 
 
 class PlotPanel(QWidget):
@@ -131,6 +132,15 @@ class PlotPanel(QWidget):
         index = self.x_axis_combo.findData(axis)
         if index >= 0:
             self.x_axis_combo.setCurrentIndex(index)
+
+    def show_waiting(self, label: str | None, phase: str = "", preparing: bool = False) -> None:
+        """While the run in focus has no step yet (setting up, preparing data, a compile warm-up of a minute on a
+        CPU), the empty loss plot says so instead of "No runs yet … press Start"; ``label`` None: the hint."""
+        if label is None:
+            self.loss.set_hint(EMPTY_HINT)
+            return
+        doing = "preparing its data" if preparing else WAITING_PHASES.get(phase, phase)
+        self.loss.set_hint(f"{label} is {doing}.\nIts curves begin with its first optimizer step.")
 
     # ------------------------------------------------------------------ runs
     def add_run(self, key: Hashable, color: str, label: str, dash: str = "solid") -> None:

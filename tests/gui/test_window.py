@@ -122,3 +122,19 @@ def test_torch_thread_gets_the_gil_back_quickly(window):
     from gui.controller import GIL_SWITCH_INTERVAL_S
 
     assert sys.getswitchinterval() <= GIL_SWITCH_INTERVAL_S < 0.005  # Python's default is 5 ms
+
+
+def test_the_empty_loss_plot_says_a_started_run_is_setting_up_not_press_start(qtbot, window):
+    from gui.widgets.plot_panel import EMPTY_HINT
+    from tests.gui.conftest import click, wait_idle
+
+    hint = child(window, "lossPlotHint")
+    assert hint.text() == EMPTY_HINT and hint.isVisible()
+    assert "Open run folders…" in EMPTY_HINT  # the File menu's own words
+    click(window, "startButton")  # the run exists at once; its first step comes later, on the torch thread
+    record = window.session.records[-1]  # its events reach this thread in the event loop: none yet
+    assert record.step == 0 and hint.isVisible()
+    assert hint.text() == f"{record.label} is setting up.\nIts curves begin with its first optimizer step."
+    wait_idle(qtbot, window)
+    window.plots.refresh(force=True)  # the curves are drawn at the redraw pacer's next frame
+    assert record.state == "finished" and hint.text() == EMPTY_HINT and not hint.isVisible()
