@@ -481,7 +481,9 @@ ALL_COMMANDS = ("export", "init-from", "resume", "generate")
 def test_cli_reports_a_bad_checkpoint_in_one_line(kind, commands, message, tmp_path, tok, capsys):
     path = str(_bad(kind, tmp_path, tok))
     out_dir, export_to = tmp_path / "out", tmp_path / "exported"
-    small = ["--data", str(corpus_file(tmp_path)), "--vocab-size", "512", "--seq-len", "32", "--micro-batch", "2",
+    # A checkpoint folder brings its tokenizer (--vocab-size beside it is refused); a bare file trains one.
+    vocab = [] if Path(path).is_dir() else ["--vocab-size", "512"]
+    small = ["--data", str(corpus_file(tmp_path)), *vocab, "--seq-len", "32", "--micro-batch", "2",
              "--steps", "1", "--out", str(out_dir), "--no-progress"]
     argvs = {"export": ["export", path, "--format", "hf", str(export_to)],
              "init-from": ["train", "--init-from", path, *small],
