@@ -679,15 +679,13 @@ def _check_prompt(prompt: str) -> None:
 def _generation_tokenizer(loaded, path: str | None):
     """The checkpoint's own tokenizer; --tokenizer is for a checkpoint without one, or must be that same one
     (its weights learned those ids), compared as train --resume/--init-from compare them."""
-    from core.errors import ConfigError
-    from core.tokenizer import load_tokenizer_file
+    from core.tokenizer import load_tokenizer_file, require_checkpoint_tokenizer
 
-    given = load_tokenizer_file(path) if path else None
-    own = loaded.tokenizer
-    if given is not None and own is not None and given.to_str() != own.to_str():
-        raise ConfigError(f"tokenizer {path} is not the one of {loaded.source}, whose weights learned its token "
-                          f"ids; leave --tokenizer out to use the checkpoint's", "tokenizer")
-    return own or given
+    if loaded.tokenizer is None:
+        return load_tokenizer_file(path) if path else None
+    if path:
+        require_checkpoint_tokenizer(path, loaded.tokenizer, str(loaded.source))
+    return loaded.tokenizer
 
 
 def _prompt_ids(tok, prompt: str) -> list[int]:

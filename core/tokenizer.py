@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from core.errors import CheckpointError, DataError
+from core.errors import CheckpointError, ConfigError, DataError
 from core.paths import user_path
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
@@ -195,3 +195,11 @@ def check_special_tokens(tok: BPETokenizer, origin: str) -> None:
     if tok.eos_id is None:
         names = ", ".join(dict.fromkeys(_ALIASES["eos"]))  # each name once
         raise DataError(f"tokenizer {origin} has no end-of-text token (looked for {names})", "tokenizer")
+
+
+def require_checkpoint_tokenizer(path: str, own: BPETokenizer, source: str) -> None:
+    """A tokenizer file given beside a checkpoint that has its own must be that one: its weights learned its
+    ids (train --resume/--init-from, generate). An identical copy is accepted."""
+    if load_tokenizer_file(path).to_str() != own.to_str():
+        raise ConfigError(f"tokenizer {path} is not the one of {source}, whose weights learned its token ids; "
+                          f"leave --tokenizer out to use the checkpoint's", "tokenizer")

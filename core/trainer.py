@@ -97,7 +97,7 @@ from core.runs import (
 from core.schedule import LRSchedule
 from core.split import OUT_OF_MEMORY, OomAgreement, OutOfMemory, average_gradients, smaller_split
 from core.step_times import StepTimes
-from core.tokenizer import load_tokenizer_file
+from core.tokenizer import require_checkpoint_tokenizer
 
 DEFAULT_PROMPT = "The"
 
@@ -425,9 +425,7 @@ class Trainer:
         path = self.cfg.data.tokenizer
         if not path or not Path(path).expanduser().exists():
             return  # none given, or a resumed run's old setting whose file is gone: the checkpoint's own serves
-        if load_tokenizer_file(path).to_str() != tokenizer.to_str():
-            raise ConfigError(f"tokenizer {path} is not the one of {source}, whose weights learned its token ids; "
-                              f"leave --tokenizer out to use the checkpoint's", "tokenizer")
+        require_checkpoint_tokenizer(path, tokenizer, source)
 
     def _build_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
         """``model_cfg``, ``model`` (with the checkpoint's weights), ``optimizer`` and ``scaler``."""
