@@ -682,9 +682,12 @@ def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
-def table_rows(report_or_summary: dict[str, Any]) -> list[list[str]]:
-    """The table the CLI prints and the dashboard shows, as text cells (header first)."""
+def table_rows(report_or_summary: dict[str, Any], running: bool = False) -> list[list[str]]:
+    """The table the CLI prints and the dashboard shows, as text cells (header first). A report names why a
+    setting was not run (the time budget, memory); while the trials run (``running``) it is still to come."""
     summary = report_or_summary.get("summary", report_or_summary)
+    why_not = {x["cell"]: x["reason"] for x in [*report_or_summary.get("plan", {}).get("left_out", []),
+                                                 *report_or_summary.get("skipped", [])]}
     header = ["setting", "tokens/s median (min–max)", "vs current", "MFU", "compile cold / warm (s)",
               "peak mem (GiB)", "loss", "status"]
     rows = [header]
@@ -700,7 +703,8 @@ def table_rows(report_or_summary: dict[str, Any]) -> list[list[str]]:
         if row.get("error"):
             status = f"failed: {row['error']}"
         elif row["trials"] == 0:
-            status = "not run"
+            status = "to run" if running else (f"not run: {why_not[row['name']]}" if row["name"] in why_not
+                                                else "not run")
         elif row.get("loss_agrees") is False:
             status = f"loss disagrees ({row['loss_deviation']:+.2e} > {row['loss_tolerance']:g})"
         else:

@@ -463,7 +463,8 @@ class MainWindow(QMainWindow):
         self.tune_action.setEnabled(not running)
         # The Run menu offers what the buttons offer, enabled alike.
         for text, button in (("Start", self.controls.start), ("Pause", self.controls.pause),
-                             ("Stop", self.controls.stop), ("Continue with these settings", self.controls.continue_)):
+                             ("Stop", self.controls.stop), ("Continue with these settings", self.controls.continue_),
+                             ("Save model…", self.controls.save)):
             self.actions[text].setEnabled(button.isEnabled())
         self.actions["Pause"].setText("Resume" if session.paused else "Pause")
 

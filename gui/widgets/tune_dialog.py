@@ -207,6 +207,7 @@ class TuneDialog(QDialog):
         session.tune_event.connect(self._on_event)
         session.tune_ended.connect(self._on_ended)
         session.tune_failed.connect(self._on_failed)
+        session.running_changed.connect(self._update_buttons)
         self._update_buttons()
 
     # ------------------------------------------------------------------ commands
@@ -270,7 +271,7 @@ class TuneDialog(QDialog):
             return False
         self._show_plan(report["plan"])
         self.budget.setValue(int(round(report["plan"].get("budget_seconds", self.budget.value()))))
-        self._show_summary(report["summary"])
+        self._show_summary(report["summary"], report)
         self._show_finished(report, path)
         return True
 
@@ -287,7 +288,7 @@ class TuneDialog(QDialog):
             self.progress_label.setText(f"{event.elapsed:.0f} s so far; about {_minutes(event.eta_seconds)} left")
         elif isinstance(event, TuneFinished):
             self._show_plan(event.report["plan"])  # spare settings tried at the end are no longer "not tried"
-            self._show_summary(event.report["summary"])
+            self._show_summary(event.report["summary"], event.report)
             self._show_finished(event.report, event.path)
 
     def _on_ended(self) -> None:
@@ -307,10 +308,11 @@ class TuneDialog(QDialog):
             text += f". Not tried: {len(left_out)} ({reasons})"
         self.plan_label.setText(text + ".")
 
-    def _show_summary(self, summary: dict) -> None:
+    def _show_summary(self, summary: dict, report: dict | None = None) -> None:
+        """The rows; with the finished ``report``, why a setting was not run."""
         self.summary = summary
         rows = list(summary["rows"].values())
-        text = table_rows(summary)
+        text = table_rows(report if report is not None else summary, running=report is None and self.tuning)
         self.table.setColumnCount(len(text[0]))
         self.table.setHorizontalHeaderLabels(text[0])
         self.table.setRowCount(len(rows))
@@ -354,9 +356,11 @@ class TuneDialog(QDialog):
         source = self.report or ({"recommendation": self.summary.get("recommendation")} if self.summary else None)
         return source.get("recommendation") if source else None
 
-    def _update_buttons(self) -> None:
+    def _update_buttons(self, *_) -> None:
         tuning = self.tuning
-        self.run_button.setEnabled(not tuning)
+        training = self.session.running  # the trials need the machine (and the torch thread) to themselves
+        self.run_button.setEnabled(not tuning and not training)
+        self.run_button.setToolTip("A run is training: the trials start once it has ended" if training else "")
         self.budget.setEnabled(not tuning)
         self.cancel_button.setEnabled(tuning)
         self.open_button.setEnabled(not tuning)

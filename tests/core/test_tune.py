@@ -216,6 +216,14 @@ def test_tune_interleaves_trials_and_recommends_with_a_report_that_round_trips(m
     assert loaded["summary"] == report["summary"] and loaded["path"] == str(tmp_path / "report.json")
     assert table_rows(loaded) == table_rows(report)
     assert "recommendation:" in format_report(loaded)
+    # A setting not run says why (the report's reasons); while trials run it is still to come.
+    name = "off-a2-fp32"
+    row = {**report["summary"]["rows"][name], "trials": 0, "tokens_per_s": None, "vs_current": None}
+    unrun = {**report, "summary": {**report["summary"], "rows": {**report["summary"]["rows"], name: row}},
+             "skipped": [{"cell": name, "repeat": 0, "reason": "the time budget was used up"}]}
+    position = list(report["summary"]["rows"]).index(name) + 1
+    assert table_rows(unrun)[position][-1] == "not run: the time budget was used up"
+    assert table_rows(unrun["summary"], running=True)[position][-1] == "to run"
 
 
 def test_a_cancelled_tune_reports_what_it_measured(micro, private_tmp):

@@ -16,6 +16,8 @@ def test_the_run_menu_offers_pause_and_continue_and_stop_only_while_running(qtbo
     window = make_window(train={"budget": 1_000_000})
     assert _menu_state(window) == {"Start": True, "Pause": False, "Stop": False,
                                    "Continue with these settings": False}
+    # No model yet: File ▸ Save model… is disabled as the Save button is, and enabled with it.
+    assert not window.actions["Save model…"].isEnabled() and not window.controls.save.isEnabled()
     window.actions["Start"].trigger()
     record = wait_steps(qtbot, window, 1)
     assert _menu_state(window) == {"Start": False, "Pause": True, "Stop": True,
@@ -32,6 +34,7 @@ def test_the_run_menu_offers_pause_and_continue_and_stop_only_while_running(qtbo
     assert record.state == "stopped"
     assert not window.actions["Stop"].isEnabled() and not pause.isEnabled()
     assert window.actions["Continue with these settings"].isEnabled()  # from its final checkpoint
+    assert window.actions["Save model…"].isEnabled() and window.controls.save.isEnabled()
     assert record.device == "cpu (1 thread)"  # singular (the tests train on one torch thread)
 
 

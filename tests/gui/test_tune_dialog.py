@@ -121,3 +121,18 @@ def test_settings_that_may_still_be_tried_are_not_called_not_tried(window):
     assert "Not tried: 1 (does not fit in memory)" in label and "follows if" in label
     dialog._show_plan({**plan, "spare": []})  # the end: whatever was not tried is said so
     assert "Not tried: 2" in child(dialog, "tunePlanLabel").text()
+
+
+def test_run_trials_is_offered_only_while_no_run_trains(qtbot, make_window):
+    from tests.gui.conftest import wait_idle, wait_steps
+
+    window = make_window(train={"budget": 1_000_000})
+    dialog = open_dialog(window)
+    run_trials = child(dialog, "tuneRunButton")
+    assert run_trials.isEnabled()
+    click(window, "startButton")
+    wait_steps(qtbot, window, 1)
+    assert not run_trials.isEnabled() and "A run is training" in run_trials.toolTip()
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    assert run_trials.isEnabled() and run_trials.toolTip() == ""
