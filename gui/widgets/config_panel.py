@@ -644,7 +644,12 @@ class ConfigPanel(QWidget):
             self.precision.setItemText(index, text)
         if index >= 0:
             self.precision.setItemData(index, f"{text}\n{AUTO_TOOLTIP}", Qt.ItemDataRole.ToolTipRole)
-            _fit_popup(self.precision)
+        fp16 = self.precision.findData("fp16")
+        fp16_text = PRECISION_TEXT["fp16"] + (" (for GPUs: most CPUs emulate it, slowly)" if device.type == "cpu"
+                                              else "")
+        if fp16 >= 0 and self.precision.itemText(fp16) != fp16_text:
+            self.precision.setItemText(fp16, fp16_text)
+        _fit_popup(self.precision)
 
     def refresh_precision(self) -> None:
         """Show what ``auto`` chose once a run has measured it (call after a run started)."""

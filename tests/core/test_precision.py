@@ -254,6 +254,20 @@ def test_a_run_records_what_auto_chose(micro, monkeypatch):
     assert started.matmul_peak_flops == 1e12 and started.flops_per_token > 0
 
 
+@pytest.mark.parametrize(("fp16_flops", "warned"), [(30e9, True), (400e9, False)])
+def test_fp16_on_a_cpu_that_emulates_it_is_said_with_its_figures(micro, monkeypatch, fp16_flops, warned):
+    from core.events import ListSink, WarningRaised
+    from core.trainer import Trainer
+
+    peaks = {"fp16": fp16_flops, "fp32": 236e9}
+    monkeypatch.setattr(prec, "measure_gemm_peak", lambda device, precision, sizes=None, seconds=0.0: peaks[precision])
+    sink = ListSink()
+    Trainer(micro(train={"precision": "fp16", "budget": 1}), sink=sink).run()
+    notes = [w.message for w in sink.of(WarningRaised) if "fp16" in w.message]
+    assert notes == (["fp16 matrix products run at 30 GFLOP/s on this CPU, 8× slower than fp32's 236: fp16 is "
+                      "for GPUs; bf16 or fp32 train faster here"] if warned else [])
+
+
 def test_fitting_a_split_for_the_window_thread_never_runs_the_probe(monkeypatch):
     from core.config import RunConfig
     from core.memory_budget import fit_run_config

@@ -176,3 +176,8 @@ def test_switching_between_steps_and_tokens_keeps_the_length_of_the_run(qtbot, p
     type_into(qtbot, panel.budget, str(30 * per_step + 1))  # not a whole number of steps: rounded up
     panel.budget_kind.setCurrentIndex(panel.budget_kind.findData("steps"))
     assert panel.config.train.budget == 31
+
+
+def test_fp16_on_a_cpu_says_it_is_for_gpus(panel):
+    fp16 = panel.precision.findData("fp16")
+    assert panel.precision.itemText(fp16) == "fp16 + loss scaling (for GPUs: most CPUs emulate it, slowly)"
