@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSplitter,
     QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -74,6 +75,7 @@ class MainWindow(QMainWindow):
         self.run_folders = RunFolders(self, self.session, self.folders, self.plots, self.log, self.status)
         self._build_layout()
         self._build_menus()
+        self._build_compact_controls()
         self._connect()
         self._restore_settings()
         self.run_folders.reopen_last_session(self.settings)
@@ -127,6 +129,24 @@ class MainWindow(QMainWindow):
         self.main_splitter.setSizes([400, 1100])
         self.right_splitter.setSizes([680, 240])
         self.left_splitter.setSizes([700, 220])
+
+    def _build_compact_controls(self) -> None:
+        """Start, Pause/Resume and Stop beside the settings button while the settings column (and its buttons)
+        is collapsed: a run can be stopped without giving the plots' room back. They are the Run menu's
+        actions, so they are enabled and named as the menu is."""
+        self.compact_controls: list[QToolButton] = []
+        for position, text in enumerate(("Start", "Pause", "Stop"), start=1):
+            button = QToolButton()
+            button.setObjectName(f"compact{text}Button")
+            button.setDefaultAction(self.actions[text])
+            self.plots.options.insertWidget(position, button)
+            self.compact_controls.append(button)
+        self.settings_button.shown_changed.connect(self._show_compact_controls)
+        self._show_compact_controls(self.settings_shown())
+
+    def _show_compact_controls(self, settings_shown: bool) -> None:
+        for button in self.compact_controls:
+            button.setVisible(not settings_shown)
 
     def settings_shown(self) -> bool:
         return self.settings_button.settings_shown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QSplitter, QToolButton
 
 SETTINGS_MIN_WIDTH = 250
@@ -11,6 +12,9 @@ SETTINGS_MIN_WIDTH = 250
 class SettingsToggle(QToolButton):
     """Checked while the splitter's first widget (the settings column) has room; dragging the handle to the
     edge collapses the column too, and the button follows."""
+
+    shown_changed = Signal(bool)
+    """The column was shown or collapsed (by the button, a drag or restored state)."""
 
     def __init__(self, splitter: QSplitter) -> None:
         super().__init__()
@@ -49,3 +53,4 @@ class SettingsToggle(QToolButton):
         self.setText("◀ settings" if shown else "▶ settings")
         self.setToolTip("Hide the settings and log (more room for the plots)" if shown
                         else "Show the settings and log")
+        self.shown_changed.emit(shown)

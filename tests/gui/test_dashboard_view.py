@@ -159,10 +159,16 @@ def test_window_is_usable_at_1024_by_640(qtbot, window, tmp_path):
     assert panel.minimumSizeHint().width() <= viewport.width()
 
     plots_width = window.plots.width()
+    compact = [child(window, f"compact{name}Button") for name in ("Start", "Pause", "Stop")]
+    assert not any(b.isVisible() for b in compact)  # the column's own buttons are in sight
     click(window, "settingsToggle")  # the settings collapse: the plots take their room
     assert not window.settings_shown() and window.plots.width() > plots_width
+    # Start, Pause and Stop stay at hand beside the settings button, enabled as the Run menu is.
+    assert all(b.isVisible() for b in compact)
+    assert [b.isEnabled() for b in compact] == [window.actions[n].isEnabled() for n in ("Start", "Pause", "Stop")]
+    assert compact[0].isEnabled() and not compact[2].isEnabled()
     click(window, "settingsToggle")
-    assert window.settings_shown()
+    assert window.settings_shown() and not any(b.isVisible() for b in compact)
 
 
 # --------------------------------------------------------------------------- bug 6: long messages elide
