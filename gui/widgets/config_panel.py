@@ -38,7 +38,7 @@ from core.config import (
     RunConfig,
     config_from_preset,
 )
-from core.errors import DataError, SpeedboardError
+from core.errors import ConfigError, DataError, SpeedboardError
 from core.event_text import skipped_files
 from core.launch import check_nproc, process_capacity
 from core.precision import BF16_MIN_SPEEDUP
@@ -424,6 +424,9 @@ class ConfigPanel(QWidget):
         """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
         self._start_from = (path, mode)
         self._start_model = model_config
+        presets = self._presets_of(model_config)
+        if presets and self.preset.currentData() not in presets:
+            _set_combo(self.preset, presets[0])  # its sizes and schedule too, as train --init-from takes them
         verb = "resume" if mode == "resume" else "weights of"
         self.start_from_label.setText(f"{verb} {description}")
         self.start_from_label.setToolTip(path)
@@ -594,6 +597,7 @@ class ConfigPanel(QWidget):
         overrides: dict[str, Any] = {"data": data, "train": train, "init_from": None, "resume": None}
         if self._start_model is not None:
             overrides["model"] = model = ModelConfig.from_dict(self._start_model)  # the checkpoint's architecture
+            self._check_preset_fits(model)
             # A tokenizer trained for it (a bare state dict has none) must fit its embedding.
             data["vocab_size"] = min(base.data.vocab_size, model.vocab_size)
         if self._start_from is not None:
@@ -613,6 +617,21 @@ class ConfigPanel(QWidget):
             if cfg.train.device == "auto" and self.process_kind == "cpu":
                 cfg = cfg.replace(train={"device": "cpu"})
         return cfg
+
+    def _check_preset_fits(self, model: ModelConfig) -> None:
+        """Weights of a preset's architecture train under that preset's name, as the command line does: a tiny
+        model is not recorded as "small". Weights of no preset's architecture (a Hugging Face folder) take any."""
+        same = self._presets_of(model.to_dict())
+        if same and self.preset.currentData() not in same:
+            raise ConfigError(f"the loaded weights have the {same[0]} preset's architecture, not the "
+                              f"{self.preset.currentData()} preset's: choose {same[0]}, or Clear them", "preset")
+
+    def _presets_of(self, model_config: dict | None) -> list[str]:
+        """The presets whose architecture ``model_config`` is (its vocabulary aside)."""
+        if model_config is None:
+            return []
+        model = ModelConfig.from_dict(model_config)
+        return [name for name, cfg in self._presets.items() if replace(cfg.model, vocab_size=model.vocab_size) == model]
 
     @property
     def nproc(self) -> int:

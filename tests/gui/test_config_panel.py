@@ -181,3 +181,21 @@ def test_switching_between_steps_and_tokens_keeps_the_length_of_the_run(qtbot, p
 def test_fp16_on_a_cpu_says_it_is_for_gpus(panel):
     fp16 = panel.precision.findData("fp16")
     assert panel.precision.itemText(fp16) == "fp16 + loss scaling (for GPUs: most CPUs emulate it, slowly)"
+
+
+def test_loaded_weights_train_under_their_own_presets_name(panel):
+    """As train --init-from: a model of the micro preset's architecture is not recorded as "tiny"."""
+    micro_model = panel.preset_config("micro").model.to_dict()
+    panel.preset.setCurrentIndex(panel.preset.findData("tiny"))
+    panel.set_start_from("/ckpt/micro", "init", "micro checkpoint", micro_model)
+    assert panel.preset.currentData() == "micro" and panel.config is not None  # chosen with the weights
+    panel.preset.setCurrentIndex(panel.preset.findData("tiny"))
+    assert panel.config is None and shown(panel) == ["presetError"]
+    assert panel.error == "the loaded weights have the micro preset's architecture, not the tiny preset's: " \
+                          "choose micro, or Clear them"
+    panel.clear_start_from()
+    assert panel.config is not None and panel.config.preset == "tiny"
+    # Weights of no preset's architecture (a Hugging Face folder) train under any preset's name.
+    custom = {**micro_model, "hidden_size": 48, "max_position_embeddings": 256}
+    panel.set_start_from("/ckpt/hf", "init", "a Hugging Face folder", custom)
+    assert panel.preset.currentData() == "tiny" and panel.config is not None, panel.error
