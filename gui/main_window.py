@@ -393,6 +393,19 @@ class MainWindow(QMainWindow):
                      f"set to {fit.micro_batch} × {fit.accum_steps}, the same effective batch")
         return self._settings_or_explain()
 
+    def _note_what_continue_keeps(self, parent: RunRecord, settings: RunConfig) -> None:
+        """Continue trains the parent's model on the parent's data with the panel's training settings: where the
+        panel shows another preset or other data, the log says which values the continued run keeps."""
+        data = parent.config.get("data", {})
+        kept = [f"{what} {theirs}" for what, theirs, ours in (
+            ("preset", parent.config.get("preset"), settings.preset),
+            ("data", data.get("source"), settings.data.source),
+            ("layout", data.get("layout"), settings.data.layout),
+            ("sequence length", data.get("seq_len"), settings.data.seq_len)) if theirs is not None and theirs != ours]
+        if kept:
+            self.log.add(f"Continue keeps {parent.label}'s model and data ({', '.join(kept)}); the settings shown "
+                         f"for them apply to Start")
+
     def _pause(self) -> None:
         self.session.pause()
         key = self.session.active.key if self.session.active is not None else None
@@ -423,6 +436,8 @@ class MainWindow(QMainWindow):
             return
         if self.session.running:
             key = self.session.active.key if self.session.active is not None else None
+            if self.session.active is not None:
+                self._note_what_continue_keeps(self.session.active, settings)
             self.session.stop_then_continue(settings, self.config_panel.nproc)
             self.status.showMessage("Stopping; the run then continues with these settings …", 10_000,
                                     until=lambda r: r.key != key)  # the continued run is in focus
@@ -433,6 +448,7 @@ class MainWindow(QMainWindow):
             dialogs.show_error(self, "Nothing to continue", "Finish or stop a run first: Continue starts from "
                                                             "its final checkpoint.")
             return
+        self._note_what_continue_keeps(source, settings)
         try:
             self.session.continue_from(source, settings, self.config_panel.nproc)
         except SpeedboardError as exc:

@@ -30,8 +30,10 @@ class RunControls(QWidget):
         self.stop = _button("stopButton", "Stop", "Stop at the next optimizer step (a final checkpoint is saved)")
         self.continue_ = _button(
             "continueButton", "Continue with these settings",
-            "A new run from the selected (or last) run's weights and optimizer state, with the compile mode, "
-            "accumulation and budget set here; during a run, stops it first")
+            "A new run from the selected (or last) run's weights, optimizer state and schedule, with the training "
+            "settings set here (compile, precision, micro-batch and accumulation, learning rate, budget, seed, "
+            "device); its model and data (preset, corpus, layout, sequence length) stay the parent's. During a "
+            "run, stops it first")
         self.save = _button("saveButton", "Save model…",
                             "Save the current model as a checkpoint folder (during a run: at the next step)")
         self.load = _button("loadButton", "Load…", "Load weights (any supported checkpoint) into the next run")

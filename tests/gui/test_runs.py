@@ -101,10 +101,14 @@ def test_second_run_with_other_accumulation_gets_a_row_and_a_speedup(qtbot, wind
 def test_continue_with_other_accumulation_starts_where_the_parent_ended(qtbot, window):
     parent = run_once(qtbot, window)
     child(window, "accumStepsSpin").setValue(2)
+    child(window, "seqLenSpin").setValue(16)  # the model's and data's: the continued run keeps 32, and says so
     click(window, "continueButton")
+    note = f"Continue keeps {parent.label}'s model and data (sequence length 32); the settings shown for them " \
+           f"apply to Start"
+    assert any(note in line for line in window.log.messages())
     wait_idle(qtbot, window)
     child_run = window.session.records[-1]
-    assert child_run.state == "finished"
+    assert child_run.state == "finished" and child_run.config["data"]["seq_len"] == 32
     assert child_run.parent_id == parent.run_id and child_run.parent_number == parent.number
     assert "← #1" in child_run.label
     table = child(window, "runTable")
