@@ -449,6 +449,11 @@ class MainWindow(QMainWindow):
                                                             "its final checkpoint.")
             return
         self._note_what_continue_keeps(source, settings)
+        plan, problem = _continue_plan(source, settings)
+        if problem:
+            dialogs.show_error(self, "Cannot continue", problem)
+            return
+        self.log.add(plan)
         try:
             self.session.continue_from(source, settings, self.config_panel.nproc)
         except SpeedboardError as exc:
@@ -521,3 +526,21 @@ class MainWindow(QMainWindow):
         self._refresh_timer.stop()
         self.session.shutdown()  # the torch thread ends before the window goes
         event.accept()
+
+
+def _continue_plan(parent: RunRecord, settings: RunConfig) -> tuple[str, str]:
+    """What Continue will train (as ``Trainer._make_schedule`` decides it), and why it cannot (or "").
+
+    A parent that finished its budget gets one more budget, a new cosine from the peak learning rate without
+    warmup; one that stopped early goes on to its own budget, or to a new total given in the same unit."""
+    tc, theirs = settings.train, parent.train
+    budget = f"{tc.budget:,g} {tc.budget_kind}"
+    if parent.state == "finished":
+        return (f"Continue: {budget} more after {parent.label}'s step {parent.step:,}, a new cosine from the peak "
+                f"learning rate {tc.lr:g} without warmup"), ""
+    if (theirs.get("budget_kind"), theirs.get("budget")) == (tc.budget_kind, tc.budget):
+        return f"Continue: {parent.label} goes on to its budget ({parent.total_steps:,} steps)", ""
+    if tc.budget_kind == "steps" and tc.budget <= parent.step:
+        return "", (f"a budget of {budget} is already used up: {parent.label} stopped at step {parent.step:,}; "
+                    f"give a larger budget (the steps in all, counted from its start)")
+    return f"Continue: {parent.label} goes on along its schedule to {budget} in all", ""

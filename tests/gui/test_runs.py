@@ -106,6 +106,9 @@ def test_continue_with_other_accumulation_starts_where_the_parent_ended(qtbot, w
     note = f"Continue keeps {parent.label}'s model and data (sequence length 32); the settings shown for them " \
            f"apply to Start"
     assert any(note in line for line in window.log.messages())
+    budget = window.config_panel.config.train.budget
+    plan = f"Continue: {budget:,g} steps more after {parent.label}'s step {parent.step}, a new cosine from the peak"
+    assert any(plan in line for line in window.log.messages())  # the parent finished its budget
     wait_idle(qtbot, window)
     child_run = window.session.records[-1]
     assert child_run.state == "finished" and child_run.config["data"]["seq_len"] == 32
@@ -146,6 +149,26 @@ def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, 
     click(window, "stopButton")
     wait_idle(qtbot, window)
     assert continued.state == "stopped"
+
+
+def test_continue_of_a_stopped_run_says_where_it_goes_and_refuses_a_budget_used_up(qtbot, make_window, dialogs):
+    window = make_window(**LONG)
+    click(window, "startButton")
+    parent = wait_steps(qtbot, window, 2)
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    window.config_panel.budget.setValue(parent.step)  # steps in all, counted from the lineage's start
+    click(window, "continueButton")
+    assert dialogs.warnings() == [f"Cannot continue: a budget of {parent.step} steps is already used up: "
+                                  f"{parent.label} stopped at step {parent.step}; give a larger budget (the steps "
+                                  f"in all, counted from its start)"]
+    assert len(window.session.records) == 1  # no failed row
+    window.config_panel.budget.setValue(parent.step + 2)
+    click(window, "continueButton")
+    assert any(f"Continue: {parent.label} goes on along its schedule to {parent.step + 2} steps in all" in line
+               for line in window.log.messages())
+    wait_idle(qtbot, window)
+    assert window.session.records[-1].step == parent.step + 2
 
 
 def test_pause_and_resume(qtbot, make_window):
