@@ -361,6 +361,8 @@ def _read_text(path: Path) -> Iterator[tuple[str, int]]:
                 except UnicodeDecodeError as exc:
                     bad = position - pending + exc.start
                     raise DataError(f"{path} is not UTF-8 text (bad byte at offset {max(bad, 0)})") from None
+                if position == 0:
+                    text = text.removeprefix("\ufeff")  # a byte-order mark is no text (JSONL lines lose it too)
                 position += len(raw)
                 parts = _PARAGRAPH_BREAK.split(text)
                 carry = "" if final else parts.pop()

@@ -114,7 +114,9 @@ def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
     hf.update(special_ids)
     target = user_path(out)
     check_writable(target, "export")
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if target.exists() and not target.is_dir():
+        raise CheckpointError(f"export folder {target} is a file; name a new or empty folder")
+    if target.exists() and any(target.iterdir()):
         raise CheckpointError(f"export folder {target} exists and is not empty")
     with AtomicFolder(target, "export") as tmp:
         save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS_FILE),

@@ -87,6 +87,9 @@ def test_export_refuses_what_it_cannot_do_in_one_line(tmp_path, tok, capsys):
     err = capsys.readouterr().err
     assert "exists and is not empty" in err and err.count("\n") == 1
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+    assert main(["export", str(checkpoint), "--format", "hf", str(busy / "keep.txt")]) == 2
+    assert "keep.txt is a file; name a new or empty folder" in capsys.readouterr().err
+    assert (busy / "keep.txt").read_text() == "mine"
     assert not (tmp_path / "out").exists()
 
 

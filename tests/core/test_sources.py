@@ -233,3 +233,9 @@ def test_lone_surrogates_in_hub_rows_become_replacement_characters(monkeypatch):
     monkeypatch.setattr(core.sources, "_hub_dataset", lambda source: iter([{"text": "a \udc00 b"}, {"text": "ok"}]))
     source = resolve_source("hf:someone/corpus")
     assert [d for batch, _ in source.iter_documents() for d in batch] == ["a \ufffd b", "ok"]
+
+
+def test_a_byte_order_mark_opening_a_text_file_is_no_text(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n\n".join(DOCS[:3]).encode("utf-8"))
+    assert load_corpus(str(path)).documents == DOCS[:3]
