@@ -225,7 +225,8 @@ class RunTable(QTableWidget):
             "MFU": _fmt(record.mfu, ".0%"),
             "Loss": _fmt(record.final_loss if record.final_loss is not None else record.last_loss, ".4f"),
             "Val loss": _fmt(record.val_loss, ".4f"),
-            "Train GiB": _fmt(record.peak_mem_gib, ".2f"),
+            # No step trained, no training memory to show (not 0.00: a run stopped while it compiled).
+            "Train GiB": _fmt(record.peak_mem_gib if record.step > record.start_step else None, ".2f"),
         }
         self._filling = True
         try:

@@ -161,8 +161,11 @@ class StatusBar(QStatusBar):
         eta = (total - step) * step_time if live and step_time and total else None
         self.eta.setText(f"ETA {format_duration(eta)}" if eta is not None else "")
         self.device.setText(record.device)
-        self.memory.setText(f"{record.mem_gib:.2f} GiB" if record.mem_gib is not None else "")
-        self.memory.setToolTip("Memory the training holds now (above the process before the model existed)")
+        now, peak = record.mem_gib, record.peak_mem_gib
+        self.memory.setText("" if now is None else f"mem {now:.2f} GiB" if peak is None else
+                            f"mem {now:.2f} GiB · peak {peak:.2f}")
+        self.memory.setToolTip("Memory the training holds now, and its peak so far (the run table's Train GiB): "
+                               "above what the process held before the model existed")
 
     def show_idle(self, text: str = "idle") -> None:
         self._shown = None

@@ -206,6 +206,8 @@ def test_speedup_shows_its_spread_and_marks_runs_that_cannot_be_compared(window,
 def test_memory_is_the_trainings_own_with_a_sensible_range(window, tmp_path):
     (record,) = open_runs(window, tmp_path, 1, baseline_gib=0.5, mem_gib=0.78501)
     assert cell(window, record.key, "Train GiB").text() == "0.30"  # 0.79501 peak − 0.5 before the model
+    window.table.selectRow(0)  # the status bar follows it: now and peak, named, the peak the table's figure
+    assert window.status.memory.text() == f"mem {record.mem_gib:.2f} GiB · peak 0.30"
     assert "before the model existed" in window.table.horizontalHeaderItem(
         window.table.column("Train GiB")).toolTip()
     memory = child(window, "memoryPlot")
@@ -326,6 +328,21 @@ def test_rows_are_removed_with_delete_and_failed_runs_cleared(qtbot, window, tmp
     assert records[0].key not in window.store and window.plots.loss.curve(records[0].key, "train") is None
     assert window.table.baseline == records[1].key  # the baseline moved to a run still shown
     assert Path(records[0].folder).is_dir()  # the folder stays on disk
+
+
+def test_a_run_stopped_before_its_first_step_shows_no_training_memory(qtbot):
+    from gui.run_record import RunRecord
+    from gui.widgets.run_table import RunTable
+
+    record = RunRecord(key=1, number=1, config={"train": {"compile_mode": "default"}})
+    record.apply(RunStarted("c1", 0.0, run_dir="/runs/c1", config={"train": {"compile_mode": "default"}},
+                            device="cpu", precision="fp32", num_parameters=1, tokens_per_step=1, budget_tokens=9,
+                            total_steps=9, mem_baseline_gib=0.5))
+    record.apply(RunFinished("c1", 1.0, 0, 0, True, None, None, None, None, 0.52, None, train_mem_gib=0.02))
+    table = RunTable()
+    qtbot.addWidget(table)
+    table.add_record(record)
+    assert record.state == "stopped" and table.item(0, table.column("Train GiB")).text() == "—"
 
 
 def test_removing_a_row_before_others_keeps_every_row_its_own_run(qtbot, window, tmp_path):
