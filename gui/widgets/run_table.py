@@ -31,7 +31,8 @@ STATE_CHARS = 80
 STATE_MAX_PX = 190
 MIN_STEPS_FOR_RANGE = 4
 """Steady steps a run needs before its spread says anything."""
-COMPARED = (("precision", "precision"), ("device", "device"), ("preset", "preset"), ("seq_len", "sequence length"))
+COMPARED = (("precision", "precision"), ("device", "device"), ("preset", "preset"), ("seq_len", "sequence length"),
+            ("layout", "layout"), ("vocab_size", "vocabulary"))
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -46,12 +47,15 @@ def _quartiles(times: list[float]) -> tuple[float, float] | None:
 
 
 def comparison_keys(record: RunRecord) -> dict[str, str]:
-    """What must match for two runs' throughputs to be compared: precision, device, preset, sequence length."""
+    """What must match for two runs' throughputs to be compared: precision, device, preset, sequence length,
+    layout (documents padded or packed) and the vocabulary (the output head's size: another corpus' tokenizer)."""
     cfg = record.config
     return {"precision": record.precision or str(record.train.get("precision", "")),
             "device": record.device or str(record.train.get("device", "")),
             "preset": str(cfg.get("preset", "")),
-            "seq_len": str(cfg.get("data", {}).get("seq_len", ""))}
+            "seq_len": str(cfg.get("data", {}).get("seq_len", "")),
+            "layout": str(cfg.get("data", {}).get("layout", "packed")),
+            "vocab_size": str(cfg.get("model", {}).get("vocab_size", ""))}
 
 
 def not_comparable(record: RunRecord, base: RunRecord) -> list[str]:
@@ -358,10 +362,11 @@ class RunTable(QTableWidget):
                 span = speedup_range(record, base)
                 text = f"{value:.2f}×" + (f" ({span[0]:.2f}–{span[1]:.2f})" if span else "")
                 differ = not_comparable(record, base)
+                noise = span is not None and span[0] <= 1.0 <= span[1]  # the step times overlap
                 if differ:
                     text += " ≠"
                 item.setText(text)
-                item.setForeground(QColor(_NOT_COMPARABLE_COLOR if differ else "#202020"))
+                item.setForeground(QColor(_NOT_COMPARABLE_COLOR if differ or noise else "#202020"))
                 tip = (f"Median tokens/s of {record.label} ({record.median_tokens_per_s:,.0f} over "
                        f"{len(record.step_seconds)} steady steps) ÷ median of {base.label} "
                        f"({base.median_tokens_per_s:,.0f} over {len(base.step_seconds)} steady steps).\n"
@@ -370,6 +375,8 @@ class RunTable(QTableWidget):
                 if span:
                     tip += (f"\nRange {span[0]:.2f}–{span[1]:.2f}×: both runs' step times at their 25th and "
                             f"75th percentiles.")
+                if noise:
+                    tip += "\nThe range spans 1×: the two runs' step times overlap, so this is no measured difference."
                 if differ:
                     tip += "\nNot comparable with the baseline: " + "; ".join(differ) + "."
                 item.setToolTip(tip)

@@ -201,6 +201,11 @@ def test_speedup_shows_its_spread_and_marks_runs_that_cannot_be_compared(window,
     assert "not interleaved" in tip and "Median tokens/s" in tip and f"{len(same.step_seconds)} steady" in tip
     marked = cell(window, other.key, "Speedup")
     assert marked.text().endswith("≠") and "precision bf16 vs fp32" in marked.toolTip()
+    assert "spans 1×" not in tip and cell(window, same.key, "Speedup").foreground().color().name() == "#202020"
+    # A run as fast as the baseline, within the noise: grey, and its tooltip says why.
+    (twin,) = open_runs(window, tmp_path, 1, step_times=tuple(0.2 + 0.02 * rng.random(20)))
+    noisy = cell(window, twin.key, "Speedup")
+    assert "The range spans 1×" in noisy.toolTip() and noisy.foreground().color().name() != "#202020"
 
 
 def test_memory_is_the_trainings_own_with_a_sensible_range(window, tmp_path):
@@ -380,3 +385,16 @@ def test_processes_and_started_from_columns(qtbot, window, tmp_path):
     assert child_run.parent_number == parent.number
     assert cell(window, child_run.key, "Started from").text() == f"#{parent.number}"
     assert parent.run_id in cell(window, child_run.key, "Started from").toolTip()
+
+
+def test_layout_and_vocabulary_make_throughputs_incomparable():
+    from gui.run_record import RunRecord
+    from gui.widgets.run_table import not_comparable
+
+    def record(key, layout, vocab):
+        return RunRecord(key=key, number=key, config={"preset": "tiny", "data": {"seq_len": 128, "layout": layout},
+                                                      "model": {"vocab_size": vocab}, "train": {}})
+
+    assert not_comparable(record(1, "packed", 2048), record(2, "packed", 2048)) == []
+    assert not_comparable(record(1, "document", 8192), record(2, "packed", 2048)) == \
+        ["layout document vs packed", "vocabulary 8192 vs 2048"]
