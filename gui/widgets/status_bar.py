@@ -148,7 +148,8 @@ class StatusBar(QStatusBar):
         if record.run_id is None:  # set-up: nothing of it is known yet, and nothing of another run is shown
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
-            self.progress.setFormat(record.progress_text() if record.preparing else "setting up")
+            self.progress.setFormat("not started" if record.ended else
+                                     record.progress_text() if record.preparing else "setting up")
             self.eta.setText("")
             self.device.setText("")
             self.memory.setText("")

@@ -41,6 +41,8 @@ def test_no_starts_as_set(qtbot, window, dialogs, monkeypatch):
     assert len(dialogs.questions()) == 1
     assert (child(window, "microBatchSpin").value(), child(window, "accumStepsSpin").value()) == (4, 1)
     assert record.state == "failed" and "micro-batch 2 × accumulation 2 fits" in record.message
+    # It failed before it had a run folder: the status bar does not say it is still setting up.
+    assert record.run_id is None and child(window, "progressBar").format() == "not started"
 
 
 def test_no_question_when_the_split_fits(qtbot, window, dialogs):
