@@ -723,10 +723,32 @@ def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     model.to(device).eval()
     ids = ([tok.bos_id] if tok.bos_id is not None else []) + _prompt_ids(tok, args.prompt)
     gen = torch.Generator(device=device).manual_seed(settings.seed)
-    out = model.generate(torch.tensor([ids], device=device), settings.max_new_tokens,
-                         temperature=settings.temperature, top_k=settings.top_k, eos_id=tok.eos_id, generator=gen)
-    print(tok.decode(out[0].tolist()), flush=True)
+    stream = _TextStream(tok, ids)  # the text as it grows, not all of it at the end
+    model.generate(torch.tensor([ids], device=device), settings.max_new_tokens, temperature=settings.temperature,
+                   top_k=settings.top_k, eos_id=tok.eos_id, generator=gen, on_token=stream.add)
+    stream.close()
     return 0
+
+
+class _TextStream:
+    """Prints generated text as tokens come: the decoded text of the tokens not printed yet, once it ends on
+    a whole character (a byte-level token may hold half of one, decoded as U+FFFD until the rest comes).
+    Each token decodes the short unprinted tail only, so a long generation costs no more per token."""
+
+    def __init__(self, tok, prompt_ids: list[int]) -> None:
+        self.tok, self.pending = tok, list(prompt_ids)
+        self.add(None)
+
+    def add(self, token: int | None) -> None:
+        if token is not None:
+            self.pending.append(token)
+        text = self.tok.decode(self.pending)
+        if not text.endswith("\ufffd"):
+            print(text, end="", flush=True)
+            self.pending = []
+
+    def close(self) -> None:
+        print(self.tok.decode(self.pending) if self.pending else "", flush=True)
 
 
 def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:

@@ -182,8 +182,10 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, eos_id: int | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-        """Extend (1, T) token ids. ``temperature`` 0 is greedy.
+                 generator: torch.Generator | None = None,
+                 on_token: Callable[[int], None] | None = None) -> torch.Tensor:
+        """Extend (1, T) token ids. ``temperature`` 0 is greedy; ``on_token`` gets each new id as it comes
+        (a console prints the text as it grows).
 
         Weights that hold NaN or inf (a diverged run) are ``NotFinite``, not a
         sampler's RuntimeError or silent garbage.
@@ -205,6 +207,9 @@ class LlamaForCausalLM(nn.Module):
                 nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
             idx = torch.cat((idx, nxt), dim=1)
             # Host sync per token: fine for short samples, and it stops at EOS.
-            if eos_id is not None and int(nxt[0, 0]) == eos_id:
+            token = int(nxt[0, 0])
+            if on_token is not None:
+                on_token(token)
+            if eos_id is not None and token == eos_id:
                 break
         return idx

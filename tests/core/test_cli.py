@@ -214,3 +214,25 @@ def test_generate_checks_its_settings_before_reading_anything(args, message, tmp
     assert main(["generate", str(tmp_path / "no-such-run"), *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("speedboard: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_generated_text_is_printed_as_it_comes_in_whole_characters(existing_run, capsys):
+    """generate prints each token's text as it comes (not all at the end); a character split over byte-level
+    tokens is printed once whole, and the text is the one decoded at once."""
+    from core.cli import _TextStream
+    from core.tokenizer import BPETokenizer
+
+    _, run_dir, _ = existing_run
+    tok = BPETokenizer.load(run_dir / "tokenizer.json")
+    ids = tok.encode("The café serves 😀 and ünïcode text")
+    capsys.readouterr()
+    stream = _TextStream(tok, ids[:1])
+    pieces = [capsys.readouterr().out]
+    for token in ids[1:]:
+        stream.add(token)
+        pieces.append(capsys.readouterr().out)
+    stream.close()
+    pieces.append(capsys.readouterr().out)
+    assert "".join(pieces) == tok.decode(ids) + "\n" == "The café serves 😀 and ünïcode text\n"
+    assert not any("\ufffd" in p for p in pieces)
+    assert sum(1 for p in pieces if p) > 5  # printed along the way
