@@ -518,14 +518,18 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     from core.prepare import prepare_corpus
     from core.token_store import list_stores, stores_dir
 
+    if args.list and args.remove:
+        raise ConfigError("give --list or --remove, not both")
     if args.list:
-        stores = list_stores()
+        stores = _stores_of(args.data, args.text_field) if args.data else list_stores()
         if not stores:
-            print(f"no token stores in {stores_dir()}")
+            print(f"no token stores of {args.data}" if args.data else f"no token stores in {stores_dir()}")
         for m in stores:
-            tok = m.get("tokenizer") or {}
+            tok, source = m.get("tokenizer") or {}, m.get("source") or {}
+            field = f" --text-field {source['text_field']}" if source.get("kind") not in ("text", "builtin", None) \
+                else ""
             print(f"{m.get('created', '?')}  {m.get('documents', 0):>12,} docs  {m.get('tokens', 0):>15,} tokens  "
-                  f"{m['bytes'] / 2**30:7.2f} GiB  {(m.get('source') or {}).get('spec', '?')}  "
+                  f"{m['bytes'] / 2**30:7.2f} GiB  {source.get('spec', '?')}{field}  "
                   f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}")
         return 0
     if not args.data:
@@ -556,38 +560,46 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _remove_stores(data: str, text_field: str | None) -> int:
+def _stores_of(data: str, text_field: str | None) -> list[dict]:
+    """The token stores of DATA (every store for 'all'): prepared from the same place (any version of the
+    file: an edited corpus leaves its older stores behind), or from the same content under another name.
+    The fingerprint counts the text field (of JSONL, Parquet, …): each store is matched with its own, so
+    stores prepared with --text-field count too (or only those of the --text-field given)."""
     from core.errors import DataError
     from core.sources import resolve_source, source_location
-    from core.token_store import list_stores, remove_store
+    from core.token_store import list_stores
 
     stores = list_stores()
-    if data != "all":
-        # A store is DATA's when it was prepared from the same place (any version of the file: an edited
-        # corpus leaves its older stores behind), or from the same content under another name. The
-        # fingerprint counts the text field (of JSONL, Parquet, …): each store is matched with its own, so
-        # stores prepared with --text-field go too (or only those of the --text-field given).
-        location = source_location(data)
-        fingerprints: dict[str, str | None] = {}
+    if data == "all":
+        return stores
+    location = source_location(data)
+    fingerprints: dict[str, str | None] = {}
 
-        def fingerprint(field: str) -> str | None:
-            if field not in fingerprints:
-                try:
-                    fingerprints[field] = resolve_source(data, field).fingerprint()
-                except DataError:
-                    fingerprints[field] = None  # gone or unreadable now: its place still names its stores
-            return fingerprints[field]
+    def fingerprint(field: str) -> str | None:
+        if field not in fingerprints:
+            try:
+                fingerprints[field] = resolve_source(data, field).fingerprint()
+            except DataError:
+                fingerprints[field] = None  # gone or unreadable now: its place still names its stores
+        return fingerprints[field]
 
-        def is_data(m: dict) -> bool:
-            source = m.get("source") or {}
-            field = source.get("text_field") or "text"
-            if text_field is not None and field != text_field and source.get("kind") not in ("text", "builtin"):
-                return False
-            return source.get("location") == location or m.get("fingerprint") == fingerprint(field)
+    def is_data(m: dict) -> bool:
+        source = m.get("source") or {}
+        field = source.get("text_field") or "text"
+        if text_field is not None and field != text_field and source.get("kind") not in ("text", "builtin"):
+            return False
+        return source.get("location") == location or m.get("fingerprint") == fingerprint(field)
 
-        stores = [m for m in stores if is_data(m)]
-        if not stores:
-            resolve_source(data, text_field or "text")  # a missing source is one line, not "no token store"
+    stores = [m for m in stores if is_data(m)]
+    if not stores:
+        resolve_source(data, text_field or "text")  # a missing source is one line, not "no token store"
+    return stores
+
+
+def _remove_stores(data: str, text_field: str | None) -> int:
+    from core.token_store import remove_store
+
+    stores = _stores_of(data, text_field)
     for m in stores:
         remove_store(m["path"])
         print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {(m.get('source') or {}).get('spec', '?')})")

@@ -74,6 +74,11 @@ def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
     for field in (["--text-field", "body"], []):
         assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress", *field]) == 0
     capsys.readouterr()
+    assert main(["prepare", "--list", str(data)]) == 0  # its stores, each with the field it read
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 2 and {line.split("--text-field ")[1].split()[0] for line in listed} == {"body", "text"}
+    assert main(["prepare", "--list", "--remove", str(data)]) == 2
+    assert "give --list or --remove, not both" in capsys.readouterr().err
     assert main(["prepare", "--remove", str(data), "--text-field", "text"]) == 0  # that field's store alone
     assert capsys.readouterr().out.count("removed") == 1
     assert main(["prepare", "--remove", str(data)]) == 0  # the rest: the one of --text-field body
