@@ -220,9 +220,9 @@ def test_tune_interleaves_trials_and_recommends_with_a_report_that_round_trips(m
     name = "off-a2-fp32"
     row = {**report["summary"]["rows"][name], "trials": 0, "tokens_per_s": None, "vs_current": None}
     unrun = {**report, "summary": {**report["summary"], "rows": {**report["summary"]["rows"], name: row}},
-             "skipped": [{"cell": name, "repeat": 0, "reason": "the time budget was used up"}]}
+             "skipped": [{"cell": name, "repeat": 0, "reason": "it would not fit in the time budget left"}]}
     position = list(report["summary"]["rows"]).index(name) + 1
-    assert table_rows(unrun)[position][-1] == "not run: the time budget was used up"
+    assert table_rows(unrun)[position][-1] == "not run: it would not fit in the time budget left"
     assert table_rows(unrun["summary"], running=True)[position][-1] == "to run"
 
 
@@ -315,7 +315,7 @@ def test_no_trial_starts_past_the_budget(micro, private_tmp):
     assert [t["cell"] for t in report["trials"]] == ["off-a1-fp32"] and not report["cancelled"]
     assert {(x["cell"], x["repeat"]) for x in report["skipped"]} == {("off-a1-fp32", 1), ("off-a2-fp32", 0),
                                                                       ("off-a1-bf16", 0)}
-    assert "the time budget was used up" in format_report(report)
+    assert "it would not fit in the time budget left" in format_report(report)
 
 
 class FakeTrials:
