@@ -432,7 +432,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
             need = cost(cell, repeat)
         if results and elapsed + need > plan.budget_seconds:
             if cell.name not in spare:  # a spare cell is already listed as left out
-                skipped.append({"cell": cell.name, "repeat": repeat, "reason": "it would not fit in the time budget left"})
+                skipped.append({"cell": cell.name, "repeat": repeat,
+                                "reason": "it would not fit in the time budget left"})
             continue
         if repeat == 0:
             started.append(cell)

@@ -195,12 +195,15 @@ class RunRecord:
 
     @property
     def label(self) -> str:
-        """Short name for legends: number, compile mode and accumulation."""
+        """Short name for legends: number, compile mode, accumulation, and the processes when more than one."""
         mode = self.train.get("compile_mode", "off")
         mode = "eager" if mode == "off" else mode
         if self.train.get("compile_scope") == "block" and mode != "eager":
             mode += "/block"
         text = f"#{self.number} {mode} ×{self.train.get('accum_steps', 1)}"
+        processes = max(self.nproc, self.world_size)  # a followed or reopened run tells it by its world size
+        if processes > 1:
+            text += f" on {processes} processes"
         if self.parent_number is not None:
             text += f" ← #{self.parent_number}"
         elif self.parent_id:

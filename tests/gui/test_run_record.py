@@ -82,3 +82,13 @@ def test_notes_have_log_lines_and_steps_have_none():
     assert "stopping" in describe(StopRequested()).text
     assert describe(step(1)) is None
     assert describe(RunFailed("r1", 1.0, "boom", step=2)).level == "error"
+
+
+def test_a_run_of_several_processes_says_so_in_its_label():
+    config = {"train": {"compile_mode": "default", "accum_steps": 2}}
+    assert RunRecord(key=1, number=3, config=config).label == "#3 default ×2"
+    assert RunRecord(key=1, number=3, config=config, nproc=2).label == "#3 default ×2 on 2 processes"
+    followed = RunRecord(key=1, number=4, config=config)
+    followed.apply(RunStarted("r1", 0.0, run_dir="/runs/r1", config=config, device="cpu", precision="fp32",
+                              num_parameters=1, tokens_per_step=1, budget_tokens=9, total_steps=9, world_size=4))
+    assert followed.label == "#4 default ×2 on 4 processes"
