@@ -71,15 +71,31 @@ def _bounds(x: np.ndarray, y: np.ndarray) -> tuple[Bounds, float] | None:
             float(positive.min()) if positive.size else math.inf)
 
 
+def count_text(value: float) -> str:
+    """A tick of a count axis: 20k, 1.5M, 2B past ten thousand (tokens seen), else the number."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= 10 * scale or (scale > 1e3 and abs(value) >= scale):
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+class CountAxis(pg.AxisItem):
+    """The x axis: ticks of tokens read 400k and 1.2M, not 400000 and 1.2e+06."""
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802 (pyqtgraph's name)
+        return [count_text(v * scale) for v in values]
+
+
 class MetricPlot(pg.PlotWidget):
     def __init__(self, name: str, title: str, y_label: str, hint: str = "", min_y_span: float = 0.0,
                  outlier_series: tuple[str, ...] = (), parent: QWidget | None = None) -> None:
-        super().__init__(parent=parent)
+        super().__init__(parent=parent, axisItems={"bottom": CountAxis("bottom")})
         self.setObjectName(name)
         item = self.getPlotItem()
         item.setTitle(title, size="10pt")
         item.setLabel("left", y_label)
         item.getAxis("left").enableAutoSIPrefix(False)  # "0.003", not "3 (x0.001)"
+        item.getAxis("bottom").enableAutoSIPrefix(False)  # its own k/M/B
         item.setDownsampling(auto=True, mode="peak")
         item.setClipToView(True)
         item.setMenuEnabled(True)

@@ -72,3 +72,14 @@ def test_outliers_go_to_the_edge_even_when_the_view_clips_points(qtbot):
     x, y = plot.edge_points(1, "warmup")
     lo, hi = plot.getPlotItem().getViewBox().viewRange()[1]
     assert list(x) == [1.0, 2.0] and all(lo <= v <= hi for v in y)
+
+
+def test_the_x_axis_reads_token_counts_as_k_m_and_b(qtbot):
+    from gui.widgets.metric_plot import MetricPlot, count_text
+
+    assert [count_text(v) for v in (0, 12.5, 9999, 20_000, 150_000, 1.2e6, 2e9)] == \
+        ["0", "12.5", "9999", "20k", "150k", "1.2M", "2B"]
+    plot = MetricPlot("tokensPlot", "Loss", "loss")
+    qtbot.addWidget(plot)
+    axis = plot.getPlotItem().getAxis("bottom")
+    assert axis.tickStrings([200_000, 400_000], 1.0, 200_000) == ["200k", "400k"]
