@@ -317,7 +317,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             if documents == 0:
                 raise DataError(f"data source {source.spec} is empty (no text)")
             np.array([tokens], dtype=np.uint64).tofile(of)
-        tokenizer.tok.save(str(tmp / TOKENIZER))
+        (tmp / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")  # any path, not only a UTF-8 one
         manifest = {
             "format": STORE_FORMAT, "version": STORE_VERSION,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -108,7 +108,11 @@ class BPETokenizer:
         folder = path if path.is_dir() else path.parent
         file = path / TOKENIZER_FILE if path.is_dir() else path
         try:
-            tok = Tokenizer.from_file(str(file))
+            # Read here, parsed from the text: tokenizers' from_file takes a str path, which cannot hold a
+            # folder name that is not UTF-8 (a run saved under one could never be read back).
+            tok = Tokenizer.from_str(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise CheckpointError(f"cannot read tokenizer {file}: it is not UTF-8 text") from None
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise CheckpointError(f"cannot read tokenizer {file}: {str(exc).splitlines()[0]}") from None
         special: dict[str, str | None] = {}
@@ -152,7 +156,7 @@ def get_tokenizer(documents: Sequence[str], vocab_size: int, fingerprint: str | 
     path = cache_dir() / "tokenizers" / f"{key}.json"
     if path.is_file():
         try:
-            return BPETokenizer(Tokenizer.from_file(str(path)))
+            return BPETokenizer(Tokenizer.from_str(path.read_text(encoding="utf-8")))
         except Exception:  # a damaged cache entry is retrained, never trusted
             pass
     tokenizer = train_bpe(documents, vocab_size)

@@ -139,3 +139,17 @@ def test_generate_refuses_another_tokenizer_than_the_checkpoints_own(tmp_path, c
     same = tok.save(tmp_path / "same")  # an identical copy is the checkpoint's own
     code, out, err = generate(capsys, str(checkpoint), "--tokenizer", str(same), "--prompt", "The")
     assert code == 0 and out.startswith("The"), err
+
+
+def test_a_tokenizer_in_a_folder_whose_name_is_not_utf8_reads_back(tmp_path):
+    """A run saved under such a folder (its name's bytes kept as surrogate escapes) could never be read back:
+    tokenizers' from_file takes a str path only."""
+    import os
+
+    from core.tokenizer import BPETokenizer, train_bpe
+
+    tok = train_bpe(["a few words of text, and some more words of text"] * 20, 300)
+    folder = tmp_path / os.fsdecode(b"out\xfe")
+    folder.mkdir()
+    tok.save(folder)
+    assert BPETokenizer.load(folder).to_str() == tok.to_str()
