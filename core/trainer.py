@@ -441,6 +441,13 @@ class Trainer:
         if cfg.data.seq_len > model_cfg.max_position_embeddings:
             raise ConfigError(f"sequence length {cfg.data.seq_len} is beyond the model's "
                               f"{model_cfg.max_position_embeddings} positions", "seq_len")
+        if loaded and not loaded.model_config:
+            # The architecture before the tokenizer: a bare state dict of another preset is named as such,
+            # not as a tokenizer too large for its embedding.
+            problem = ckpt_io.shape_problem(model_cfg, {k: tuple(v.shape) for k, v in loaded.state_dict.items()},
+                                            str(loaded.source))
+            if problem:
+                raise CheckpointError(problem)
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
         # Before anything is allocated: a micro-batch that cannot fit is one line, not an allocation failure.
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled and device.type != "cuda" else 1

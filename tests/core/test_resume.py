@@ -205,6 +205,19 @@ def test_init_from_a_bare_state_dict_with_its_tokenizer_given_or_with_weights_no
     assert sorted(runs.iterdir()) == before  # no run folder
 
 
+def test_a_bare_state_dict_of_another_architecture_is_named_as_such(stopped_parent, tmp_path):
+    """Not "the tokenizer has N tokens but the embedding only M rows": the shapes are checked first."""
+    _, checkpoint = stopped_parent
+    bare = tmp_path / "weights.pt"
+    torch.save(ck.read_checkpoint(checkpoint).state_dict, bare)
+    cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3])), "vocab_size": 600},
+                       train={"budget": 1})
+    wider = cfg.replace(model={"hidden_size": 64, "intermediate_size": 128}, init_from=str(bare))
+    with pytest.raises(CheckpointError, match=r"architecture mismatch with .*weights\.pt: "
+                                              r"model\.embed_tokens\.weight: expected \(\d+, 64\), found \(\d+, 32\)"):
+        train(wider)
+
+
 def test_resume_needs_a_trainer_state_and_an_intact_one(stopped_parent, tmp_path):
     _, checkpoint = stopped_parent
     cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3]))})
