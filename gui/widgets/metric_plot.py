@@ -216,7 +216,10 @@ class MetricPlot(pg.PlotWidget):
             region = pg.LinearRegionItem(values=(x0, x1), movable=False, brush=pg.mkBrush(fill),
                                          pen=pg.mkPen(fill))
             region.setZValue(-10)
-            region.label = pg.InfLineLabel(region.lines[1], "", position=0.92, anchor=(1, 0), color=color)
+            # Each run's label a little lower than the last one's: regions that end close together (compiled
+            # runs on the wall-time axis) would write their labels over each other.
+            height = 0.92 - 0.09 * (len(self._regions) % 4)
+            region.label = pg.InfLineLabel(region.lines[1], "", position=height, anchor=(1, 0), color=color)
             self.getPlotItem().addItem(region, ignoreBounds=True)
             region.setVisible(key not in self._hidden)
             self._regions[key] = region

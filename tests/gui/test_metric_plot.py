@@ -83,3 +83,14 @@ def test_the_x_axis_reads_token_counts_as_k_m_and_b(qtbot):
     qtbot.addWidget(plot)
     axis = plot.getPlotItem().getAxis("bottom")
     assert axis.tickStrings([200_000, 400_000], 1.0, 200_000) == ["200k", "400k"]
+
+
+def test_compile_labels_of_runs_stand_at_different_heights(qtbot):
+    from gui.widgets.metric_plot import MetricPlot
+
+    plot = MetricPlot("throughputPlot", "Throughput", "tokens/s")
+    qtbot.addWidget(plot)
+    for key in (1, 2, 3):
+        plot.set_region(key, 0.0, 10.0 + key * 0.1, "#ff0000", f"compile {key}.0 s")
+    heights = [plot.region(key).label.orthoPos for key in (1, 2, 3)]
+    assert len(set(heights)) == 3  # regions that end together keep their labels apart
