@@ -246,6 +246,14 @@ class MetricPlot(pg.PlotWidget):
         curve = self._curves.get((key, series))
         return curve is not None and curve.isVisible()
 
+    def set_titles(self, title: str, y_label: str, hint: str) -> None:
+        """What the plot shows: its title, its y axis, and its hint while it has no curves."""
+        self.title = title
+        item = self.getPlotItem()
+        item.setTitle(title, size="10pt")
+        item.setLabel("left", y_label)
+        self.set_hint(hint)
+
     def set_x_label(self, text: str) -> None:
         self.getPlotItem().setLabel("bottom", text)
 

@@ -35,6 +35,7 @@ MIN_MEMORY_SPAN_GIB = 0.1
 """The memory plot never spans less: a change of a few megabytes is not a cliff."""
 EMPTY_HINT = ("No runs yet.\nChoose settings on the left and press Start,\n"
               "or open run folders (File ▸ Open run folders…).")
+LR_HINT = "The schedule: warm-up, then cosine decay."
 WAITING_PHASES = {"starting": "setting up", "compiling": "compiling its model", "stopping": "stopping"}
 
 
@@ -70,10 +71,14 @@ class PlotPanel(QWidget):
         self.log_scale.setObjectName("logScaleCheck")
         self.grid = QCheckBox("grid")
         self.grid.setObjectName("gridCheck")
+        self.grad_norm = QCheckBox("grad norm")
+        self.grad_norm.setObjectName("gradNormCheck")
+        self.grad_norm.setToolTip("The upper right plot shows the gradient norm of every optimizer step (before "
+                                  "clipping) instead of the learning rate")
 
         self.legend = RunLegend()
         self.loss = MetricPlot("lossPlot", "Loss (train; validation: dots)", "loss", hint=EMPTY_HINT)
-        self.lr = MetricPlot("lrPlot", "Learning rate", "lr", hint="The schedule: warm-up, then cosine decay.")
+        self.lr = MetricPlot("lrPlot", "Learning rate", "lr", hint=LR_HINT)
         self.throughput = MetricPlot("throughputPlot", "Throughput (×: warm-up steps)", "tokens/s",
                                      hint="Tokens per second of every optimizer step.", outlier_series=("warmup",))
         self.throughput.setToolTip("The y axis fits the steps after warm-up; warm-up steps beyond it are drawn "
@@ -99,6 +104,8 @@ class PlotPanel(QWidget):
         options.addWidget(self.log_scale)
         options.addSpacing(8)
         options.addWidget(self.grid)
+        options.addSpacing(8)
+        options.addWidget(self.grad_norm)
         options.addStretch(1)
         grid = QGridLayout()
         grid.setSpacing(4)
@@ -117,6 +124,7 @@ class PlotPanel(QWidget):
         self.smoothing.valueChanged.connect(self._on_smoothing)
         self.log_scale.toggled.connect(self.loss.set_log_y)
         self.grid.toggled.connect(self._on_grid)
+        self.grad_norm.toggled.connect(self._on_grad_norm)
         self._on_x_axis()
         self._on_smoothing()
 
@@ -249,7 +257,8 @@ class PlotPanel(QWidget):
                 self._set(plot, key, "val", store.series(key, "val/loss", x), force, color=color, style="marked",
                           dash=dash)
         elif plot is self.lr:
-            self._set(plot, key, "lr", store.series(key, "train/lr", x), force, color=color, dash=dash)
+            metric = "train/grad_norm" if self.grad_norm.isChecked() else "train/lr"
+            self._set(plot, key, "lr", store.series(key, metric, x), force, color=color, dash=dash)
         elif plot is self.throughput:
             self._set(plot, key, "steady", store.series(key, "perf/tokens_per_s", x, warmup=False), force,
                       color=color, dash=dash)
@@ -282,6 +291,16 @@ class PlotPanel(QWidget):
             plot.follow = True  # a new axis: the old zoom means nothing on it
         self.refresh(force=True)
 
+    def _on_grad_norm(self, on: bool) -> None:
+        """The learning rate's plot shows the gradient norm instead (TensorBoard's grad-norm scalar)."""
+        if on:
+            self.lr.set_titles("Gradient norm (before clipping)", "‖g‖",
+                               "The gradient's norm at every optimizer step, before clipping.")
+        else:
+            self.lr.set_titles("Learning rate", "lr", LR_HINT)
+        self.lr.follow = True  # another quantity: the old y range means nothing
+        self.refresh(force=True)
+
     def _on_grid(self, on: bool) -> None:
         for plot in self.plots:
             plot.set_grid(on)
@@ -296,6 +315,7 @@ class PlotPanel(QWidget):
         settings.setValue("plots/smoothing", self.smoothing.value())
         settings.setValue("plots/log_scale", self.log_scale.isChecked())
         settings.setValue("plots/grid", self.grid.isChecked())
+        settings.setValue("plots/grad_norm", self.grad_norm.isChecked())
 
     def restore_state(self, settings: QSettings) -> None:
         axis = settings.value("plots/x_axis")
@@ -307,3 +327,4 @@ class PlotPanel(QWidget):
             pass
         self.log_scale.setChecked(str(settings.value("plots/log_scale", "false")).lower() == "true")
         self.grid.setChecked(str(settings.value("plots/grid", "false")).lower() == "true")
+        self.grad_norm.setChecked(str(settings.value("plots/grad_norm", "false")).lower() == "true")

@@ -71,6 +71,23 @@ def test_curves_hold_the_points_of_metrics_jsonl(qtbot, window):
     assert smooth.isVisible()
 
 
+def test_the_learning_rate_plot_shows_the_gradient_norm_on_request(qtbot, window):
+    record = run_once(qtbot, window)
+    window.plots.refresh(force=True)
+    steps = _steps(read_jsonl(record.folder))
+    plot = child(window, "lrPlot")
+    _, ys = _xy(plot.curve(record.key, "lr"))
+    assert list(ys) == pytest.approx([e["lr"] for e in steps])
+    child(window, "gradNormCheck").setChecked(True)
+    _, ys = _xy(plot.curve(record.key, "lr"))
+    assert list(ys) == pytest.approx([e["grad_norm"] for e in steps])
+    assert plot.title.startswith("Gradient norm")
+    child(window, "gradNormCheck").setChecked(False)
+    assert plot.title == "Learning rate"
+    _, ys = _xy(plot.curve(record.key, "lr"))
+    assert list(ys) == pytest.approx([e["lr"] for e in steps])
+
+
 def test_second_run_with_other_accumulation_gets_a_row_and_a_speedup(qtbot, window):
     first = run_once(qtbot, window)
     child(window, "accumStepsSpin").setValue(2)
