@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -88,7 +89,7 @@ class TuneChart(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("tuneChart")
-        self.setMinimumHeight(170)
+        self.setMinimumHeight(100)
         self.setLabel("left", "tokens/s")
         self.setLabel("bottom", "setting: its row in the table (green: the pick, grey: the current settings)")
         self.setMenuEnabled(False)
@@ -194,8 +195,18 @@ class TuneDialog(QDialog):
         layout.addLayout(top)
         layout.addWidget(self.plan_label)
         layout.addWidget(self.progress_label)
-        layout.addWidget(self.table, 3)
-        layout.addWidget(self.chart, 2)
+        # The table over the chart, the divider movable; in a small window the table keeps four rows in sight
+        # (the chart gives way first: it repeats the table's figures).
+        rows = self.table.verticalHeader().defaultSectionSize()
+        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + 4 * rows + 4)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.setObjectName("tuneSplitter")
+        split.addWidget(self.table)
+        split.addWidget(self.chart)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setCollapsible(0, False)
+        layout.addWidget(split, 1)
         layout.addLayout(bottom)
         self.resize(1100, 700)
 

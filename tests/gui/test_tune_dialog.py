@@ -136,3 +136,12 @@ def test_run_trials_is_offered_only_while_no_run_trains(qtbot, make_window):
     click(window, "stopButton")
     wait_idle(qtbot, window)
     assert run_trials.isEnabled() and run_trials.toolTip() == ""
+
+
+def test_in_a_small_window_the_table_keeps_four_rows_in_sight(qtbot, window):
+    dialog = open_dialog(window)
+    dialog.resize(700, 450)
+    qtbot.waitUntil(lambda: dialog.height() <= 460)
+    rows = dialog.table.verticalHeader().defaultSectionSize()
+    assert dialog.table.height() >= 4 * rows  # the chart gave way (it was one row at 700 × 450)
+    assert dialog.minimumSizeHint().height() <= 450
