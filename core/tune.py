@@ -72,6 +72,10 @@ STEP_FLOOR_S = {"cpu": 0.05, "cuda": 0.02}
 """The least an optimizer step takes however small the model: Python, the optimizer, the step's host sync."""
 
 
+MAX_BUDGET_SECONDS = 7 * 24 * 3600
+"""A week: trials that would need longer compare settings on a machine whose load has surely changed."""
+
+
 @dataclass(frozen=True)
 class TuneOptions:
     """How long and how carefully to measure."""
@@ -89,9 +93,9 @@ class TuneOptions:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.budget_seconds, (int, float)) and math.isfinite(self.budget_seconds)
-                and self.budget_seconds > 0):
-            raise ConfigError(f"the time budget must be a positive number of seconds, got {self.budget_seconds!r}",
-                              "budget_seconds")
+                and 0 < self.budget_seconds <= MAX_BUDGET_SECONDS):
+            raise ConfigError(f"the time budget must be a positive number of seconds up to "
+                              f"{MAX_BUDGET_SECONDS:,} (a week), got {self.budget_seconds!r}", "budget_seconds")
         if not (isinstance(self.steps, int) and self.steps >= 1):
             raise ConfigError(f"timed steps per trial must be an integer ≥ 1, got {self.steps!r}", "steps")
         if not (isinstance(self.repeats, int) and self.repeats >= 1):

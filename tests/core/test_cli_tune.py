@@ -27,6 +27,7 @@ def _exit_code(args: list[str]) -> int:
 @pytest.mark.parametrize("args, words", [
     (["--budget-seconds", "-1"], "positive number of seconds"),
     (["--budget-seconds", "inf"], "positive number of seconds"),
+    (["--budget-seconds", "1e30"], "positive number of seconds up to 604,800 (a week), got 1e+30"),
     (["--budget-seconds", "soon"], "expected a number of seconds"),
     (["--budget-seconds", "0.2"], "too short to compare two settings"),
     (["--trial-steps", "0"], "≥ 1"),
