@@ -109,11 +109,11 @@ class CheckpointActions(QObject):
             return
         if is_speedboard_checkpoint(path) and not dialogs.confirm_replace(window, path):
             return
-        self.folders.remember_save(path)
         deferred = session.save(path)
         self.status.showMessage("Saving at the next optimizer step …" if deferred else "Saving …", 10_000)
 
     def _on_save_finished(self, path: str) -> None:
+        self.folders.remember_save(path)  # the next Save opens here; a place that failed is not remembered
         self.status.showMessage(f"Model saved to {path}", 10_000)
 
     def _on_save_failed(self, path: str, message: str) -> None:

@@ -142,6 +142,31 @@ def test_save_during_a_run_happens_at_the_next_step_and_the_run_goes_on(qtbot, m
     assert record.state == "stopped"
 
 
+def test_only_a_place_that_was_saved_to_is_where_the_next_save_opens(qtbot, window, dialogs, tmp_path,
+                                                                     monkeypatch):
+    from core.errors import CheckpointError
+    from core.trainer import Trainer
+
+    run_once(qtbot, window)
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    dialogs.files["ask_save_target"] = str(good / "model")
+    click(window, "saveButton")
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    assert window.checkpoints.folders.save() == str(good)
+
+    def fail(self, path):
+        raise CheckpointError(f"cannot write {path}: no space left on device")
+
+    monkeypatch.setattr(Trainer, "save", fail)
+    dialogs.files["ask_save_target"] = str(bad / "model")
+    click(window, "saveButton")
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    assert any("no space left" in line for line in window.log.messages())
+    assert window.checkpoints.folders.save() == str(good)  # the failed place is not offered next time
+
+
 def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path):
     run_once(qtbot, window)
     busy = tmp_path / "documents"
