@@ -182,22 +182,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 # ----------------------------------------------------------------------------- train
-def _absolute_source(spec: str | None) -> str | None:
-    """A data path as the run records it: absolute, so a resume from another folder reads the same corpus
-    (``builtin`` and ``hf:`` names stay as they are)."""
-    from core.config import BUILTIN_CORPUS
-    from core.paths import user_path
-    from core.sources import HUB_PREFIX
-
-    if not spec or spec == BUILTIN_CORPUS or spec.startswith(HUB_PREFIX):
-        return spec  # an empty one is refused by the config as such
-    return str(user_path(spec))
-
-
 def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    data = {k: v for k, v in {"source": _absolute_source(args.data), "layout": args.layout, "seq_len": args.seq_len,
+    from core.paths import user_path
+    from core.sources import source_location
+
+    # Paths recorded absolute (an empty one is refused by the config as such).
+    data = {k: v for k, v in {"source": source_location(args.data) if args.data else args.data,
+                              "layout": args.layout, "seq_len": args.seq_len,
                               "vocab_size": args.vocab_size, "text_field": args.text_field,
-                              "tokenizer": _absolute_source(args.tokenizer),
+                              "tokenizer": str(user_path(args.tokenizer)) if args.tokenizer else args.tokenizer,
                               "tokenizer_train_docs": args.tokenizer_train_docs}.items() if v is not None}
     train: dict[str, Any] = {
         "micro_batch": args.micro_batch, "accum_steps": args.accum, "lr": args.lr, "min_lr": args.min_lr,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
 from core.errors import DataError, first_line
+from core.paths import user_path
 
 HUB_PREFIX = "hf:"
 FORMAT_OF_SUFFIX = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl",
@@ -150,10 +151,11 @@ class Source:
 
 def source_location(spec: str) -> str:
     """Where ``spec`` points, whatever its content now (and whether it still exists): the absolute path of
-    a file or folder, or the builtin/hub name. The stores of every version of one corpus share it."""
+    a file or folder (``user_path``), or the builtin/hub name. The stores of every version of one corpus
+    share it, and a run records its data by it, so a resume from another folder reads the same corpus."""
     if spec == BUILTIN_CORPUS or spec.startswith(HUB_PREFIX):
         return spec
-    return str(Path(spec).expanduser().resolve())
+    return str(user_path(spec))
 
 
 def resolve_source(spec: str, text_field: str = "text") -> Source:
