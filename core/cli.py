@@ -252,8 +252,6 @@ def config_from_args(args: argparse.Namespace):
 def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
     """Flags a start checkpoint makes void are refused, not recorded and ignored: a preset that is not its
     architecture, and the settings of a new tokenizer where one is given or the checkpoint has its own."""
-    from dataclasses import replace
-
     from core.config import config_from_preset
     from core.errors import ConfigError
     from core.tokenizer import TOKENIZER_FILE
@@ -267,8 +265,7 @@ def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
                               f"leave {flag} out", "tokenizer")
     if info is None or info.model_config is None or not args.preset:
         return
-    preset = config_from_preset(args.preset).model
-    if replace(preset, vocab_size=info.model_config.vocab_size) != info.model_config:
+    if not config_from_preset(args.preset).model.same_architecture(info.model_config):
         raise ConfigError(f"{info.path} brings its own architecture, not the {args.preset} preset's; leave "
                           f"--preset out (it is for a bare state dict)", "preset")
 

@@ -124,6 +124,10 @@ class ModelConfig:
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
         return self.vocab_size * h + self.num_layers * per_layer + h + head
 
+    def same_architecture(self, other: ModelConfig) -> bool:
+        """Everything but the vocabulary alike: ``other`` is this preset's model, whatever its tokenizer."""
+        return dataclasses.replace(self, vocab_size=other.vocab_size) == other
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

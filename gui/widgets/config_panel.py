@@ -631,7 +631,7 @@ class ConfigPanel(QWidget):
         if model_config is None:
             return []
         model = ModelConfig.from_dict(model_config)
-        return [name for name, cfg in self._presets.items() if replace(cfg.model, vocab_size=model.vocab_size) == model]
+        return [name for name, cfg in self._presets.items() if cfg.model.same_architecture(model)]
 
     @property
     def nproc(self) -> int:
