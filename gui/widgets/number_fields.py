@@ -70,9 +70,8 @@ class NumberField(QDoubleSpinBox):
         value = parse_number(stripped, self._integer)
         if value is not None and self.minimum() <= value <= self.maximum():
             return QValidator.State.Acceptable, text, pos
-        if value is None and self._may_become_number(stripped):
-            return QValidator.State.Intermediate, text, pos
-        if value is not None:  # out of range: kept while typing, refused when the field is left
+        # Out of range (kept while typing, refused when the field is left), or a number still being typed.
+        if value is not None or self._may_become_number(stripped):
             return QValidator.State.Intermediate, text, pos
         return QValidator.State.Invalid, text, pos
 
@@ -137,16 +136,19 @@ class BoundedSpin(QSpinBox):
         self.setGroupSeparatorShown(True)
         self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
 
+    def _digits(self, text: str) -> str:
+        """The number typed, without its suffix and group separators ("" digits: not a whole number)."""
+        return text.strip().removesuffix(self.suffix().strip()).strip().replace(",", "")
+
     def validate(self, text: str, pos: int):
         state = super().validate(text, pos)
         state = state[0] if isinstance(state, tuple) else state
-        digits = text.strip().removesuffix(self.suffix().strip()).strip().replace(",", "")
-        if state == QValidator.State.Invalid and digits.isdigit():
+        if state == QValidator.State.Invalid and self._digits(text).isdigit():
             return QValidator.State.Intermediate, text, pos  # past the range: the bound once the field is left
         return state, text, pos
 
     def fixup(self, text: str) -> str:
-        digits = text.strip().removesuffix(self.suffix().strip()).strip().replace(",", "")
+        digits = self._digits(text)
         if digits.isdigit():
             return self.textFromValue(min(max(int(digits), self.minimum()), self.maximum()))
         return text
