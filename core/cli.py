@@ -290,7 +290,7 @@ def _read_config_file(path: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a run configuration (a JSON object)")
     try:
-        return RunConfig.from_dict(data)
+        return RunConfig.from_dict(data, strict=True)
     except TypeError as exc:
         raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
 

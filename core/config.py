@@ -10,6 +10,7 @@ the combinations. All validation happens in ``__post_init__`` and raises
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -32,6 +33,9 @@ def _require(cond: bool, message: str, field: str | None = None) -> None:
     if not cond:
         raise ConfigError(message, field)
 
+
+_RUN_FIELDS = ("out_dir", "resume", "init_from", "parent", "name")
+"""A RunConfig's fields beside its sections and preset."""
 
 _KINDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "text"}
 MAX_SEED = 2**63 - 1
@@ -69,12 +73,27 @@ def _check_types(obj) -> None:
         _require(ok, f"{f.name.replace('_', ' ')} must be {_KINDS[kind]}, got {value!r}", f.name)
 
 
-def _from_dict(cls, data: Any, section: str | None = None):
-    """Build a dataclass from a dict, ignoring unknown keys (older/newer files); any other shape is a ConfigError."""
+def _refuse_unknown(keys, known, where: str) -> None:
+    """A key a user wrote that no setting has (a typo would otherwise be silently ignored): a ConfigError."""
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown key {unknown[0]!r} in {where}{hint}", str(unknown[0]))
+
+
+def _from_dict(cls, data: Any, section: str | None = None, *, strict: bool = False):
+    """Build a dataclass from a dict; any other shape is a ConfigError.
+
+    Unknown keys are ignored (checkpoints of older/newer versions), unless ``strict``:
+    a file a user wrote, where an unknown key is a mistake.
+    """
     if not isinstance(data, dict):
         what = f"the {section} section" if section else f"a {cls.__name__}"
         raise ConfigError(f"{what} must be a JSON object, got {type(data).__name__}", section)
     names = {f.name for f in fields(cls)}
+    if strict:
+        _refuse_unknown(data, names, f"the {section} section" if section else cls.__name__)
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
@@ -415,8 +434,10 @@ class RunConfig:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> RunConfig:
+    def from_dict(cls, data: Any, *, strict: bool = False) -> RunConfig:
         """The inverse of ``to_dict``; any other JSON shape is a ConfigError naming the bad part.
+
+        ``strict`` (a file a user wrote): a key that names no setting is a ConfigError too.
 
         A file without a ``model`` section takes the named preset (``"preset": "small"``)
         as its base: its model, sequence length, vocabulary, micro-batch, learning rate
@@ -425,6 +446,8 @@ class RunConfig:
         """
         if not isinstance(data, dict):
             raise ConfigError(f"a run configuration must be a JSON object, got {type(data).__name__}")
+        if strict:
+            _refuse_unknown(data, {"model", "data", "train", "preset", *_RUN_FIELDS}, "the configuration")
         sections = {}
         for name in ("model", "data", "train"):
             section = data.get(name, {})
@@ -445,10 +468,10 @@ class RunConfig:
             sections = {"model": base.model.to_dict(), "data": {**base.data.to_dict(), **sections["data"]},
                         "train": {**base.train.to_dict(), **sections["train"]}}
         return cls(
-            model=_from_dict(ModelConfig, sections["model"], "model"),
-            data=_from_dict(DataConfig, sections["data"], "data"),
-            train=_from_dict(TrainConfig, sections["train"], "train"),
-            **{k: data.get(k) for k in ("out_dir", "resume", "init_from", "parent", "name")},
+            model=_from_dict(ModelConfig, sections["model"], "model", strict=strict),
+            data=_from_dict(DataConfig, sections["data"], "data", strict=strict),
+            train=_from_dict(TrainConfig, sections["train"], "train", strict=strict),
+            **{k: data.get(k) for k in _RUN_FIELDS},
             preset=name,
         )
 

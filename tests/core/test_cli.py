@@ -170,6 +170,13 @@ CONFIG_FILES = {
     "preset_not_text": ({"preset": 3}, "preset must be text, got 3"),
     "train_value_of_a_wrong_type": ({"train": {"micro_batch": "8"}}, "micro batch must be an integer, got '8'"),
     "not_an_object": ([1, 2], "config.json does not hold a run configuration (a JSON object)"),
+    # A misspelt setting would otherwise be silently ignored and the run made with the default.
+    "misspelt_train_key": ({"train": {"lr": 1e-3, "acum_steps": 4}},
+                           "unknown key 'acum_steps' in the train section (did you mean 'accum_steps'?)"),
+    "misspelt_section": ({"preset": "tiny", "trian": {}}, "unknown key 'trian' in the configuration "
+                                                          "(did you mean 'train'?)"),
+    "unknown_model_key": ({"model": {"hidden": 64}}, "unknown key 'hidden' in the model section "
+                                                      "(did you mean 'hidden_size'?)"),
 }
 
 
@@ -184,6 +191,14 @@ def test_any_config_file_shape_is_a_valid_config_or_one_line(kind, existing_run,
     err = capsys.readouterr().err.strip()
     assert err.startswith("speedboard: error: ") and err.endswith(message) and "\n" not in err, err
     assert list(out_dir.iterdir()) == [run_dir]
+
+
+def test_a_run_folders_own_config_json_is_a_valid_config_file(existing_run):
+    from core.config import RunConfig
+
+    _, run_dir, _ = existing_run
+    recorded = json.loads((run_dir / "config.json").read_text())["config"]
+    assert RunConfig.from_dict(recorded, strict=True).to_dict() == RunConfig.from_dict(recorded).to_dict()
 
 
 def test_a_config_file_without_a_model_section_takes_its_presets_model():
