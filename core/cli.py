@@ -54,6 +54,8 @@ def _path(text: str) -> str:
     """A path as the user meant it: ``~`` expanded, absolute (see ``core.paths.user_path``)."""
     from core.paths import user_path
 
+    if not text.strip():  # "" would silently mean the current folder
+        raise argparse.ArgumentTypeError("expected a path, got an empty one")
     return str(user_path(text))
 
 
@@ -709,6 +711,8 @@ def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     settings = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                 top_k=args.top_k, seed=args.seed)  # checked before anything is read
     _check_prompt(args.prompt)
+    if args.preset and args.config:
+        raise ConfigError("--preset and --config each give a bare state dict's architecture; use one of them")
     loaded = read_checkpoint(args.checkpoint)
     if loaded.model_config is not None and (args.preset or args.config):
         raise ConfigError(f"{loaded.source} brings its own architecture; --preset and --config are for a bare "
@@ -726,9 +730,12 @@ def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
     ids = ([tok.bos_id] if tok.bos_id is not None else []) + _prompt_ids(tok, args.prompt)
     gen = torch.Generator(device=device).manual_seed(settings.seed)
     stream = _TextStream(tok, ids)  # the text as it grows, not all of it at the end
-    model.generate(torch.tensor([ids], device=device), settings.max_new_tokens, temperature=settings.temperature,
-                   top_k=settings.top_k, eos_id=tok.eos_id, generator=gen, on_token=stream.add)
-    stream.close()
+    try:
+        model.generate(torch.tensor([ids], device=device), settings.max_new_tokens,
+                       temperature=settings.temperature, top_k=settings.top_k, eos_id=tok.eos_id, generator=gen,
+                       on_token=stream.add)
+    finally:
+        stream.close()  # the text ends its line, also when an error line or Ctrl-C's line follows
     return 0
 
 
@@ -789,6 +796,10 @@ def run_command(args: argparse.Namespace, argv: list[str]) -> int:
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     from core.errors import Cancelled, SpeedboardError
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # A shell ignores SIGINT in background jobs (`… &`), shielding them from the terminal's Ctrl-C;
+        # ``kill -INT`` is still how a script asks any command to stop, as train's own handler honours.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return COMMANDS[args.command](args, argv)
     except Cancelled as exc:

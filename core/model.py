@@ -200,11 +200,13 @@ class LlamaForCausalLM(nn.Module):
             if temperature <= 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
-                logits = logits / temperature
                 if top_k:
                     kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
-                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+                # Shifted so the largest is 0, in float64: any positive temperature, however small or
+                # large, gives finite probabilities (a tiny one tends to greedy, not to inf/inf = NaN).
+                shifted = logits.double() - logits.max(dim=-1, keepdim=True).values.double()
+                nxt = torch.multinomial(F.softmax(shifted / temperature, dim=-1), 1, generator=generator)
             idx = torch.cat((idx, nxt), dim=1)
             # Host sync per token: fine for short samples, and it stops at EOS.
             token = int(nxt[0, 0])

@@ -219,7 +219,22 @@ def list_checkpoints(folder: str | Path) -> list[Path]:
     except OSError:
         return []
     steps = {p: int(m.group(1)) for p in entries if (m := _STEP_FOLDER.fullmatch(p.name))}
-    return sorted((p for p in steps if p.is_dir() and (p / CONFIG_FILE).is_file()), key=steps.__getitem__)
+    return sorted((p for p in steps if p.is_dir() and (p / CONFIG_FILE).is_file() and not _foreign(p)),
+                  key=steps.__getitem__)
+
+
+def _foreign(folder: Path) -> bool:
+    """``folder``'s config.json says it is some other format (a Hugging Face export named like a checkpoint).
+
+    One that cannot be read or parsed, or that bears either mark of ours (the format's name or the
+    checksum), is not foreign: it stays the run's newest, so that reading it reports the damage
+    instead of silently falling back to an older checkpoint.
+    """
+    try:
+        meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") != FORMAT and CONFIG_CHECKSUM not in meta
 
 
 def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:

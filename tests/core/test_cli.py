@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -223,10 +224,11 @@ def test_a_config_file_without_a_model_section_takes_its_presets_model():
     (["--top-k", "0"], "top-k must be ≥ 1, got 0"),
     (["--seed", str(2**70)], "seed must be between 0 and 2**63 - 1"),
     (["--max-new-tokens", "-1"], "max new tokens must be ≥ 1, got -1"),
+    (["--preset", "tiny", "--config", "{tmp}/config.json"], "--preset and --config each give a bare state dict's"),
 ])
 def test_generate_checks_its_settings_before_reading_anything(args, message, tmp_path, capsys):
     # The checkpoint does not even exist: the settings are refused first.
-    assert main(["generate", str(tmp_path / "no-such-run"), *args]) == 2
+    assert main(["generate", str(tmp_path / "no-such-run"), *[a.format(tmp=tmp_path) for a in args]]) == 2
     err = capsys.readouterr().err
     assert err.startswith("speedboard: error: ") and err.count("\n") == 1 and message in err, err
 
@@ -251,3 +253,53 @@ def test_generated_text_is_printed_as_it_comes_in_whole_characters(existing_run,
     assert "".join(pieces) == tok.decode(ids) + "\n" == "The café serves 😀 and ünïcode text\n"
     assert not any("\ufffd" in p for p in pieces)
     assert sum(1 for p in pieces if p) > 5  # printed along the way
+
+
+@pytest.mark.parametrize("command", [["generate", ""], ["export", "{run}", ""], ["export", "", "{tmp}/hf"],
+                                     ["train", "--out", " ", "--steps", "1"]])
+def test_an_empty_path_is_refused_not_taken_for_the_current_folder(command, existing_run, tmp_path, capsys,
+                                                                  monkeypatch):
+    _, run_dir, snapshot = existing_run
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(run=run_dir, tmp=tmp_path) for a in command])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected a path, got an empty one" in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_while_generating_comes_on_a_line_of_its_own(existing_run, capsys, monkeypatch):
+    from core.errors import NotFinite
+    from core.model import LlamaForCausalLM
+
+    _, run_dir, _ = existing_run
+
+    def fail_after_one_token(self, idx, max_new_tokens, *, on_token, **kwargs):
+        on_token(int(idx[0, -1]))
+        raise NotFinite("the model's outputs are not finite")
+
+    monkeypatch.setattr(LlamaForCausalLM, "generate", fail_after_one_token)
+    capsys.readouterr()
+    assert main(["generate", str(run_dir), "--prompt", "The cat"]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("The cat") and out.endswith("\n") and out.count("\n") == 1, repr(out)
+    assert err == "speedboard: error: the model's outputs are not finite\n"
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
+def test_kill_int_stops_generate_in_a_background_job_where_the_shell_ignores_sigint(existing_run):
+    _, run_dir, _ = existing_run
+    # A shell starts `… &` with SIGINT ignored; `kill -INT` must still stop the command, in one line.
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "generate", str(run_dir), "--max-new-tokens",
+                             "1000000", "--temperature", "1", "--device", "cpu"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout.read(1)  # generation has begun
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "speedboard: interrupted", err

@@ -161,3 +161,22 @@ def test_generating_from_weights_that_are_not_finite_says_so(temperature):
         model.model.norm.weight.fill_(float("nan"))
     with pytest.raises(NotFinite, match="outputs are not finite"):
         model.generate(torch.tensor([[1, 2, 3]]), 4, temperature=temperature, top_k=5)
+
+
+@pytest.mark.parametrize("temperature", [1e-38, 1e-320, 5e-324])
+def test_a_tiny_positive_temperature_samples_like_greedy_not_nan(temperature):
+    model = make_model().eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    greedy = model.generate(prompt, 6, temperature=0.0)
+    sampled = model.generate(prompt, 6, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(sampled, greedy)
+
+
+@pytest.mark.parametrize("top_k", [None, 1])
+def test_a_huge_temperature_samples_among_the_allowed_tokens(top_k):
+    model = make_model().eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    out = model.generate(prompt, 8, temperature=1e300, top_k=top_k, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 11) and 0 <= int(out.min()) and int(out.max()) < CFG.vocab_size
+    if top_k == 1:  # only the most likely token is allowed, however flat the temperature makes the rest
+        assert torch.equal(out, model.generate(prompt, 8, temperature=0.0))
