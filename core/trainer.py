@@ -553,12 +553,17 @@ class Trainer:
                 self._heartbeat = Heartbeat(self.run_dir).start()
                 self._write_run_files()
                 self._jsonl = JsonlSink(self.run_dir / METRICS_FILE)
-            except OSError as exc:
+            except BaseException as exc:  # also a signal's abort (Ctrl-C, SIGTERM) while the files are written
                 if self._heartbeat is not None:
                     self._heartbeat.stop()
                     self._heartbeat = None
+                if self._jsonl is not None:
+                    self._jsonl.close()
+                    self._jsonl = None
                 shutil.rmtree(self.run_dir, ignore_errors=True)
                 where, self.run_dir = self.run_dir, None
+                if not isinstance(exc, OSError):
+                    raise
                 raise ConfigError(f"cannot write the run folder {where}: {why_write_failed(exc, where)}",
                                   "out_dir") from None
             ckpt_io.sweep_runs(self.run_dir.parent, ckpt_io.CHECKPOINTS_DIR)

@@ -81,6 +81,25 @@ def test_a_folder_that_cannot_be_created_after_the_check_is_still_one_line(tmp_p
     assert "cannot create the run folder" in one_error_line(capsys)
 
 
+@pytest.mark.parametrize("signal_", [KeyboardInterrupt, SystemExit])
+def test_a_signal_while_the_run_folder_is_written_leaves_no_folder(signal_, tmp_path, monkeypatch):
+    """Ctrl-C (or a SIGTERM's abort) between creating the run folder and finishing its files: no half folder."""
+    from core.trainer import Trainer
+
+    def interrupted(self):
+        (self.run_dir / "config.json").write_text("{")  # half written when the signal comes
+        raise signal_()
+
+    monkeypatch.setattr(Trainer, "_write_run_files", interrupted)
+    argv = ["train", *small(tmp_path), "--out", str(tmp_path / "runs")]
+    if signal_ is KeyboardInterrupt:
+        assert main(argv) == 130
+    else:
+        with pytest.raises(SystemExit):
+            main(argv)
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+
+
 def test_a_tilde_in_out_is_the_home_folder_for_every_file_of_the_run(tmp_path, monkeypatch, capsys):
     """``--out '~/x'`` (quoted, so no shell expanded it): config, metrics and checkpoints all under $HOME/x."""
     home, cwd = tmp_path / "home", tmp_path / "cwd"
