@@ -210,8 +210,6 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     elif args.micro_batch is not None:
         train["auto_micro_batch"] = False  # an explicit micro-batch is trained as given, or refused
     train = {k: v for k, v in train.items() if v is not None}
-    if args.lr is not None and args.min_lr is None:
-        train["min_lr"] = args.lr / 10
     return {"data": data, "train": train}
 
 
@@ -244,6 +242,11 @@ def config_from_args(args: argparse.Namespace):
         name = args.preset or (own.preset if own is not None and own.preset in PRESETS else None) or \
             ("small" if torch.cuda.is_available() else "tiny")
         base = config_from_preset(name, init_from=source)
+    if args.lr is not None and args.min_lr is None:
+        # --lr scales the whole schedule: the floor keeps its ratio to the peak (a tenth for a preset; a
+        # resumed or --config run's own, e.g. a floor of 0 stays 0).
+        ratio = base.train.min_lr / base.train.lr
+        overrides["train"]["min_lr"] = args.lr * ratio
     if info is not None and info.model_config is not None:
         overrides["model"] = info.model_config  # the architecture is the checkpoint's own
     elif info is not None and info.kind == "state_dict" and not (args.preset or args.config):
@@ -252,12 +255,16 @@ def config_from_args(args: argparse.Namespace):
 
 
 def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
-    """Flags a start checkpoint makes void are refused, not recorded and ignored: a preset that is not its
-    architecture, and the settings of a new tokenizer where one is given or the checkpoint has its own."""
+    """Flags a start checkpoint makes void are refused, not recorded and ignored: a seed where the run resumes
+    its saved random streams, a preset that is not its architecture, and the settings of a new tokenizer
+    where one is given or the checkpoint has its own."""
     from core.config import config_from_preset
     from core.errors import ConfigError
     from core.tokenizer import TOKENIZER_FILE
 
+    if getattr(args, "resume", None) and args.seed is not None:
+        raise ConfigError("--seed does not apply to --resume: a resumed run continues the random streams its "
+                          "checkpoint saved, exactly; leave --seed out (or use --init-from for a new run)", "seed")
     tokenizer = (f"the tokenizer {args.tokenizer}" if args.tokenizer else
                  f"the tokenizer of {info.path}" if info is not None and info.path.is_dir()
                  and (info.path / TOKENIZER_FILE).is_file() else None)

@@ -185,6 +185,7 @@ class Trainer:
         self.parent: str | None = config.parent
         self.order: SampleOrder | None = None
         self._stream_note = ""  # why a resume cannot continue its parent's sample stream, if it cannot
+        self._batch_note = ""  # a resume that trains with another effective batch than its parent's
         self._precision_note = ""  # fp16 on a CPU that emulates it
         self.schedule: LRSchedule | None = None
         self.tokens_per_step = 0
@@ -347,7 +348,7 @@ class Trainer:
         self._prepare_measurements()
         self.compiled = self._compile(self.cfg.train.compile_mode, self.cfg.train.compile_scope)
         self._announce(loaded)
-        for note in (self._stream_note, self._precision_note):
+        for note in (self._stream_note, self._batch_note, self._precision_note):
             if note:
                 self.warn(note)
         if self._rng_state is not None:
@@ -531,6 +532,8 @@ class Trainer:
                               f"batch or budget", "budget")
         remaining = max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
         self.total_steps = self.step + remaining
+        if trainer_state is not None:
+            self._batch_note = _other_batch(trainer_state, self.tokens_per_step, self.cfg.data.seq_len, remaining)
 
     def _create_run_folder(self) -> None:
         """``run_id`` and, on rank 0, ``run_dir`` with its heartbeat, config.json, tokenizer.json and metrics.jsonl.
@@ -626,6 +629,9 @@ class Trainer:
             "precision_choice": self.precision_choice.to_dict(),
             "world_size": self.dist.world_size,
             "tokens_per_step": self.tokens_per_step,
+            # The horizon this run trains to (the config's budget is the lineage's, counted in its own unit:
+            # a resume with another batch reaches the same tokens in another number of steps).
+            "budget_tokens": self.schedule.end_tokens, "total_steps": self.total_steps,
             "corpus": {**corpus.to_dict(), "train_samples": len(self.data.train), "val_samples": len(self.data.val)},
             "tokenizer": {"origin": corpus.tokenizer_origin, "vocab_size": tok.vocab_size, "bos": tok.bos_token,
                           "eos": tok.eos_token, "pad": tok.pad_token, "bos_id": tok.bos_id, "eos_id": tok.eos_id,
@@ -734,7 +740,7 @@ class Trainer:
         return {
             "step": self.step, "tokens": self.tokens, "samples": self.samples, "seed": self.seed,
             "wall_time": self.now(), "run_id": self.run_id, "world_size": self.dist.world_size,
-            "schedule": self.schedule.to_dict(),
+            "tokens_per_step": self.tokens_per_step, "schedule": self.schedule.to_dict(),
             "optimizer": optimizer_state if optimizer_state is not None else self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
             "rng": rng, "train_config": self.cfg.train.to_dict(),
@@ -1139,3 +1145,20 @@ def _other_stream(state: dict[str, Any], train_samples: int) -> str:
                 f"{train_samples:,} now): weights, optimizer and schedule resume exactly, on another sample "
                 f"stream")
     return ""
+
+
+def _other_batch(state: dict[str, Any], tokens_per_step: int, seq_len: int, remaining: int) -> str:
+    """A resume whose effective batch (micro-batch × accumulation × processes) is not its parent's: said, with
+    what it means for the step count ("" when the batch is the same, or unknown)."""
+    before = state.get("tokens_per_step")
+    if not isinstance(before, int):  # saved before the state recorded it: from the parent's settings
+        saved = state.get("train_config") or {}
+        try:
+            before = int(saved["micro_batch"]) * int(saved["accum_steps"]) * int(state.get("world_size", 1)) * seq_len
+        except (KeyError, TypeError, ValueError):
+            return ""
+    if before == tokens_per_step:
+        return ""
+    return (f"the effective batch changes on resume, from {before:,} to {tokens_per_step:,} tokens per step: "
+            f"the schedule continues by tokens, so {remaining:,} step{'s remain' if remaining != 1 else ' remains'} "
+            f"to its end")

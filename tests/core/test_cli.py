@@ -303,3 +303,18 @@ def test_kill_int_stops_generate_in_a_background_job_where_the_shell_ignores_sig
         proc.kill()
     assert proc.returncode == 130, err
     assert err.strip() == "speedboard: interrupted", err
+
+
+def test_lr_scales_the_schedule_and_its_floor_keeps_its_ratio(tmp_path):
+    from core.cli import build_parser, config_from_args
+
+    def parsed(*flags):
+        return config_from_args(build_parser().parse_args(["train", *flags])).train
+
+    assert parsed("--lr", "1e-3").min_lr == pytest.approx(1e-4)  # a preset's floor: a tenth
+    assert parsed("--lr", "1e-3", "--min-lr", "0").min_lr == 0
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"preset": "tiny", "train": {"lr": 2e-3, "min_lr": 0.0}}))
+    assert parsed("--config", str(path), "--lr", "1e-3").min_lr == 0  # the file's floor of 0 stays 0
+    path.write_text(json.dumps({"preset": "tiny", "train": {"lr": 2e-3, "min_lr": 1e-3}}))
+    assert parsed("--config", str(path), "--lr", "1e-3").min_lr == pytest.approx(5e-4)  # half, as in the file

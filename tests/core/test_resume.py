@@ -111,6 +111,14 @@ def test_resume_from_the_cli_takes_the_checkpoints_settings(stopped_parent, tmp_
     assert [e.step for e in events if isinstance(e, StepMetrics)] == [5, 6, 7, 8]
 
 
+def test_a_seed_on_resume_is_refused_not_recorded_and_ignored(stopped_parent, tmp_path, capsys):
+    _, checkpoint = stopped_parent
+    assert main(["train", "--resume", str(checkpoint), "--seed", "7", "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "--seed does not apply to --resume" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
 # --------------------------------------------------------------------------- changing speedups on resume
 def test_resume_with_other_accumulation_continues_the_schedule_by_tokens(stopped_parent, tmp_path):
     parent_sink, checkpoint = stopped_parent
@@ -126,6 +134,13 @@ def test_resume_with_other_accumulation_continues_the_schedule_by_tokens(stopped
     assert [m.lr for m in metrics] == [schedule(6 * TOKENS_PER_STEP), schedule(8 * TOKENS_PER_STEP)]
     started = next(e for e in events if isinstance(e, RunStarted))
     assert started.budget_tokens == 8 * TOKENS_PER_STEP and started.tokens_per_step == 2 * TOKENS_PER_STEP
+    # Said at the start, and recorded: the config's budget (8 steps) is the lineage's; this run's horizon is
+    # in config.json in tokens and steps.
+    notes = [e.message for e in events if isinstance(e, WarningRaised)]
+    assert any(f"from {TOKENS_PER_STEP:,} to {2 * TOKENS_PER_STEP:,} tokens per step" in n
+               and "2 steps remain" in n for n in notes), notes
+    recorded = json.loads((run_dir / "config.json").read_text())
+    assert (recorded["budget_tokens"], recorded["total_steps"]) == (8 * TOKENS_PER_STEP, 6)
     # The parent's own steps followed the same function of tokens.
     assert [m.lr for m in steps(parent_sink)] == [schedule(s * TOKENS_PER_STEP) for s in range(1, 5)]
 
@@ -366,7 +381,9 @@ def test_resume_compiled_per_block_with_other_accumulation(stopped_parent, tmp_p
         trainer.run()
         runs[mode] = (trainer, sink)
     compiled, sink = runs["default"]
-    assert not sink.of(WarningRaised) and not any(e.fallback for e in sink.of(CompileFinished))
+    # No compile fallback or other warning; only the note that accumulation 2 doubles the effective batch.
+    assert [w.message.split(",")[0] for w in sink.of(WarningRaised)] == ["the effective batch changes on resume"]
+    assert not any(e.fallback for e in sink.of(CompileFinished))
     assert sink.of(CompileFinished)  # it really compiled
     assert [(s.step, s.tokens) for s in steps(sink)] == [(5, 6 * TOKENS_PER_STEP), (6, 8 * TOKENS_PER_STEP)]
     assert [s.lr for s in steps(sink)] == [schedule(6 * TOKENS_PER_STEP), schedule(8 * TOKENS_PER_STEP)]
