@@ -14,6 +14,11 @@ class EventLine:
     """``info``, ``warning`` or ``error``."""
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 setting``, ``2 settings``: a count with its noun in the right number (regular plurals)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def _number(value: float | None, fmt: str = ".4f") -> str:
     return "n/a" if value is None else format(value, fmt)
 

@@ -166,9 +166,11 @@ def build_matrix(effective_batch: int, accums: tuple[int, ...], precisions: tupl
 def select_cells(cells: list[Cell], patterns: str | None) -> list[Cell]:
     """Keep the cells whose name (with or without its precision) matches one of the comma-separated
     shell patterns (``off-*,default-model-a1``)."""
-    if not patterns:
+    if patterns is None:
         return cells
     wanted = [p.strip() for p in patterns.split(",") if p.strip()]
+    if not wanted:  # "", "," or " ": a list of nothing, not "every cell"
+        raise TrialError(f"--cells {patterns!r} names no pattern; cells are: {', '.join(c.name for c in cells)}")
 
     def match(cell: Cell, pattern: str) -> bool:
         return fnmatch.fnmatchcase(cell.name, pattern) or fnmatch.fnmatchcase(cell.short_name, pattern)

@@ -39,6 +39,7 @@ from typing import Any
 
 from core.config import RunConfig
 from core.errors import ConfigError
+from core.event_text import counted
 from core.trials import (
     Cell,
     TrialCancelled,
@@ -186,7 +187,8 @@ class TunePlan:
         """One line: how many trials, about how long, and what dominates."""
         minutes = self.estimate_seconds / 60
         when = f"about {minutes:.0f} minutes" if minutes >= 1.5 else f"about {self.estimate_seconds:.0f} seconds"
-        line = (f"{len(self.cells)} settings × {self.repeats} interleaved repeats, {self.total_steps} steps each: "
+        line = (f"{counted(len(self.cells), 'setting')} × {counted(self.repeats, 'interleaved repeat')}, "
+                f"{counted(self.total_steps, 'step')} each: "
                 f"{when} on this machine (budget {self.budget_seconds:.0f} s)")
         cold = self.cold_compile_seconds
         if cold and cold >= 0.4 * self.estimate_seconds:
@@ -434,7 +436,10 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
             continue  # its first trial was skipped (already listed)
         else:
             need = cost(cell, repeat)
-        if results and elapsed + need > plan.budget_seconds:
+        # Two settings are the least a comparison needs: the first trials of the first two always run, even
+        # where the machine turned out slower than estimated (the report says by how much it overran).
+        least = repeat == 0 and len(started) < min(2, len(plan.cells))
+        if results and not least and elapsed + need > plan.budget_seconds:
             if cell.name not in spare:  # a spare cell is already listed as left out
                 skipped.append({"cell": cell.name, "repeat": repeat,
                                 "reason": "it would not fit in the time budget left"})
@@ -739,9 +744,20 @@ def format_report(report: dict[str, Any]) -> str:
     left = report["plan"].get("left_out", []) + report.get("skipped", [])
     if left:
         lines.append(f"not tried: {len(left)} ({'; '.join(sorted({x['reason'] for x in left}))})")
-    state = "cancelled" if report.get("cancelled") else "done"
-    lines.append(f"{state} in {report['elapsed_seconds']:.0f} s")
+    lines.append(time_taken(report))
     return "\n".join(lines)
+
+
+def time_taken(report: dict[str, Any]) -> str:
+    """``done in 412 s``, and by how much the budget was overrun where it was."""
+    state = "cancelled" if report.get("cancelled") else "done"
+    text = f"{state} in {report['elapsed_seconds']:,.0f} s"
+    budget = report.get("plan", {}).get("budget_seconds")
+    if isinstance(budget, (int, float)) and report["elapsed_seconds"] > budget and not report.get("cancelled"):
+        text += f", over the budget of {budget:,.0f} s"
+        if len({t["cell"] for t in report.get("trials", [])}) <= 2:
+            text += ": a comparison needs two settings at least"
+    return text
 
 
 def report_settings(report: dict[str, Any]) -> dict[str, Any] | None:

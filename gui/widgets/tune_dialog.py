@@ -50,6 +50,7 @@ from core.tune import (
     not_tried,
     reports_dir,
     table_rows,
+    time_taken,
 )
 from gui import dialogs
 
@@ -356,10 +357,9 @@ class TuneDialog(QDialog):
     def _show_finished(self, report: dict, path: str | None) -> None:
         self.report = report
         rec = report.get("recommendation")
-        state = "Cancelled" if report.get("cancelled") else "Done"
         where = f"; report: {path}" if path else ""
-        self.progress_label.setText(f"{state} in {report['elapsed_seconds']:.0f} s "
-                                    f"({len(report['trials'])} trials){where}")
+        taken = time_taken(report)
+        self.progress_label.setText(f"{taken[:1].upper()}{taken[1:]} ({len(report['trials'])} trials){where}")
         self.recommendation.setText(rec["text"] if rec else "No setting was measured.")
         self._update_buttons()
 

@@ -34,6 +34,8 @@ def _exit_code(args: list[str]) -> int:
     (["--repeats", "x"], "expected an integer"),
     (["--precisions", "fp8"], "expected fp32, bf16 or fp16"),
     (["--cells", "nothing-*"], "matches no cell"),
+    (["--cells", ","], "names no pattern"),
+    (["--cells", " "], "names no pattern"),
     (["--micro-batch", "0"], "micro"),
     (["--device", "cuda:7"], "cuda:7"),
 ])
@@ -137,7 +139,7 @@ def test_a_tiny_tune_end_to_end(micro_file, tmp_path, capsys):
                  "--trial-steps", "2", "--json", str(report_path)])
     out = capsys.readouterr().out
     assert code == 0
-    assert "settings × 1 interleaved repeats" in out and "[3/3]" in out
+    assert "3 settings × 1 interleaved repeat, " in out and "[3/3]" in out
     assert "recommendation:" in out and f"report: {report_path}" in out
     report = load_report(report_path)
     assert set(report["summary"]["rows"]) == {"off-a1-fp32", "off-a2-fp32", "off-a1-bf16"}
