@@ -86,8 +86,8 @@ def device_memory(device: torch.device) -> tuple[int | None, str]:
 def _need_text(estimate: MemoryEstimate, micro_batch: int, seq_len: int, processes: int, available: int,
                what: str) -> str:
     per = f" per process × {processes}" if processes > 1 else ""
-    return (f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {estimate.total * processes / GIB:.1f} "
-            f"GiB{per} ({estimate.activations / GIB:.1f} GiB of activations), more than the {available / GIB:.1f} "
+    return (f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {estimate.total * processes / GIB:,.1f} "
+            f"GiB{per} ({estimate.activations / GIB:,.1f} GiB of activations), more than the {available / GIB:.1f} "
             f"GiB of {what}")
 
 
