@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -82,8 +83,17 @@ def probe(spec: dict) -> dict:
     }
 
 
-def run_probe(spec: dict, cache_dir: Path, timeout: float) -> dict:
-    """Run ``probe(spec)`` in a fresh Python process with Inductor's disk cache in ``cache_dir``."""
+STOP_GRACE_S = 10.0
+"""How long a probe stopped by Ctrl-C is given to clean up after itself before it is killed."""
+
+
+def run_probe(spec: dict, cache_dir: Path, timeout: float, tmp_dir: Path | None = None) -> dict:
+    """Run ``probe(spec)`` in a fresh Python process with Inductor's disk cache in ``cache_dir``.
+
+    ``tmp_dir``: the process's temporary folder (``TMPDIR``), so that what a killed probe leaves
+    there is removed with the caller's own. Ctrl-C or SIGTERM in this process stops the probe
+    (SIGINT, then a kill after ``STOP_GRACE_S``) before it is raised on.
+    """
     env = dict(os.environ)
     env.update({
         "TORCHINDUCTOR_CACHE_DIR": str(cache_dir),
@@ -93,20 +103,42 @@ def run_probe(spec: dict, cache_dir: Path, timeout: float) -> dict:
         "MALLOC_MMAP_THRESHOLD_": "131072",
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
     })
+    if tmp_dir is not None:
+        (tmp_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmp_dir / "tmp")
     t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.probe", json.dumps(spec)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "bench.probe", json.dumps(spec)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _stop(proc, grace=0.0)
         return {"error": f"timed out after {timeout:.0f} s"}
+    except BaseException:  # Ctrl-C, SIGTERM: the probe ends too
+        _stop(proc, grace=STOP_GRACE_S)
+        raise
     wall = time.perf_counter() - t0
-    for line in reversed(proc.stdout.splitlines()):
+    for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_MARK):
             result = json.loads(line[len(RESULT_MARK):])
             result["process_seconds"] = wall
             return result
-    lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
+    lines = [ln for ln in (stderr or stdout).strip().splitlines() if ln.strip()]
     return {"error": f"exit code {proc.returncode}: {lines[-1] if lines else 'no output'}"}
+
+
+def _stop(proc: subprocess.Popen, grace: float) -> None:
+    """End ``proc``: Ctrl-C first (it removes its own temporary folder), killed if still there after ``grace``."""
+    try:
+        if grace > 0 and proc.poll() is None and os.name == "posix":
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from core.errors import SpeedboardError
 
 GIB = 1024**3
 
@@ -242,8 +247,107 @@ def _targets(raw: dict, cells: dict[str, dict], summary: dict) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- writers
+class ReportNotWritten(SpeedboardError):
+    """A report file that could not be written (full disk, file-size limit, no permission): one line."""
+
+
+def _not_written(path: Path, exc: OSError) -> ReportNotWritten:
+    from core.paths import why_write_failed
+
+    return ReportNotWritten(f"cannot write {path}: {why_write_failed(exc, path.parent)}")
+
+
+def _stage(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
+    """``write`` into a new hidden file beside ``path``, synced to disk; its name is returned.
+
+    Nothing is left behind when it fails (a full disk, Ctrl-C): ``path`` itself is not touched.
+    An ``OSError`` becomes a ``ReportNotWritten`` naming ``path`` and the reason.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        # O_EXCL: never someone else's file; 0o666: the permissions a plain write gets under the umask.
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as exc:
+        _discard(tmp)
+        if isinstance(exc, OSError):
+            raise _not_written(path, exc) from None
+        raise
+    return tmp
+
+
+def _discard(tmp: Path) -> None:
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _publish(staged: list[tuple[Path, Path]]) -> None:
+    """Rename each staged file over its target (atomic per file); on failure, remove the rest of the staged files."""
+    try:
+        for i, (tmp, path) in enumerate(staged):
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise _not_written(path, exc) from None
+            staged[i] = (path, path)  # placed: no longer ours to remove
+    finally:
+        for tmp, path in staged:
+            if tmp != path:
+                _discard(tmp)
+
+
+def _write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    _publish([(_stage(path, write), path)])
+
+
+def _json_bytes(raw: dict) -> bytes:
+    return (json.dumps(raw, indent=1, sort_keys=False) + "\n").encode("utf-8")
+
+
 def write_json(raw: dict, path: Path) -> None:
-    path.write_text(json.dumps(raw, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    """``raw`` as JSON at ``path``, whole or not at all: a file already there stays as it was if this fails."""
+    data = _json_bytes(raw)
+    _write(path, lambda f: f.write(data))
+
+
+def write_reports(raw: dict, path: Path) -> list[Path]:
+    """The report as JSON at ``path``, beside it as Markdown (``.md``) and, with matplotlib, a chart (``.png``).
+
+    All or none: the three are written beside their targets first and renamed into
+    place only once all three are complete, so a failure (``ReportNotWritten``,
+    naming the file and why) leaves the folder as it was, an earlier report included.
+    Returns the paths written; the ``.png`` is missing from them without matplotlib.
+    """
+    json_data, md_data = _json_bytes(raw), _markdown_file(raw).encode("utf-8")
+    staged: list[tuple[Path, Path]] = []
+    try:
+        staged.append((_stage(path, lambda f: f.write(json_data)), path))
+        staged.append((_stage(path.with_suffix(".md"), lambda f: f.write(md_data)), path.with_suffix(".md")))
+        try:
+            figure = _figure(raw)
+        except ImportError:
+            figure = None
+        if figure is not None:
+            try:
+                staged.append((_stage(path.with_suffix(".png"), lambda f: _save_figure(figure, f)),
+                               path.with_suffix(".png")))
+            finally:
+                _close_figure(figure)
+    except BaseException:
+        for tmp, _ in staged:
+            _discard(tmp)
+        raise
+    _publish(staged)
+    return [target for _, target in staged]
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 timed step``, ``3 timed steps``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def _f(value: float | None, fmt: str = "{:,.0f}") -> str:
@@ -274,8 +378,9 @@ def markdown(raw: dict) -> str:
     lines = [
         f"**{cfg['preset']}** preset ({cfg['num_parameters'] / 1e6:.1f}M parameters), **{dev['name']}**, "
         f"{', '.join(precisions)}; effective batch {cfg['effective_batch']} × {cfg['seq_len']} tokens = "
-        f"{cfg['tokens_per_step']:,} tokens per optimizer step; {cfg['steps']} timed steps after warm-up × "
-        f"{cfg['repeats']} interleaved repeats (tokens/s: median and min–max over all timed steps); "
+        f"{cfg['tokens_per_step']:,} tokens per optimizer step; {counted(cfg['steps'], 'timed step')} after "
+        f"warm-up × {counted(cfg['repeats'], 'interleaved repeat')} (tokens/s: median and min–max over all timed "
+        f"steps); "
         f"matmul peak (MFU's denominator, per precision: this machine's highest, as the CLI and the "
         f"dashboard use it): {peaks}; "
         f"{raw['flops_per_token'] / 1e6:,.1f} MFLOP per token; torch {raw['versions'].get('torch')}.",
@@ -284,6 +389,8 @@ def markdown(raw: dict) -> str:
         "| peak mem (GiB) | training mem (GiB) | loss | trainer ÷ bare |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if raw.get("interrupted"):
+        lines[1:1] = ["", f"**Partial results**: {raw['interrupted']}."]
     for row in s["cells"].values():
         if row["memory_only"]:
             continue
@@ -352,12 +459,37 @@ def markdown(raw: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(raw: dict, path: Path) -> None:
+def _markdown_file(raw: dict) -> str:
     head = f"# Speedboard benchmark\n\n`{raw['command']}` — {raw['created']}\n\n"
-    path.write_text(head + markdown(raw), encoding="utf-8")
+    return head + markdown(raw)
+
+
+def write_markdown(raw: dict, path: Path) -> None:
+    """The report as Markdown at ``path``, whole or not at all."""
+    data = _markdown_file(raw).encode("utf-8")
+    _write(path, lambda f: f.write(data))
 
 
 def write_png(raw: dict, path: Path) -> None:
+    """The chart (``_figure``) as a PNG at ``path``, whole or not at all; ImportError without matplotlib."""
+    figure = _figure(raw)
+    try:
+        _write(path, lambda f: _save_figure(figure, f))
+    finally:
+        _close_figure(figure)
+
+
+def _save_figure(fig, f: IO[bytes]) -> None:
+    fig.savefig(f, format="png", dpi=110)
+
+
+def _close_figure(fig) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _figure(raw: dict):
     """Tokens/s per cell and runner (bars: median, whiskers: min–max) above peak memory per cell."""
     import matplotlib
 
@@ -395,12 +527,11 @@ def write_png(raw: dict, path: Path) -> None:
     ax2.legend(fontsize=8, ncol=2, loc="upper center")
     ax2.set_xticks(x, names, rotation=35, ha="right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.report BENCH_JSON``: summarise again and rewrite bench.md and bench.png beside it."""
+    """``python -m bench.report BENCH_JSON``: summarise again and rewrite it, and bench.md and bench.png beside it."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
@@ -408,11 +539,19 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m bench.report BENCH_JSON", file=sys.stderr)
         return 2
     path = Path(args[0])
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    raw["summary"] = summarise(raw)
-    write_json(raw, path)
-    write_markdown(raw, path.with_suffix(".md"))
-    write_png(raw, path.with_suffix(".png"))
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict) or not str(raw.get("schema", "")).startswith("speedboard-bench/"):
+            raise ReportNotWritten(f"{path} is not a report of speedboard bench")
+        raw["summary"] = summarise(raw)
+        write_reports(raw, path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        print(f"python -m bench.report: error: cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+              file=sys.stderr)
+        return 2
+    except ReportNotWritten as exc:
+        print(f"python -m bench.report: error: {exc}", file=sys.stderr)
+        return 2
     print(markdown(raw))
     return 0
 

@@ -12,7 +12,13 @@ Phases:
 3. the matrix, interleaved: every repeat runs every cell once (A B C A B C …),
    and within a cell Speedboard's Trainer and the bare loop run back to back
    (their order alternating between repeats), then the HF model where it is measured;
-4. summary, targets, and ``bench.json``, ``bench.md``, ``bench.png`` in ``--out``.
+4. summary and targets, printed as a table, then ``bench.json``, ``bench.md``, ``bench.png`` in
+   ``--out``, all three or none (``bench.report.write_reports``): a report already there survives a
+   write that fails.
+
+Ctrl-C (exit code 130) or SIGTERM (143) stops the measurements; the temporary folders and any probe
+process go, and what was measured is printed and written as partial results (``"interrupted"`` in
+``bench.json``). A run that wrote nothing leaves no folder behind.
 
 Run ``python -m bench.run --help`` or ``speedboard bench --help``.
 """
@@ -20,12 +26,14 @@ Run ``python -m bench.run --help`` or ``speedboard bench --help``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import math
 import os
 import platform
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -63,32 +71,45 @@ def _check_gemm_fits(size: int, device) -> None:
                          f"{available / GIB:.1f} GiB of {what}")
 
 
+def _items(text: str, what: str) -> tuple[str, ...]:
+    """A comma-separated option's items: stripped, empty ones dropped, each once; none at all is refused."""
+    items = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if not items:
+        raise argparse.ArgumentTypeError(f"no {what} given")
+    return items
+
+
 def _modes(text: str) -> tuple[tuple[str, str], ...]:
     from core.trials import TrialError, parse_modes
 
     try:
-        return parse_modes(text)
+        return parse_modes(",".join(_items(text, "compile setting")))
     except TrialError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _accums(text: str) -> tuple[int, ...]:
+    items = _items(text, "accumulation")
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in items)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
+    if min(values) < 1:
         raise argparse.ArgumentTypeError(f"accumulation steps must be integers ≥ 1, got {text!r}")
     return tuple(sorted(set(values)))
 
 
 def _precisions(text: str) -> tuple[str, ...]:
-    values = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    values = _items(text, "precision")
     if values == ("auto",):
         return values
-    if not values or any(v not in ("fp32", "bf16") for v in values):
+    if any(v not in ("fp32", "bf16") for v in values):
         raise argparse.ArgumentTypeError(f"expected auto, or fp32 and/or bf16 separated by commas, got {text!r}")
     return values
+
+
+def _cells(text: str) -> str:
+    return ",".join(_items(text, "cell"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile settings to cross: off, MODE-model, MODE-block (MODE: default, "
                         "max-autotune-no-cudagraphs; default: off,default-model,default-block; on CUDA "
                         "reduce-overhead and max-autotune are added at accumulation 1)")
-    p.add_argument("--cells", help="comma-separated cell names or patterns, e.g. 'off-*,default-model-a1'")
+    p.add_argument("--cells", type=_cells,
+                   help="comma-separated cell names or patterns, e.g. 'off-*,default-model-a1'")
     p.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: the per-user data folder)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny preset, eager cells, 1 timed step, 1 repeat (options given still win)")
@@ -119,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the fresh-process measurements (cold/warm compile, peak memory)")
     p.add_argument("--loss-tol", type=float, help="absolute tolerance of the final-loss agreement, every precision "
                                                  "(default 2e-3 in fp32, 3e-2 in bf16)")
-    p.add_argument("--matmul-size", type=_int_at_least(64), help="side of the GEMMs that measure the peak again "
-                                                                 "between repeats (default: the core's sizes, "
+    p.add_argument("--matmul-size", type=_int_at_least(64), help="side of the GEMMs of this run's peak "
+                                                                 "measurement (default: the core's sizes, "
                                                                  "1024 and 2048 on CPU, 4096 and 8192 on a GPU)")
     p.add_argument("--probe-timeout", type=float, default=1200.0, help="seconds before a probe process is abandoned")
     p.add_argument("--seed", type=_int_at_least(0), default=1337)
@@ -163,6 +185,80 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised wherever the process is, so that it ends as Ctrl-C does (exit code 143)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during the measurements, once they are cleaned up: what happened to the results."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _interruption(exc: KeyboardInterrupt) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+def _exit_code(exc: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM: 128 + the signal, as a shell reports a process the signal ended."""
+    if isinstance(exc, Interrupted):
+        return exc.exit_code
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+def _check_device(name: str) -> None:
+    """A name that is no device Speedboard runs on: refused with the devices this machine has.
+
+    A known kind the machine lacks (``cuda`` without a GPU) is left to ``core.device.resolve_device``,
+    whose message says what is missing.
+    """
+    import torch
+
+    from bench.cells import BenchError
+    from core.device import available_devices
+
+    if name == "auto":
+        return
+    try:
+        kind = torch.device(name).type
+    except (RuntimeError, TypeError, ValueError):
+        kind = None
+    if kind not in ("cpu", "cuda", "mps"):
+        choices = ["auto", *available_devices()]
+        raise BenchError(f"unknown device {name!r}; use {', '.join(choices[:-1])} or {choices[-1]}")
+
+
+def _make_folder(out: Path) -> list[Path]:
+    """Create ``out`` and its missing parents; return the folders this created, outermost first.
+
+    A folder that cannot be made is a ``BenchError`` naming it and why.
+    """
+    from bench.cells import BenchError
+
+    missing = []
+    folder = out
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_if_empty(missing[::-1])
+        raise BenchError(f"cannot create the output folder {out} ({exc.strerror or exc})") from None
+    return missing[::-1]
+
+
+def _remove_if_empty(created: list[Path]) -> None:
+    """Remove the folders ``_make_folder`` created, innermost first, while they are empty."""
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): it and the folders above it stay
+            return
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
@@ -170,7 +266,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from bench.cells import BenchError, Cell
     from bench.hf_reference import transformers_version
     from bench.probe import run_probe
-    from bench.report import summarise, write_json, write_markdown, write_png
+    from bench.report import counted, summarise
     from bench.runners import model_config_for, run_reference, run_speedboard
     from core.config import config_from_preset
     from core.data import prepare_data
@@ -181,7 +277,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         resolve_precision,
         training_flops_per_token,
     )
-    from core.precision import matmul_peak, measure_gemm_peak
+    from core.errors import SpeedboardError
+    from core.precision import cached_peak, matmul_peak, measure_gemm_peak
     from core.runs import default_out_dir
     from core.trials import loss_tolerance
     from core.tune import default_precisions
@@ -192,6 +289,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     effective = args.effective_batch or 8
     accums = args.accum or cells_mod.DEFAULT_ACCUMS
+    _check_device(args.device)
     device = resolve_device(args.device)
     if args.precision == ("auto",):
         precisions = default_precisions(device) if device.type == "cpu" else (resolve_precision("auto", device),)
@@ -231,10 +329,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         default_out_dir().parent / "bench" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device.type}")
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BenchError(f"cannot create the output folder {out} ({exc.strerror})") from None
+    # Made now so that a folder that cannot be made is said before the measurements, and removed
+    # again until the report is written: a run that ends without one leaves no empty folder.
+    _remove_if_empty(_make_folder(out))
 
     raw: dict = {
         "schema": "speedboard-bench/1",
@@ -261,25 +358,34 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     }
 
     def measure_peak() -> None:
-        # Measured anew between repeats, per precision; the machine's cached peak keeps the highest, and
-        # that one figure is what the CLI, the dashboard and this report divide by.
+        # Measured anew, per precision; the machine's cached peak keeps the highest, and that one
+        # figure is what the CLI, the dashboard and this report divide by.
         for p in precisions:
             flops = measure_gemm_peak(device, p, matmul_sizes)
             matmul_peak(device, p, refresh=True, measure=lambda f=flops: f)
             raw["matmul_peak"]["measurements"][p].append(flops)
         raw["load_average"].append(_load())
 
-    _say(f"speedboard bench: {preset} ({model_cfg.num_parameters() / 1e6:.1f}M params) on {raw['device']['name']}, "
-         f"{', '.join(precisions)}, {len(cells)} cells × {repeats} repeats, {total_steps} steps per run "
-         f"({steps} timed), {tokens_per_step:,} tokens/step → {out}")
-    measure_peak()
-    _say("matmul peak: " + ", ".join(f"{p} {v[-1] / 1e9:,.1f} GFLOP/s"
-                                     for p, v in raw["matmul_peak"]["measurements"].items()))
+    def gflops(figures: dict[str, float]) -> str:
+        return ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in figures.items())
 
+    runs_planned = repeats * sum(2 + (c.name in hf_cells) for c in cells)
+    _say(f"speedboard bench: {preset} ({model_cfg.num_parameters() / 1e6:.1f}M params) on {raw['device']['name']}, "
+         f"{', '.join(precisions)}, {counted(len(cells), 'cell')} × {counted(repeats, 'repeat')}, "
+         f"{counted(total_steps, 'step')} per run ({steps:,} timed), {tokens_per_step:,} tokens/step → {out}")
     saved_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     scratch = Path(tempfile.mkdtemp(prefix="speedboard-bench-"))
     matrix_cache = scratch / "inductor-matrix"
+    interrupted: KeyboardInterrupt | None = None
+    peaks: dict[str, float] = {}
     try:
+        measure_peak()
+        # The denominator of MFU is the machine's highest figure, not this one measurement (at --quick's
+        # 512 × 512 GEMMs, well below it): both are said, the denominator first.
+        peaks = {p: measure_matmul_peak(str(device), p) for p in precisions}
+        _say(f"matmul peak (MFU's denominator, this machine's highest): {gflops(peaks)}; measured now"
+             + (f" at {' and '.join(map(str, matmul_sizes))}²" if matmul_sizes else "") + ": "
+             + gflops({p: v[-1] for p, v in raw["matmul_peak"]["measurements"].items()}))
         # ---------------------------------------------------------------- probes
         if not args.no_probes:
             spec_base = {"config": base.to_dict()}
@@ -287,11 +393,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 spec = {**spec_base, "cell": cell.to_dict(), "total_steps": cell.warmup_steps + 1}
                 if cell.compiled:
                     cache = scratch / f"inductor-{cell.name}"  # empty: a cold compile
-                    result = {"cold": run_probe(spec, cache, args.probe_timeout)}
-                    result["warm"] = run_probe(spec, cache, args.probe_timeout)
+                    result = {"cold": run_probe(spec, cache, args.probe_timeout, scratch)}
+                    result["warm"] = run_probe(spec, cache, args.probe_timeout, scratch)
                     shutil.copytree(cache, matrix_cache, dirs_exist_ok=True)  # the matrix starts warm
                 else:
-                    result = {"memory": run_probe(spec, scratch / "inductor-eager", args.probe_timeout)}
+                    result = {"memory": run_probe(spec, scratch / "inductor-eager", args.probe_timeout, scratch)}
                 raw["probes"][cell.name] = result
                 _say("probe " + cell.name + ": " + "; ".join(_probe_line(k, v) for k, v in result.items()))
         # ---------------------------------------------------------------- matrix
@@ -327,6 +433,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             for r in raw["cuda_graph_grads"]:
                 _say(f"CUDA-graph gradients, {r['mode']} × accum {r['accum']}: max relative difference "
                      f"{r['max_relative_difference']:.2e} → {'ok' if r['ok'] else 'WRONG'}")
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what was measured is still reported, as partial
+        interrupted = exc
     finally:
         if saved_cache is None:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
@@ -334,20 +442,47 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved_cache
         shutil.rmtree(scratch, ignore_errors=True)
 
-    raw["matmul_peak"]["flops"] = {p: measure_matmul_peak(str(device), p) for p in precisions}
+    if interrupted is not None:
+        done = len(raw["runs"])
+        if not done and not raw["probes"]:
+            raise Interrupted(f"{_interruption(interrupted)} before anything was measured; nothing was written",
+                              _exit_code(interrupted)) from None
+        raw["interrupted"] = (f"{_interruption(interrupted)} after {done} of {runs_planned} runs"
+                              + (f" and {counted(len(raw['probes']), 'probed cell')}" if raw["probes"] else ""))
+    # The figure the CLI and the dashboard divide by now (a file read): the highest, should a run have raised it.
+    raw["matmul_peak"]["flops"] = {p: cached_peak(device, p) or peaks.get(p) or 0.0 for p in precisions}
+    if interrupted is None and raw["matmul_peak"]["flops"] != peaks:
+        _say(f"matmul peak (MFU's denominator) is now {gflops(raw['matmul_peak']['flops'])}, measured again during "
+             f"the runs: the report divides by this figure")
     raw["wall_seconds"] = time.perf_counter() - t_start
     raw["summary"] = summarise(raw)
-    write_json(raw, out / "bench.json")
-    write_markdown(raw, out / "bench.md")
+    if interrupted is None:
+        _report(raw, out)
+        return 0
     try:
-        write_png(raw, out / "bench.png")
-    except ImportError:
-        _say("note: matplotlib is not installed: no bench.png (pip install -e '.[bench]')")
-    from bench.report import markdown
+        _report(raw, out)
+    except SpeedboardError as exc:
+        raise Interrupted(f"{raw['interrupted']}; the partial results were not written: {exc}",
+                          _exit_code(interrupted)) from None
+    raise Interrupted(f"{raw['interrupted']}; partial results written to {out}", _exit_code(interrupted)) from None
+
+
+def _report(raw: dict, out: Path) -> None:
+    """The table on the terminal first, then the three files in ``out``, all or none (``write_reports``)."""
+    from bench.report import markdown, write_reports
 
     _say("\n" + markdown(raw))
-    _say(f"wrote {out / 'bench.json'}, bench.md, bench.png in {raw['wall_seconds'] / 60:.1f} min")
-    return 0
+    created = _make_folder(out)
+    try:
+        written = write_reports(raw, out / "bench.json")
+    except BaseException:
+        _remove_if_empty(created)
+        raise
+    if out / "bench.png" not in written:
+        _say("note: matplotlib is not installed: no bench.png (pip install -e '.[bench]')")
+    kind = "partial results" if raw.get("interrupted") else "results"
+    _say(f"wrote {kind} {written[0]}, {', '.join(p.name for p in written[1:])} "
+         f"in {raw['wall_seconds'] / 60:.1f} min")
 
 
 def _probe_line(kind: str, result: dict) -> str:
@@ -364,16 +499,39 @@ def _probe_line(kind: str, result: dict) -> str:
     return " ".join(parts)
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While the benchmark runs, SIGTERM raises ``Terminated`` (a KeyboardInterrupt), as Ctrl-C does:
+    probes stopped, temporary folders removed, what was measured kept. The previous handler is back after."""
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     from core.errors import SpeedboardError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
     try:
-        return run(args, argv)
+        args = build_parser().parse_args(argv)
+        with _sigterm_as_interrupt():
+            return run(args, argv)
     except SpeedboardError as exc:
         print(f"speedboard bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt as exc:
+        print(f"speedboard bench: {exc if isinstance(exc, Interrupted) else _interruption(exc)}", file=sys.stderr)
+        return _exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,313 @@
+"""``speedboard bench`` when things go wrong: empty lists, unknown devices, a disk that fills up, Ctrl-C and SIGTERM.
+
+Each ends with one line on stderr and its exit code, and leaves no half-written
+report, no temporary folder and no empty output folder behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from core.trials import Cell, TrialResult
+from speedboard.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+# The smallest bench there is: the tiny preset, one eager cell, one timed step, no probes, no HF.
+TINY = ["--preset", "tiny", "--no-hf", "--no-probes", "--modes", "off", "--accum", "1", "--effective-batch", "1",
+        "--precision", "fp32", "--steps", "1", "--matmul-size", "64"]
+
+
+def _run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        return exc.code
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Files of ours that a failed write or an interrupted run must not leave: hidden temporaries."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.name.endswith(".tmp"))
+
+
+# ----------------------------------------------------------------------------- options
+@pytest.mark.parametrize("flag, value, message", [
+    ("--cells", ",", "argument --cells: no cell given"),
+    ("--cells", " ", "argument --cells: no cell given"),
+    ("--cells", " , ,", "argument --cells: no cell given"),
+    ("--modes", ",", "argument --modes: no compile setting given"),
+    ("--accum", " , ", "argument --accum: no accumulation given"),
+    ("--precision", ",", "argument --precision: no precision given"),
+])
+def test_a_list_option_with_no_item_is_refused_in_one_line(flag, value, message, capsys, tmp_path):
+    assert _run_main(["bench", *TINY, flag, value, "--out", str(tmp_path / "bench")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"speedboard bench: error: {message}"]
+    assert not (tmp_path / "bench").exists()
+
+
+def test_duplicates_and_blanks_in_a_list_option_are_dropped():
+    from bench.run import build_parser
+
+    args = build_parser().parse_args(["--cells", " off-*, ,off-*", "--accum", "4,1,,4", "--precision", "fp32, fp32"])
+    assert (args.cells, args.accum, args.precision) == ("off-*", (1, 4), ("fp32",))
+
+
+@pytest.mark.parametrize("name", ["bogus", "meta", ""])
+def test_an_unknown_device_lists_the_devices_of_this_machine(name, capsys, tmp_path):
+    from core.device import available_devices
+
+    assert _run_main(["bench", *TINY, "--device", name, "--out", str(tmp_path / "bench")]) == 2
+    err = capsys.readouterr().err.strip()
+    choices = ["auto", *available_devices()]
+    assert err.splitlines() == [f"speedboard bench: error: unknown device {name!r}; "
+                                f"use {', '.join(choices[:-1])} or {choices[-1]}"]
+    if "mps" not in available_devices():
+        assert "mps" not in err
+    assert not (tmp_path / "bench").exists()
+
+
+# ----------------------------------------------------------------------------- writing the report
+def _raw(steps: int = 1, repeats: int = 1) -> dict:
+    """A bench.json of one eager cell measured by the Trainer and the bare loop (numbers made up)."""
+    cell = Cell("off", "model", 1, 1, "fp32")
+    runs = [TrialResult(cell=cell.name, runner=runner, repeat=r, tokens_per_s=1000.0 + r, tokens_per_step=128,
+                        timed_steps=steps, window_seconds=0.128 * steps, losses=[7.6] * (steps + 1),
+                        step_seconds=[0.128] * steps).to_dict()
+            for r in range(repeats) for runner in ("speedboard", "bare")]
+    raw = {
+        "schema": "speedboard-bench/1", "created": "2025-01-01T00:00:00", "command": "speedboard bench --quick",
+        "device": {"type": "cpu", "name": "a test CPU", "threads": 2}, "versions": {"torch": "2"},
+        "config": {"preset": "tiny", "num_parameters": 1000, "seq_len": 128, "effective_batch": 1,
+                   "tokens_per_step": 128, "accums": [1], "modes": ["off"], "steps": steps, "repeats": repeats,
+                   "total_steps": steps + 1, "precision": "fp32", "precisions": ["fp32"], "seed": 0, "lr": 1e-3,
+                   "hf": False, "probes": False, "loss_tolerance": 2e-3, "loss_tolerances": {"fp32": 2e-3}},
+        "flops_per_token": 6000.0,
+        "matmul_peak": {"sizes": [], "measurements": {"fp32": [1e9]}, "flops": {"fp32": 1e9}},
+        "cells": [cell.to_dict()], "probes": {}, "runs": runs, "load_average": [], "notes": [],
+        "wall_seconds": 1.0,
+    }
+    raw["summary"] = report.summarise(raw)
+    return raw
+
+
+@contextlib.contextmanager
+def _file_size_limit(limit: int):
+    """A real full-disk condition for this process: writes past ``limit`` bytes fail with EFBIG."""
+    resource = pytest.importorskip("resource")
+    if not hasattr(signal, "SIGXFSZ"):
+        pytest.skip("no file-size limit signal on this platform")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def _earlier_report(folder: Path) -> dict[str, bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    earlier = {"bench.json": b'{"earlier": true}\n', "bench.md": b"# earlier\n", "bench.png": b"\x89PNG earlier"}
+    for name, data in earlier.items():
+        (folder / name).write_bytes(data)
+    return earlier
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_the_report_is_written_whole(tmp_path):
+    pytest.importorskip("matplotlib")
+    written = report.write_reports(_raw(), tmp_path / "bench.json")
+    assert [p.name for p in written] == ["bench.json", "bench.md", "bench.png"]
+    assert json.loads((tmp_path / "bench.json").read_text())["summary"]["cells"]["off-a1-fp32"]["speedboard"]
+    assert "| off-a1-fp32 | 1 × 1 |" in (tmp_path / "bench.md").read_text()
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _leftovers(tmp_path) == []
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "bench.json").stat().st_mode & 0o777 == 0o666 & ~umask  # as a plain write makes it
+
+
+@pytest.mark.parametrize("limit", [0, 1000])
+def test_a_full_disk_leaves_the_earlier_report_as_it_was(limit, tmp_path):
+    earlier = _earlier_report(tmp_path)
+    with _file_size_limit(limit), pytest.raises(report.ReportNotWritten) as caught:
+        report.write_reports(_raw(), tmp_path / "bench.json")
+    assert str(caught.value) == (f"cannot write {tmp_path / 'bench.json'}: a file reached the file-size limit "
+                                 f"of {limit:,} bytes (ulimit -f)")
+    assert _contents(tmp_path) == earlier  # nothing half-written, no temporary file
+
+
+def test_a_full_disk_while_writing_the_chart_keeps_the_json_and_markdown_out_too(tmp_path):
+    pytest.importorskip("matplotlib")
+    earlier = _earlier_report(tmp_path)
+    raw = _raw()
+    # A file-size limit that the JSON and the Markdown fit in and the chart does not.
+    limit = max(len(report._json_bytes(raw)), len(report._markdown_file(raw).encode()))
+    with _file_size_limit(limit), pytest.raises(report.ReportNotWritten, match=r"cannot write .*bench\.png: "):
+        report.write_reports(raw, tmp_path / "bench.json")
+    assert _contents(tmp_path) == earlier  # all three or none
+
+
+def test_ctrl_c_while_writing_leaves_no_temporary_file(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    earlier = _earlier_report(tmp_path)
+
+    def interrupted(fig, f):
+        f.write(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "_save_figure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.write_reports(_raw(), tmp_path / "bench.json")
+    assert _contents(tmp_path) == earlier
+
+
+@pytest.mark.parametrize("steps, repeats, text", [
+    (1, 1, "1 timed step after warm-up × 1 interleaved repeat (tokens/s"),
+    (4, 3, "4 timed steps after warm-up × 3 interleaved repeats (tokens/s"),
+])
+def test_the_report_counts_in_the_singular_and_the_plural(steps, repeats, text):
+    assert text in report.markdown(_raw(steps, repeats))
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read"),
+    ("{not json", "cannot read"),
+    ('{"a": 1}', "is not a report of speedboard bench"),
+])
+def test_rewriting_a_report_that_is_not_one_is_refused_in_one_line(content, message, tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    if content is not None:
+        path.write_text(content)
+    assert report.main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("python -m bench.report: error: ") and message in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["bench.json"] if content is not None else [])
+
+
+@pytest.mark.slow
+def test_a_bench_whose_report_cannot_be_written_prints_it_and_says_why(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "bench"
+    earlier = _earlier_report(out)
+    write_reports = report.write_reports
+
+    def on_a_full_disk(raw, path):
+        with _file_size_limit(1000):
+            return write_reports(raw, path)
+
+    monkeypatch.setattr(report, "write_reports", on_a_full_disk)
+    assert main(["bench", *TINY, "--repeats", "1", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"speedboard bench: error: cannot write {out / 'bench.json'}: a file "
+                                         "reached the file-size limit of 1,000 bytes (ulimit -f)"]
+    assert "| off-a1-fp32 | 1 × 1 |" in captured.out  # the results, on the terminal before the files failed
+    assert "wrote" not in captured.out
+    assert _contents(out) == earlier
+    # The start line counts in the singular; the peak it prints is MFU's denominator, the report's own figure
+    # (said again should the runs have raised it).
+    assert "fp32, 1 cell × 1 repeat, 2 steps per run (1 timed)," in captured.out
+    said = re.findall(r"^matmul peak \(MFU's denominator\b.*? fp32 ([\d,.]+) GFLOP/s", captured.out, re.M)
+    reported = re.search(r"matmul peak \(MFU's denominator, per precision.*?\): fp32 ([\d,.]+) GFLOP/s",
+                         captured.out)
+    assert said and reported and said[-1] == reported[1]
+
+
+@pytest.mark.slow
+def test_a_bench_that_cannot_write_into_a_new_folder_leaves_none(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "new" / "bench"
+    write_reports = report.write_reports
+
+    def on_a_full_disk(raw, path):
+        with _file_size_limit(0):
+            return write_reports(raw, path)
+
+    monkeypatch.setattr(report, "write_reports", on_a_full_disk)
+    assert main(["bench", *TINY, "--repeats", "1", "--out", str(out)]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- Ctrl-C and SIGTERM
+def _interrupt(tmp_path: Path, sig: int, after: str, options: list[str]) -> tuple[int, str, Path, Path]:
+    """Start a bench with ``options`` that would run for a long time; send ``sig`` once a line starting
+    ``after`` is out.
+
+    Returns the exit code, stderr, the --out folder and the bench's temporary folder (its TMPDIR).
+    """
+    tmp, out = tmp_path / "tmp", tmp_path / "out"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "speedboard.cli", "bench", *options, "--repeats", "10000",
+                             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith(after):
+                proc.send_signal(sig)
+                break
+        else:
+            pytest.fail(f"no line starting {after!r} in the output: {''.join(seen)}")
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err, out, tmp
+
+
+def _processes_in(tmp: Path) -> list[int]:
+    """Processes still running with ``tmp`` as their TMPDIR (the bench's probes), where /proc says."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if f"TMPDIR={tmp}".encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_was_measured_as_partial_results(tmp_path):
+    code, err, out, tmp = _interrupt(tmp_path, signal.SIGINT, "[1/", TINY)
+    assert code == 130 and "Traceback" not in err
+    line, = err.strip().splitlines()
+    assert line.startswith("speedboard bench: interrupted (Ctrl-C) after ") and " of 20000 runs" in line
+    assert line.endswith(f"; partial results written to {out}")
+    raw = json.loads((out / "bench.json").read_text())
+    assert raw["interrupted"].startswith("interrupted (Ctrl-C) after ") and raw["runs"]
+    assert raw["summary"]["cells"]["off-a1-fp32"]["speedboard"]["median"] > 0  # the first run, measured
+    assert "**Partial results**: interrupted (Ctrl-C)" in (out / "bench.md").read_text()
+    assert _leftovers(out) == []
+    assert list(tmp.iterdir()) == []  # no speedboard-bench-* scratch, no trial folder
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_probe_stops_it_and_leaves_nothing(tmp_path):
+    # With probes: the first cell's memory probe is a process of its own, running when the peak is out.
+    options = [o for o in TINY if o != "--no-probes"]
+    code, err, out, tmp = _interrupt(tmp_path, signal.SIGTERM, "matmul peak", options)
+    assert code == 143 and "Traceback" not in err
+    line, = err.strip().splitlines()
+    assert line.startswith("speedboard bench: terminated (SIGTERM) ")
+    if line.endswith("nothing was written"):
+        assert not out.exists()  # the bench made it and wrote nothing into it: gone
+    else:  # only if the probe had finished first
+        assert json.loads((out / "bench.json").read_text())["interrupted"].startswith("terminated (SIGTERM)")
+    assert list(tmp.iterdir()) == []
+    if Path("/proc/self/environ").exists():
+        assert _processes_in(tmp) == []
