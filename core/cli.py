@@ -629,17 +629,23 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     trainer = Trainer(config, control, sink if rank0 else (lambda e: None), run_id=args.run_id)
     signals = StopSignals(control, trainer, speak=rank0).install()
     try:
-        trainer.run()
+        result = trainer.run()
     except PeerLost as exc:
         _error_line(f"speedboard: error: {exc}")
         return 1
     except JobTerminated as exc:
-        _error_line(f"speedboard: rank {rank}: {exc}")
+        _error_line(f"speedboard: rank {rank}: {exc}" if launched_by_torchrun() else f"speedboard: {exc}")
         return getattr(exc, "exit_code", 128 + signal.SIGTERM)
     finally:
         sink.close()
         shutdown()
         signals.restore()
+    if rank0 and result.checkpoint is None:
+        # Each failed save was a warning and training went on; without the final one the weights are lost,
+        # which a script chaining `train && generate` must not take for success.
+        _error_line(f"speedboard: error: the run finished at step {result.step}, but its final checkpoint could "
+                    f"not be saved (see the warning above)")
+        return 0 if launched_by_torchrun() else 1  # under torchrun the launcher reports the run's outcome
     return 0
 
 

@@ -69,7 +69,10 @@ def test_a_run_on_a_full_disk_trains_to_its_end_and_says_why_nothing_is_saved(tm
                    "--micro-batch", "2", "--steps", "60", "--save-every", "20", "--eval-every", "0",
                    "--log-every", "20", "--no-progress", "--out", str(tmp_path / "runs"))
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
+    # Trained to its end, but without its final checkpoint the weights are lost: not a success for a script.
+    assert proc.returncode == 1, output
+    assert proc.stderr.strip().splitlines()[-1] == ("speedboard: error: the run finished at step 60, but its final "
+                                                    "checkpoint could not be saved (see the warning above)")
     assert "Traceback" not in output
     assert output.count("cannot write") and output.count("metrics.jsonl") == 1, output  # said once
     assert output.count("checkpoint not saved") == 4, output  # steps 20, 40, 60, and the final save tries again

@@ -205,6 +205,19 @@ def test_closing_the_terminal_stops_after_the_step_and_saves(tmp_path):
 
 
 @pytest.mark.slow
+def test_sigterm_ends_a_single_process_run_in_one_line_that_names_no_rank(tmp_path):
+    proc, out = start_run(tmp_path, "--steps", "100000")
+    run_dir = wait_for_steps(out, proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(240) == 128 + signal.SIGTERM
+    err = proc.stderr.read()
+    assert err.strip().splitlines()[-1].startswith("speedboard: terminated (SIGTERM)") and "rank" not in err, err
+    assert "Traceback" not in err
+    last = events(run_dir)[-1]
+    assert last["event"] == "failed" and last["message"].startswith("terminated (SIGTERM)"), last
+
+
+@pytest.mark.slow
 def test_a_run_killed_with_kill_9_reads_as_not_running(tmp_path):
     proc, out = start_run(tmp_path, "--steps", "100000")
     run_dir = wait_for_steps(out, proc)
