@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import SpeedboardError
+from core.event_text import counted
 
 GIB = 1024**3
 
@@ -343,11 +344,6 @@ def write_reports(raw: dict, path: Path) -> list[Path]:
         raise
     _publish(staged)
     return [target for _, target in staged]
-
-
-def counted(n: int, noun: str) -> str:
-    """``1 timed step``, ``3 timed steps``."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def _f(value: float | None, fmt: str = "{:,.0f}") -> str:

@@ -217,7 +217,7 @@ def _check_device(name: str) -> None:
     import torch
 
     from bench.cells import BenchError
-    from core.device import available_devices
+    from core.device import unknown_device_message
 
     if name == "auto":
         return
@@ -226,8 +226,7 @@ def _check_device(name: str) -> None:
     except (RuntimeError, TypeError, ValueError):
         kind = None
     if kind not in ("cpu", "cuda", "mps"):
-        choices = ["auto", *available_devices()]
-        raise BenchError(f"unknown device {name!r}; use {', '.join(choices[:-1])} or {choices[-1]}")
+        raise BenchError(unknown_device_message(name))
 
 
 def _make_folder(out: Path) -> list[Path]:
@@ -266,7 +265,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from bench.cells import BenchError, Cell
     from bench.hf_reference import transformers_version
     from bench.probe import run_probe
-    from bench.report import counted, summarise
+    from bench.report import summarise
     from bench.runners import model_config_for, run_reference, run_speedboard
     from core.config import config_from_preset
     from core.data import prepare_data
@@ -278,6 +277,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         training_flops_per_token,
     )
     from core.errors import SpeedboardError
+    from core.event_text import counted
     from core.precision import cached_peak, matmul_peak, measure_gemm_peak
     from core.runs import default_out_dir
     from core.trials import loss_tolerance

@@ -29,6 +29,12 @@ def available_devices() -> list[str]:
     return devices
 
 
+def unknown_device_message(name: str) -> str:
+    """A device name that is none of this machine's: the line names only those present (no ``mps`` here)."""
+    choices = ["auto", *available_devices()]
+    return f"unknown device {name!r}; use {', '.join(choices[:-1])} or {choices[-1]}"
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` picks cuda, then mps, then cpu; a named device must be present."""
     if name == "auto":
@@ -36,7 +42,7 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+        raise ConfigError(unknown_device_message(name)) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"device {name!r} requested, but no CUDA device is present")
@@ -47,7 +53,7 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "mps" and not _mps_available():
         raise ConfigError("device 'mps' requested, but Apple's MPS backend is not available")
     if device.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"unsupported device {name!r}")
+        raise ConfigError(unknown_device_message(name))
     return device
 
 

@@ -1,6 +1,8 @@
-"""Machine facts the core reads: the load average recorded beside speed figures."""
+"""Machine facts the core reads: the load average recorded beside speed figures; the devices a name may mean."""
 
 from __future__ import annotations
+
+import pytest
 
 
 def test_load_average_is_the_os_figure_or_none(monkeypatch):
@@ -16,3 +18,14 @@ def test_load_average_is_the_os_figure_or_none(monkeypatch):
 
     monkeypatch.setattr(os, "getloadavg", missing)
     assert load_average() is None
+
+
+@pytest.mark.parametrize("name", ["bogus", "meta"])
+def test_an_unknown_device_is_refused_naming_only_the_devices_present(name, monkeypatch):
+    from core import device as dev
+    from core.errors import ConfigError
+
+    monkeypatch.setattr(dev, "available_devices", lambda: ["cpu"])
+    with pytest.raises(ConfigError) as refused:
+        dev.resolve_device(name)
+    assert str(refused.value) == f"unknown device {name!r}; use auto or cpu"
