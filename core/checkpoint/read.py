@@ -321,6 +321,13 @@ def _check_speedboard_meta(path: Path, meta: dict[str, Any], model_cfg: ModelCon
         raise CheckpointError(f"{where} was changed after it was saved (its checksum differs): its settings "
                               f"cannot be trusted")
     _records(meta, path)
+    named = _STEP_FOLDER.fullmatch(path.name)
+    if named and path.parent.name == CHECKPOINTS_DIR and meta.get("step") != int(named.group(1)):
+        # A run's newest checkpoint is found by these names: one renamed would be taken for another step.
+        raise CheckpointError(f"{path} holds the checkpoint of step {meta.get('step')}, not of the step its "
+                              f"name says: it was renamed (give it back its name, step_{meta.get('step'):07d})"
+                              if isinstance(meta.get("step"), int) else
+                              f"{path / CONFIG_FILE} records no step, though the folder is named for one")
     run = meta.get("run")
     if isinstance(run, dict) and "model" in run:
         try:

@@ -126,14 +126,19 @@ def test_run_folder_resolves_to_its_newest_checkpoint(micro, tmp_path):
     assert [p.name for p in ck.list_checkpoints(folder)] == \
         ["step_0000002", "step_0000004", "step_9999999", "step_10000000"]
     assert ck.latest_checkpoint(result.run_dir) == folder / "step_10000000"
+    # A copy named for another step is refused when read, not taken for that step.
+    with pytest.raises(CheckpointError, match=r"holds the checkpoint of step 4, not of the step its name says"):
+        ck.read_checkpoint(result.run_dir)
+    for name in ("step_9999999", "step_10000000"):
+        shutil.rmtree(folder / name)
     # Nor is an export that was given a checkpoint's name: the run's newest stays its own.
     ck.export_hf(result.run_dir, folder / "step_99999999")
-    assert ck.list_checkpoints(folder)[-1].name == "step_10000000"
+    assert ck.list_checkpoints(folder)[-1].name == "step_0000004"
     assert ck.read_checkpoint(result.run_dir).read_trainer_state()["step"] == 4
     # A checkpoint of ours whose config.json is damaged stays the newest: reading it reports the damage.
-    damaged = folder / "step_10000000" / "config.json"
+    damaged = folder / "step_0000004" / "config.json"
     damaged.write_text(damaged.read_text().replace('"format"', '"formaX"'))
-    assert ck.latest_checkpoint(result.run_dir) == folder / "step_10000000"
+    assert ck.latest_checkpoint(result.run_dir) == folder / "step_0000004"
     with pytest.raises(CheckpointError):
         ck.read_checkpoint(result.run_dir)
     shutil.rmtree(result.run_dir / "checkpoints")

@@ -40,8 +40,8 @@ def test_a_run_folder_means_its_newest_checkpoint(tmp_path, tok):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "metrics.jsonl").write_text("")
-    ck.save_checkpoint(run / "checkpoints" / "step_0000001", make_model(1), tokenizer=tok)
-    ck.save_checkpoint(run / "checkpoints" / "step_0000002", make_model(2, num_layers=1), tokenizer=tok)
+    ck.save_checkpoint(run / "checkpoints" / "step_0000001", make_model(1), tokenizer=tok, step=1)
+    ck.save_checkpoint(run / "checkpoints" / "step_0000002", make_model(2, num_layers=1), tokenizer=tok, step=2)
     shapes = tensor_shapes(run)
     assert "model.layers.0.mlp.up_proj.weight" in shapes and "model.layers.1.mlp.up_proj.weight" not in shapes
 

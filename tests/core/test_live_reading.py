@@ -3,6 +3,7 @@ rotation never shows a half-deleted checkpoint; what crashed processes left behi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -155,6 +156,9 @@ def test_a_new_run_clears_what_dead_processes_left_in_its_output_folder(tmp_path
                   f".step_0000001.tmp-{dead}@elsewhere-eeeeee"}  # another machine's (shared storage)
     for name in removed | left_alone | {moved_aside}:
         shutil.copytree(kept[-1], old_run / name)
+    meta_file = old_run / moved_aside / ck.CONFIG_FILE  # it is step 7's: its name is put back
+    meta = {**json.loads(meta_file.read_text()), "step": 7}
+    meta_file.write_text(json.dumps({**meta, ck.CONFIG_CHECKSUM: ck.config_checksum(meta)}))
     train(cfg)  # a new run starts in the same output folder
     names = {p.name for p in old_run.iterdir()}
     assert not names & removed and left_alone <= names and moved_aside not in names
