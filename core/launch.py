@@ -2,9 +2,10 @@
 
 One run of N processes is ``torchrun --nproc-per-node N -m core.cli train …``.
 ``speedboard train --nproc N`` wraps that command (``run_torchrun``): it checks
-the configuration first (a bad flag costs one line, not N tracebacks), names
-the run folder in advance, passes stop signals on to the workers, and reports
-the run's outcome from its folder.
+the configuration first (a bad flag, data or start checkpoint costs one line,
+not N tracebacks), claims the run folder before anything starts (of two jobs
+with one run id, one runs and the other is refused), passes signals on to the
+workers, and reports the run's outcome from its folder.
 
 Another program (the dashboard) starts a run with ``prepare_launch``: an argv
 for a subprocess, the environment it needs, and the run folder to follow.
@@ -15,9 +16,10 @@ Signals, for every way of starting a run:
 - SIGHUP (the terminal closed): the same as SIGINT.
 - SIGTERM: end now; rank 0 records ``failed`` ("terminated").
 
-The launcher's exit code follows this job alone: only an ending recorded by
-this job's run (its run id, written after the launch) counts, and when rank 0
-died without recording one (kill -9), the launcher records it for it.
+The launcher's exit code follows this job alone: 0 when its run finished or
+was stopped, 128 + the signal's number when a signal to the launcher ended it
+(130 Ctrl-C twice, 143 SIGTERM; one line says so), else torchrun's. When rank 0
+died without recording an ending (kill -9), the launcher records it for it.
 
 Importing this module loads no torch (only ``check_nproc`` and ``process_capacity`` do).
 """
@@ -26,23 +28,40 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
 from core.errors import ConfigError
 from core.events import RunFailed, RunFinished
-from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, JsonlSink, check_run_root, plan_run_dir
+from core.runs import (
+    CLAIM_ENV,
+    HEARTBEAT_FILE,
+    METRICS_FILE,
+    EventTail,
+    JsonlSink,
+    check_run_root,
+    claim_run_dir,
+    plan_run_dir,
+    release_run_dir,
+)
 
 
 def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = None) -> list[str]:
-    """The torchrun command for one machine: N workers of ``python -m core.cli train_args…``."""
+    """The torchrun command for one machine: N workers of ``python -m core.cli train_args…``.
+
+    torchrun runs through this module (``python -m core.launch``, then torchrun's own
+    ``main``), which can send torchrun's own messages to the launcher apart from its
+    workers' output (``TORCHRUN_STDERR_ENV``).
+    """
     assert nproc >= 1, nproc  # checked by check_nproc before anything is launched
-    return [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
+    return [python or sys.executable, "-m", "core.launch", "--standalone",
             f"--nproc-per-node={nproc}", "-m", "core.cli", *train_args]
 
 
@@ -97,32 +116,45 @@ def check_data_source(source: str) -> None:
 def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> None:
     """What a run's set-up checks before its first step, done in the launcher before N processes start.
 
-    The corpus is prepared into its token store here (once, with progress
-    through ``sink``; ``should_stop`` cancels it), so the workers only map it;
-    then the samples, the model's positions and vocabulary, and the memory of a
-    micro-batch are checked as the trainer would. Every failure is a one-line
-    ``SpeedboardError``.
+    The start checkpoint is read as the trainer reads it, with the trainer's own
+    checks (``Trainer._read_start_checkpoint``: a truncated or damaged file, a
+    resume from weights without a trainer state). The corpus is prepared into
+    its token store here (once, with progress through ``sink``; ``should_stop``
+    cancels it), so the workers only map it; then the samples, the model's
+    positions and vocabulary, the memory of a micro-batch and, on resume, the
+    budget left (``Trainer._make_schedule``) are checked as the trainer would.
+    Every failure is a one-line ``SpeedboardError``.
+
+    The data's summary (``DataPrepared``: the "data …" and "tokenizer …" lines)
+    is not passed to ``sink``: the run's rank 0 reports it once it has mapped the store.
     """
     import dataclasses
 
-    from core.checkpoint import check_tokenizer_fits, peek_checkpoint
+    from core.checkpoint import check_tokenizer_fits
     from core.data import build_views, prepare_data
     from core.device import resolve_device, resolve_precision
+    from core.events import DataPrepared
     from core.memory_budget import check_fits, fit_split
-    from core.tokenizer import TOKENIZER_FILE, BPETokenizer
+    from core.trainer import Trainer
 
     tc = config.train
     device = resolve_device(tc.device)
     precision = resolve_precision(tc.precision, device, config.model)  # measures auto on a CPU once
-    source = config.resume or config.init_from
-    info = peek_checkpoint(source) if source else None
+    probe = Trainer(config)  # a trainer's checks without a device, a model or a run folder
+    loaded, trainer_state = probe._read_start_checkpoint()
     tokenizer, origin = None, "given"
-    if info is not None and info.path.is_dir() and (info.path / TOKENIZER_FILE).is_file():
-        tokenizer, origin = BPETokenizer.load(info.path), f"checkpoint {info.path}"
-    data = prepare_data(config.data, tokenizer, tokenizer_origin=origin, sink=sink, should_stop=should_stop)
+    if loaded is not None and loaded.tokenizer is not None:
+        tokenizer, origin = loaded.tokenizer, f"checkpoint {loaded.source}"
+    model_config = loaded.model_config if loaded is not None else None
+    del loaded  # its weights: the workers read them again
+
+    def progress(event) -> None:
+        if sink is not None and not isinstance(event, DataPrepared):
+            sink(event)
+
+    data = prepare_data(config.data, tokenizer, tokenizer_origin=origin, sink=progress, should_stop=should_stop)
     build_views(data.store, config.data, data.tokenizer)
-    model_cfg = (info.model_config if info is not None and info.model_config is not None
-                 else dataclasses.replace(config.model, vocab_size=data.tokenizer.vocab_size))
+    model_cfg = model_config or dataclasses.replace(config.model, vocab_size=data.tokenizer.vocab_size)
     if config.data.seq_len > model_cfg.max_position_embeddings:
         raise ConfigError(f"sequence length {config.data.seq_len} is beyond the model's "
                           f"{model_cfg.max_position_embeddings} positions", "seq_len")
@@ -133,6 +165,10 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     else:
         check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device, shards=shards,
                    processes=processes, accum_steps=tc.accum_steps)
+    if trainer_state is not None:  # where the parent stopped, and the schedule on from there (as _start_position)
+        probe.data, probe.tokens_per_step = data, probe.cfg.tokens_per_step(nproc)
+        probe.step, probe.tokens = int(trainer_state["step"]), int(trainer_state["tokens"])
+        probe._make_schedule(trainer_state)  # a budget already used up: one line
 
 
 @dataclass(frozen=True)
@@ -223,9 +259,9 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _record_lost_ending(run_dir: Path, run_id: str, offset: int, code: int) -> None:
+def _record_lost_ending(run_dir: Path, run_id: str, code: int) -> None:
     """Rank 0 ended without recording how (kill -9, out of memory): record it in its stead."""
-    events = [e for e in EventTail(run_dir, offset).poll() if e.run_id == run_id]
+    events = [e for e in EventTail(run_dir).poll() if e.run_id == run_id]
     last = events[-1] if events else None
     step = max((getattr(e, "step", 0) or 0 for e in events), default=0)
     try:
@@ -243,56 +279,231 @@ def _record_lost_ending(run_dir: Path, run_id: str, offset: int, code: int) -> N
         pass
 
 
+# ----------------------------------------------------------------------------- torchrun's own messages
+TORCHRUN_STDERR_ENV = "SPEEDBOARD_TORCHRUN_STDERR"
+"""A file descriptor for torchrun's own messages (its ``sys.stderr``); its workers keep the launcher's stderr."""
+
+_ECHO_LOGS = ("death signal, shutting down workers", "closing signal SIG", "failed (exitcode:")
+"""torchrun's log lines about a signal it got or passed on, or a worker that failed: the echo of how a job ended."""
+_ECHO_ERRORS = re.compile(r"^[\w.]*\b(SignalException|ChildFailedError)\b", re.MULTILINE)
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+
+
+def failure_summary(report: str) -> str | None:
+    """One line for torchrun's report of failed workers (``ChildFailedError``): each rank that failed, and how.
+
+    Ranks a signal ended come first: torchrun's "first observed failure" is often a
+    rank that only ended because another died (its clock has whole seconds).
+    """
+    failed = {int(rank): int(code) for rank, code in _FAILED_RANK.findall(report)}
+    if not failed:
+        return None
+
+    def how(rank: int, code: int) -> str:
+        if code >= 0:
+            return f"rank {rank} exited with code {code}"
+        try:
+            name = f", {signal.Signals(-code).name}"
+        except ValueError:
+            name = ""
+        return f"rank {rank} died (signal {-code}{name})"
+
+    order = sorted(failed, key=lambda rank: (failed[rank] >= 0, rank))
+    return "speedboard: " + "; ".join(how(rank, failed[rank]) for rank in order)
+
+
+class TorchrunOutput:
+    """torchrun's own stderr, read from a pipe: passed on line by line, except its echo of how the job ended.
+
+    Its log lines about a signal or a failed worker are dropped, and the
+    traceback it ends with is held back: after a signal (``SignalException``)
+    or a failed worker (``ChildFailedError``) it says nothing the launcher and
+    the ranks do not say better (``failure_summary``: the failed workers in one line);
+    any other is written out whole when torchrun has ended (``finish``).
+    """
+
+    def __init__(self, fd: int, out=None) -> None:
+        self._file = os.fdopen(fd, "rb")
+        self._out = out
+        self._held: list[str] = []
+        self._thread = threading.Thread(target=self._read, name="speedboard-torchrun-output", daemon=True)
+        self._thread.start()
+
+    def _write(self, text: str) -> None:
+        out = self._out or sys.stderr
+        try:
+            out.write(text)
+            out.flush()
+        except (OSError, ValueError):  # the terminal is gone: keep draining the pipe, so torchrun never blocks
+            pass
+
+    def _read(self) -> None:
+        with self._file:
+            for raw in self._file:
+                line = raw.decode("utf-8", errors="replace")
+                if self._held or line.startswith("Traceback (most recent call last):"):
+                    self._held.append(line)  # the end of torchrun's output: judged once it is all there
+                elif not any(echo in line for echo in _ECHO_LOGS):
+                    self._write(line)
+
+    def finish(self, quiet: bool = False) -> str | None:
+        """After torchrun has ended: its held traceback written out unless it is an echo; the summary line of
+        failed workers (None if there is none, or when ``quiet``: a signal to the launcher ended the job)."""
+        self._thread.join()
+        text = "".join(self._held)
+        match = _ECHO_ERRORS.search(text)
+        if match is None:
+            self._write(text)
+            return None
+        if match[1] == "SignalException" or quiet:
+            return None
+        summary = failure_summary(text)
+        if summary is None:
+            self._write(text)  # a report this version words otherwise: nothing is lost
+        return summary
+
+
+# ----------------------------------------------------------------------------- the launcher
+_STOPS = (signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGINT))
+"""Signals whose first arrival asks the run to stop after its current step."""
+_ENDINGS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
+if hasattr(signal, "SIGHUP"):
+    _ENDINGS[signal.SIGHUP] = "the terminal was closed (SIGHUP)"
+
+
+def _say(text: str) -> None:
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # the terminal is gone
+        pass
+
+
 def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str, str] | None = None) -> int:
-    """Run torchrun with ``nproc`` workers and wait; the exit code follows this job's run.
+    """Claim ``run_dir``, run torchrun with ``nproc`` workers and wait; the exit code follows this job's run.
+
+    The run folder is created here first (``runs.claim_run_dir``), and the
+    workers' rank 0 takes it over: a folder that exists, another job's with the
+    same run id, is refused in one line (``ConfigError``) before anything starts
+    and never written to. A claim no worker took is removed again.
 
     torchrun runs in its own session, so a terminal's Ctrl-C (or its closing,
     SIGHUP) reaches this launcher alone. The first SIGINT or SIGHUP goes
     straight to torchrun's workers (stop after this step): they end cleanly and
-    torchrun with them, as after a run that reached its budget. A second one or
-    a SIGTERM goes to torchrun as SIGTERM, which it passes on to every worker
-    (end now).
+    torchrun with them, as after a run that reached its budget (exit 0). A
+    second one or a SIGTERM goes to torchrun as SIGTERM, which it passes on to
+    every worker (end now); once they have ended, the launcher says so in one
+    line and exits with 128 + the signal's number (130 Ctrl-C, 143 SIGTERM),
+    as a single process does. So does a signal that ends the job before its run
+    could stop cleanly (during set-up).
 
-    Only an ending of this job's run (``run_dir.name``), written after the launch,
-    decides the exit code; a run folder that an earlier run left is never
-    taken for this job's outcome.
+    The ranks' output goes straight to this process's stdout and stderr;
+    torchrun's own messages pass through ``TorchrunOutput`` (POSIX), which
+    keeps back its traceback when that is only the echo of a signal or of a
+    failed worker (which ranks failed, and how, is then said in one line).
+    Only an ending of this job's run decides the exit code; when rank 0 died
+    without recording one (kill -9), it is recorded for it.
     """
-    run_id = run_dir.name
-    metrics = run_dir / METRICS_FILE
-    existed = run_dir.exists()
-    offset = metrics.stat().st_size if metrics.is_file() else 0
-    argv = torchrun_argv(nproc, train_args)
-    child_env = {**os.environ, **(env or {})}
-    posix = os.name == "posix"
-    proc = subprocess.Popen(argv, env=child_env, start_new_session=posix,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-    forwarded: list[int] = []
+    job = _Job(nproc, train_args, env or {})
+    handled = {*_STOPS, signal.SIGTERM}
+    previous = {s: signal.signal(s, job.on_signal) for s in handled  # nohup's ignored SIGHUP stays ignored
+                if s == signal.SIGINT or s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN}
+    try:
+        token = claim_run_dir(run_dir)
+        try:
+            code = job.run(token)
+            outcome = run_outcome(run_dir, run_dir.name) if run_dir.is_dir() else None
+            if outcome is None and (run_dir / METRICS_FILE).is_file():
+                _record_lost_ending(run_dir, run_dir.name, code)  # this job's rank 0 started the run and died
+        finally:
+            release_run_dir(run_dir, token)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    ending = job.ending(stopped_cleanly=outcome in ("finished", "stopped"))
+    summary = job.output.finish(quiet=ending is not None) if job.output is not None else None
+    if summary:
+        _say(summary)
+    if outcome in ("finished", "stopped"):
+        return 0  # torchrun exits 1 when it passed a signal on, even if every rank then stopped cleanly
+    if ending is not None:
+        _say(f"speedboard: {_ENDINGS.get(ending, 'ended by a signal')}")
+        return 128 + ending
+    return code or 1  # failed, or no ending of this job: it did not succeed
 
-    stops = (signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGINT))
 
-    def forward(signum, frame):
-        stop = signum in stops and not forwarded  # rank 0 says it is stopping
-        forwarded.append(signum)
-        targets = (_children(proc.pid) if stop else []) or [proc.pid]
+class _Job:
+    """One torchrun job of the launcher: torchrun once started, and the signals the launcher got."""
+
+    def __init__(self, nproc: int, train_args: list[str], env: dict[str, str]) -> None:
+        self.nproc, self.train_args, self.env = nproc, train_args, env
+        self.received: list[int] = []
+        self.proc: subprocess.Popen | None = None
+        self.output: TorchrunOutput | None = None
+        self._passed_on = False
+
+    def on_signal(self, signum, frame) -> None:
+        """The launcher's handler: the first SIGINT/SIGHUP to the workers as SIGINT, any other to torchrun as
+        SIGTERM. Before torchrun has started, it only counts (``run`` then starts nothing, or ends it)."""
+        stop = signum in _STOPS and not self.received  # the first Ctrl-C: rank 0 says it is stopping
+        self.received.append(signum)
+        if self.proc is not None:
+            self._pass_on(stop)
+
+    def _pass_on(self, stop: bool) -> None:
+        self._passed_on = True
+        targets = (_children(self.proc.pid) if stop else []) or [self.proc.pid]
         for pid in targets:
             try:
                 os.kill(pid, signal.SIGINT if stop else signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
-    handled = {*stops, signal.SIGTERM}
-    previous = {s: signal.signal(s, forward) for s in handled  # nohup's ignored SIGHUP stays ignored
-                if s == signal.SIGINT or s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN}
-    try:
-        code = proc.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    outcome = run_outcome(run_dir, run_id, offset) if run_dir.is_dir() else None
-    if outcome in ("finished", "stopped"):
-        return 0  # torchrun exits 1 when it passed a signal on, even if every rank then stopped cleanly
-    if outcome == "failed":
-        return code or 1
-    if metrics.is_file() and (not existed or metrics.stat().st_size > offset):
-        _record_lost_ending(run_dir, run_id, offset, code)  # this job's rank 0 started the run and died
-    return code or 1  # no ending of this job: it did not succeed
+    def ending(self, stopped_cleanly: bool) -> int | None:
+        """The signal that ended the job: a SIGTERM or a second signal, or a first stop the run could not
+        follow (it did not stop cleanly); None when no signal did."""
+        forced = next((s for i, s in enumerate(self.received) if i > 0 or s not in _STOPS), None)
+        if forced is None and self.received and not stopped_cleanly:
+            return self.received[0]
+        return forced
+
+    def run(self, claim: str) -> int:
+        """Start torchrun (unless a signal came first) with the run folder's claim, and wait for it."""
+        if self.received:
+            return 128 + self.received[0]
+        env = {**os.environ, **self.env, CLAIM_ENV: claim}
+        posix = os.name == "posix"
+        read_fd = write_fd = None
+        if posix:  # torchrun's own messages come through a pipe (TorchrunOutput); its workers inherit fd 1 and 2
+            read_fd, write_fd = os.pipe()
+            env[TORCHRUN_STDERR_ENV] = str(write_fd)
+        try:
+            proc = subprocess.Popen(torchrun_argv(self.nproc, self.train_args), env=env, start_new_session=posix,
+                                    pass_fds=(write_fd,) if posix else (),
+                                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        except BaseException:
+            for fd in (read_fd, write_fd):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        if posix:
+            os.close(write_fd)
+            self.output = TorchrunOutput(read_fd)
+        self.proc = proc  # from here on, on_signal passes signals on
+        if self.received and not self._passed_on:  # one came while torchrun was being started: end it
+            self._pass_on(stop=False)
+        return proc.wait()
+
+
+def _torchrun_main() -> None:  # pragma: no cover - runs as torchrun, in its own process
+    """torchrun's ``main``, with its own messages sent where ``TORCHRUN_STDERR_ENV`` says (its workers keep fd 2)."""
+    fd = os.environ.pop(TORCHRUN_STDERR_ENV, None)
+    if fd:
+        os.set_inheritable(int(fd), False)  # the workers' stderr is the launcher's own
+        sys.stderr = open(int(fd), "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    from torch.distributed.run import main
+
+    main()
+
+
+if __name__ == "__main__":
+    _torchrun_main()

@@ -8,6 +8,8 @@
     heartbeat.json     while the run's process lives: its pid and host, touched every few seconds
     checkpoints/step_000100/ ...
 ```
+A launcher of several processes creates the folder before it starts them
+(``claim_run_dir``: a ``.claim`` file in it until rank 0 takes it over).
 ``EventTail`` follows a ``metrics.jsonl`` that another process is still writing;
 ``run_state`` tells a run that is still going from one whose process is gone
 (killed, or its machine lost) although its last event is not an ending.
@@ -113,20 +115,96 @@ def plan_run_dir(config, world_size: int = 1, run_id: str | None = None) -> tupl
     return run_id, run_root(config.out_dir) / run_id
 
 
-def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
-    """A new, empty run folder; never reuses one, so earlier runs are never touched.
-
-    ``FileExistsError`` when the folder exists; any other failure to create it is
-    a ``ConfigError`` naming the folder and the reason.
-    """
-    path = check_run_root(out_dir) / run_id
+def _make_folder(path: Path) -> None:
+    """Create ``path`` (and the run root above it); ``FileExistsError`` when it exists, else a ``ConfigError``."""
     try:
-        path.mkdir(parents=True, exist_ok=False)
+        path.mkdir(parents=True, exist_ok=False)  # one mkdir: of two processes asking at once, one gets it
     except FileExistsError:
         raise
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder {path}: {exc.strerror or exc}", "out_dir") from None
+
+
+def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
+    """A new, empty run folder; never reuses one, so earlier runs are never touched.
+
+    The one exception is a folder that this process's own launcher claimed for
+    it (``claim_run_dir``; its token in ``$SPEEDBOARD_RUN_CLAIM``): that claim
+    is taken over, once. ``FileExistsError`` when the folder exists otherwise;
+    any other failure to create it is a ``ConfigError`` naming the folder and the reason.
+    """
+    path = check_run_root(out_dir) / run_id
+    try:
+        _make_folder(path)
+    except FileExistsError:
+        if not _take_claim(path):
+            raise
     return path
+
+
+# ----------------------------------------------------------------------------- claims
+CLAIM_FILE = ".claim"
+"""In a run folder that a launcher created for the run its workers will write: the claim's token."""
+CLAIM_ENV = "SPEEDBOARD_RUN_CLAIM"
+"""The token of the claim, in the environment of the launcher's workers."""
+
+
+def claim_run_dir(path: Path) -> str:
+    """Create the run folder ``path`` now, for a run that processes started later will write; returns the token.
+
+    A launcher (``speedboard train --nproc N``) claims its folder before it
+    starts any process: of two jobs given the same run id at the same moment,
+    exactly one gets the folder, and the other is refused in one line
+    (``ConfigError``) without touching it. The workers' rank 0 takes the claim
+    over through ``create_run_dir`` when it finds the token in ``CLAIM_ENV``;
+    ``release_run_dir`` removes a claim that no worker took.
+    """
+    try:
+        _make_folder(path)
+    except FileExistsError:
+        raise ConfigError(f"run folder {path} already exists; choose another run id", "run_id") from None
+    token = secrets.token_hex(16)
+    try:
+        with open(path / CLAIM_FILE, "x", encoding="utf-8") as f:
+            f.write(token)
+    except OSError as exc:  # a full disk: nothing of the claim stays
+        for remove in ((path / CLAIM_FILE).unlink, path.rmdir):
+            try:
+                remove()
+            except OSError:
+                pass
+        raise ConfigError(f"cannot create the run folder {path}: {exc.strerror or exc}", "out_dir") from None
+    return token
+
+
+def _take_claim(path: Path) -> bool:
+    """Whether ``path`` holds the claim named in ``CLAIM_ENV``; it is removed (a claim is taken once)."""
+    token = os.environ.get(CLAIM_ENV)
+    if not token:
+        return False
+    marker = path / CLAIM_FILE
+    try:
+        if marker.read_text(encoding="utf-8") != token:
+            return False
+        marker.unlink()
+    except (OSError, ValueError):  # unreadable, or not text
+        return False
+    return True
+
+
+def release_run_dir(path: Path, token: str) -> None:
+    """Remove a claim that no worker took over: its marker, and the folder when nothing else is in it."""
+    marker = path / CLAIM_FILE
+    try:
+        if marker.read_text(encoding="utf-8") != token:
+            return
+        marker.unlink()
+    except (OSError, ValueError):  # taken over (the run's folder now), or gone
+        return
+    try:
+        path.rmdir()  # only an empty folder: whatever a worker wrote stays
+    except OSError:
+        pass
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ from core.config import RunConfig
 from core.errors import ConfigError
 from core.events import RunFailed, RunFinished, StepMetrics
 from core.model import LlamaForCausalLM
-from core.runs import EventTail, read_events
+from core.runs import EventTail, JsonlSink, read_events
 from core.tokenizer import BPETokenizer
 from tests.conftest import micro_config
 from tests.core.dist_helpers import (
@@ -269,6 +269,8 @@ def test_cli_nproc_trains_end_to_end(tmp_path, corpus):
     assert isinstance(events[-1], RunFinished) and not events[-1].stopped and events[-1].checkpoint
     assert "finished at step 3" in proc.stdout
     assert proc.stdout.count("step      1 |") == 1  # rank 0 alone prints
+    assert proc.stdout.count("data: ") == proc.stdout.count("tokenizer: ") == 1  # not the launcher too
+    assert not (run_dir / ".claim").exists()  # rank 0 took over the folder its launcher claimed
 
 
 @pytest.mark.slow
@@ -326,8 +328,8 @@ def test_torchrun_argv_and_worker_env():
     from core.launch import torchrun_argv, worker_env
 
     argv = torchrun_argv(4, ["train", "--steps", "5"], python="py")
-    assert argv == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", "-m", "core.cli",
-                    "train", "--steps", "5"]
+    assert argv == ["py", "-m", "core.launch", "--standalone", "--nproc-per-node=4", "-m", "core.cli",
+                    "train", "--steps", "5"]  # torchrun, its own messages sent to the launcher
     env = worker_env(2, "cpu", cpu_count=8)
     assert env["PYTHONUNBUFFERED"] == "1"
     if "OMP_NUM_THREADS" not in os.environ:
@@ -498,10 +500,11 @@ def test_process_capacity_names_the_kind_of_process():
 FAKE_RANK0 = """
 import json, sys
 from pathlib import Path
+from core.runs import create_run_dir
 run_dir, behaviour = Path(sys.argv[1]), sys.argv[2]
-if behaviour == "refuse":  # rank 0 refuses (e.g. the run folder exists): torchrun reports a ChildFailedError
+if behaviour == "refuse":  # rank 0 refuses (e.g. a bad setting): torchrun reports a ChildFailedError
     sys.exit(1)
-run_dir.mkdir(parents=True, exist_ok=True)
+create_run_dir(run_dir.parent, run_dir.name)  # as rank 0 does: it takes over the folder its launcher claimed
 with open(run_dir / "metrics.jsonl", "a") as f:
     for step in (1, 2):
         f.write(json.dumps({"event": "step", "run_id": run_dir.name, "time": float(step), "step": step,
@@ -518,27 +521,44 @@ sys.exit(0 if behaviour == "finish" else 137)  # "killed": rank 0 died without r
 
 @pytest.mark.parametrize("behaviour, code", [("refuse", 1), ("killed", 137), ("finish", 0)])
 def test_the_launchers_exit_code_follows_this_job_alone(behaviour, code, tmp_path, monkeypatch):
-    """An old run's "finished" in the same folder never counts; a rank 0 that died gets its ending recorded."""
+    """A rank 0 that died gets its ending recorded; a claim that no rank 0 took is removed again."""
     from core.launch import run_outcome, run_torchrun
-    from core.runs import HEARTBEAT_FILE, JsonlSink
+    from core.runs import HEARTBEAT_FILE
 
-    run_dir = tmp_path / "same-id"
-    run_dir.mkdir()
-    old = JsonlSink(run_dir / "metrics.jsonl")  # an earlier, finished run with the same id
-    old(RunFinished("same-id", 9.0, 5, 50, False, 1.0, None, None, None, 0.1, None))
-    old.close()
+    run_dir = tmp_path / "runs" / "same-id"
     fake = tmp_path / "fake_torchrun.py"
     fake.write_text(FAKE_RANK0)
     monkeypatch.setattr("core.launch.torchrun_argv",
                         lambda nproc, args: [sys.executable, str(fake), str(run_dir), behaviour])
     assert run_torchrun(2, [], run_dir) == code
+    if behaviour == "refuse":
+        assert not run_dir.exists()  # nothing started the run: its id is free again
+        return
+    assert not (run_dir / ".claim").exists()
     events = read_events(run_dir)
     if behaviour == "killed":
         assert isinstance(events[-1], RunFailed) and "rank 0 ended without recording an ending" in events[-1].message
         assert events[-1].step == 2 and not (run_dir / HEARTBEAT_FILE).exists()
         assert run_outcome(run_dir) == "failed"
-    elif behaviour == "refuse":
-        assert len(events) == 1  # the old run's folder is as it was
+    else:
+        assert isinstance(events[-1], RunFinished)
+
+
+def test_the_launcher_never_writes_into_an_existing_run_folder(tmp_path, monkeypatch):
+    """Another job's folder (or an earlier run's) with this run id: refused before anything starts."""
+    from core.launch import run_torchrun
+
+    run_dir = tmp_path / "same-id"
+    run_dir.mkdir()
+    old = JsonlSink(run_dir / "metrics.jsonl")
+    old(RunFinished("same-id", 9.0, 5, 50, False, 1.0, None, None, None, 0.1, None))
+    old.close()
+    before = (run_dir / "metrics.jsonl").read_bytes()
+    monkeypatch.setattr("core.launch.torchrun_argv", lambda *a, **k: pytest.fail("torchrun was started"))
+    with pytest.raises(ConfigError, match="already exists; choose another run id"):
+        run_torchrun(2, [], run_dir)
+    assert [p.name for p in run_dir.iterdir()] == ["metrics.jsonl"]
+    assert (run_dir / "metrics.jsonl").read_bytes() == before
 
 
 def test_nproc_with_the_id_of_an_existing_run_is_refused_before_launching(tmp_path, capsys):

@@ -1,0 +1,157 @@
+"""``speedboard train --nproc N`` before torchrun starts: the run folder's claim, the start checkpoint, the data lines.
+
+Everything here runs in this process, with torchrun replaced by a stand-in that
+fails the test if it is ever started where the launcher must refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from core import checkpoint as ck
+from core.cli import main
+from core.errors import ConfigError
+from core.runs import CLAIM_ENV, CLAIM_FILE, claim_run_dir, create_run_dir, release_run_dir
+from core.trainer import train
+from tests.conftest import micro_config
+from tests.core.checkpoint_helpers import corpus_file, one_thread
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def no_torchrun(*args, **kwargs):
+    raise AssertionError("torchrun was started")
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def error_line(capsys, code: int) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+# ----------------------------------------------------------------------------- the run folder's claim
+def test_a_claimed_run_folder_is_taken_over_once_and_only_by_its_own_launchers_worker(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    token = claim_run_dir(root / "r")
+    assert (root / "r" / CLAIM_FILE).read_text() == token
+    with pytest.raises(ConfigError, match="run folder .* already exists; choose another run id"):
+        claim_run_dir(root / "r")  # a second job with the same id
+    monkeypatch.delenv(CLAIM_ENV, raising=False)
+    with pytest.raises(FileExistsError):
+        create_run_dir(root, "r")  # a process that was not started for this claim
+    monkeypatch.setenv(CLAIM_ENV, "another-token")
+    with pytest.raises(FileExistsError):
+        create_run_dir(root, "r")
+    monkeypatch.setenv(CLAIM_ENV, token)
+    assert create_run_dir(root, "r") == root / "r"
+    assert list((root / "r").iterdir()) == []
+    with pytest.raises(FileExistsError):
+        create_run_dir(root, "r")  # taken once
+    (root / "r" / "metrics.jsonl").write_text("{}\n")
+    release_run_dir(root / "r", token)  # taken over: the run's folder now, left alone
+    assert files_of(root / "r") == {"metrics.jsonl": b"{}\n"}
+
+    untaken = claim_run_dir(root / "s")
+    release_run_dir(root / "s", untaken)
+    assert not (root / "s").exists()
+
+
+def test_the_launcher_that_loses_the_race_for_a_run_id_refuses_and_leaves_the_winners_folder_alone(
+        tmp_path, capsys, monkeypatch):
+    """Two jobs with one run id start at once: both find the id free, the other one claims the folder first."""
+    out = tmp_path / "runs"
+    winner = out / "same-id"
+
+    def winner_claims_meanwhile(config, nproc, **kwargs):
+        winner.mkdir(parents=True)
+        (winner / "metrics.jsonl").write_text(json.dumps({"event": "warning", "run_id": "same-id", "time": 1.0,
+                                                          "message": "the winner's"}) + "\n")
+        (winner / "heartbeat.json").write_text('{"pid": 1}')
+
+    monkeypatch.setattr("core.launch.check_before_launch", winner_claims_meanwhile)
+    monkeypatch.setattr("core.launch.torchrun_argv", no_torchrun)
+    code = main(["train", "--nproc", "2", "--device", "cpu", "--preset", "tiny", "--steps", "2",
+                 "--run-id", "same-id", "--out", str(out), "--data", str(corpus_file(tmp_path))])
+    err = error_line(capsys, code)
+    assert err == f"speedboard: error: run folder {winner} already exists; choose another run id"
+    assert files_of(winner) == {"heartbeat.json": b'{"pid": 1}',
+                                "metrics.jsonl": (json.dumps({"event": "warning", "run_id": "same-id", "time": 1.0,
+                                                              "message": "the winner's"}) + "\n").encode()}
+
+
+# ----------------------------------------------------------------------------- the start checkpoint
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory) -> Path:
+    """Checkpoint 2 of a run of 4 steps: a resume from it continues to step 4."""
+    folder = tmp_path_factory.mktemp("parent")
+    cfg = micro_config(folder, data={"source": str(corpus_file(folder))},
+                       train={"budget": 4, "save_every": 1, "keep": 5})
+    with one_thread():
+        result = train(cfg)
+    return result.run_dir / "checkpoints" / "step_0000002"
+
+
+def truncated(parent: Path, tmp_path: Path) -> list[str]:
+    copy = tmp_path / "truncated"
+    shutil.copytree(parent, copy)
+    weights = copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    return ["--resume", str(copy)]
+
+
+def without_trainer_state(parent: Path, tmp_path: Path) -> list[str]:
+    """Weights, tokenizer and settings only (the dashboard's Save model…)."""
+    model, loaded = ck.model_from_checkpoint(parent)
+    saved = ck.save_checkpoint(tmp_path / "weights-only", model, tokenizer=loaded.tokenizer,
+                               run_config=loaded.meta["run"])
+    return ["--resume", str(saved)]
+
+
+def budget_used_up(parent: Path, tmp_path: Path) -> list[str]:
+    return ["--resume", str(parent), "--steps", "2"]
+
+
+@pytest.mark.parametrize("source, message", [(truncated, "model.safetensors"),
+                                             (without_trainer_state, "holds no trainer state"),
+                                             (budget_used_up, "already used up: the checkpoint is at step 2")])
+def test_a_bad_resume_source_is_the_single_process_line_before_torchrun_starts(
+        source, message, parent, tmp_path, capsys, monkeypatch, single_thread):
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    args = ["train", *source(parent, tmp_path), "--no-progress"]
+    one = error_line(capsys, main([*args, "--out", str(tmp_path / "one")]))
+    assert message in one
+    many = error_line(capsys, main([*args, "--nproc", "2", "--out", str(tmp_path / "many")]))
+    assert many == one  # the same check, said the same way
+    assert not (tmp_path / "one").exists() and not (tmp_path / "many").exists()
+
+
+def test_a_good_resume_source_is_handed_to_torchrun(parent, tmp_path, monkeypatch, single_thread):
+    handed = []
+    monkeypatch.setattr("core.launch.run_torchrun", lambda nproc, args, run_dir, env=None: handed.append(args) or 0)
+    assert main(["train", "--resume", str(parent), "--nproc", "2", "--out", str(tmp_path / "runs"),
+                 "--no-progress"]) == 0
+    assert len(handed) == 1 and str(parent) in handed[0]
+
+
+# ----------------------------------------------------------------------------- the data's lines
+def test_the_launcher_leaves_the_data_summary_to_rank_0(tmp_path, capsys, monkeypatch):
+    """The launcher prepares the corpus (its progress is shown here) and rank 0 then reports the data:
+    its "data …" and "tokenizer …" lines come once."""
+    monkeypatch.setattr("core.launch.run_torchrun", lambda *args, **kwargs: 0)
+    assert main(["train", "--nproc", "2", "--device", "cpu", "--preset", "tiny", "--steps", "2",
+                 "--data", str(corpus_file(tmp_path)), "--out", str(tmp_path / "runs"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "preparing" in out and "into its token store" in out
+    assert "data: " not in out and "tokenizer: " not in out

@@ -1,0 +1,157 @@
+"""How ``speedboard train --nproc N`` ends: signals to the launcher, a killed rank, and torchrun's own messages.
+
+The launcher reads torchrun's own stderr apart from its workers' output and
+keeps back what only echoes how the job ended; the two real jobs here (slow)
+end by SIGTERM and by a kill -9 of rank 0.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core.events import RunFailed
+from core.launch import TorchrunOutput, failure_summary
+from core.runs import CLAIM_FILE, HEARTBEAT_FILE, read_events
+from tests.core.dist_helpers import python_env, uneven_corpus
+
+LOG = "W1205 07:13:53.394000 1663 .venv/lib/python3.11/site-packages/torch/distributed/elastic/"
+FRAMES = """Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main
+    run(args)
+"""
+SIGNALLED = f"""{LOG}agent/server/api.py:753] Received 15 death signal, shutting down workers
+{LOG}multiprocessing/api.py:1028] Sending process 1667 closing signal SIGTERM
+{FRAMES}torch.distributed.elastic.multiprocessing.api.SignalException: Process 1663 got signal: 15
+"""
+CHILD_FAILED = f"""{LOG}multiprocessing/api.py:1028] Sending process 1814 closing signal SIGTERM
+{LOG}multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 1815) of binary: /venv/bin/python
+{FRAMES}torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+core.cli FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-05_07:19:14
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 1815)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 1815
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-05_07:19:14
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 1814)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+OTHER_ERROR = f"""{FRAMES}torch.distributed.DistNetworkError: The server socket has failed to listen.
+"""
+BANNER = f"{LOG}run.py:793] Setting OMP_NUM_THREADS environment variable for each process to be 1 by default\n"
+
+
+def torchrun_said(text: str, quiet: bool = False) -> tuple[str, str | None]:
+    """What the launcher passes on of torchrun's stderr ``text``, and its summary line."""
+    read, write = os.pipe()
+    out = io.StringIO()
+    output = TorchrunOutput(read, out)
+    with os.fdopen(write, "w") as f:
+        f.write(text)
+    summary = output.finish(quiet=quiet)
+    return out.getvalue(), summary
+
+
+def test_torchruns_echo_of_a_signal_or_a_failed_rank_is_kept_back():
+    assert torchrun_said(BANNER + SIGNALLED) == (BANNER, None)
+    assert torchrun_said(BANNER + CHILD_FAILED) == (
+        BANNER, "speedboard: rank 1 died (signal 9, SIGKILL); rank 0 exited with code 1")
+    assert torchrun_said(CHILD_FAILED, quiet=True) == ("", None)  # the launcher's own signal ended the job
+
+
+def test_any_other_message_of_torchrun_is_passed_on_whole():
+    assert torchrun_said(BANNER + OTHER_ERROR) == (BANNER + OTHER_ERROR, None)
+    unknown_report = CHILD_FAILED.replace("exitcode  :", "exit status :")
+    said, summary = torchrun_said(unknown_report)
+    assert summary is None and "ChildFailedError" in said and "rank      : 1" in said
+
+
+def test_failure_summary_names_each_failed_rank():
+    assert failure_summary("  rank      : 3 (local_rank: 1)\n  exitcode  : 17 (pid: 9)\n") == \
+        "speedboard: rank 3 exited with code 17"
+    assert failure_summary("no report") is None
+
+
+# ----------------------------------------------------------------------------- real jobs
+@pytest.fixture
+def start_job(tmp_path):
+    """Starts a 2-process CPU job of the tiny preset, far from its end once its first step is printed; whatever
+    a test leaves running is killed (the launcher's death takes torchrun and its workers with it)."""
+    started: list[subprocess.Popen] = []
+
+    def start() -> tuple[subprocess.Popen, Path]:
+        argv = [sys.executable, "-m", "core.cli", "train", "--nproc", "2", "--preset", "tiny", "--device", "cpu",
+                "--data", uneven_corpus(tmp_path), "--layout", "document", "--seq-len", "32", "--vocab-size", "300",
+                "--micro-batch", "2", "--steps", "100000", "--eval-every", "0", "--sample-every", "0",
+                "--out", str(tmp_path / "runs"), "--run-id", "job", "--no-progress", "--log-every", "1"]
+        proc = subprocess.Popen(argv, env=python_env(SPEEDBOARD_CACHE_DIR=str(tmp_path / "cache")),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        started.append(proc)
+        for line in proc.stdout:
+            if line.startswith("step      1 |"):
+                return proc, tmp_path / "runs" / "job"
+        proc.wait(timeout=60)
+        pytest.fail(f"the job ended before its first step: {proc.stderr.read()}")
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def finish(proc: subprocess.Popen) -> list[str]:
+    _, err = proc.communicate(timeout=120)
+    return err.strip().splitlines()
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_ends_every_rank_and_exits_143_in_one_line(start_job):
+    proc, run_dir = start_job()
+    proc.send_signal(signal.SIGTERM)
+    err = finish(proc)
+    assert proc.returncode == 143, err
+    assert err[-1] == "speedboard: terminated (SIGTERM)" and err.count(err[-1]) == 1, err
+    assert not any("Traceback" in line or "SignalException" in line or "death signal" in line for line in err), err
+    assert any("rank 0: " in line for line in err[:-1]), err  # the ranks' own lines still come through
+    last = read_events(run_dir)[-1]  # rank 0 records its SIGTERM, or a peer that ended before it
+    assert isinstance(last, RunFailed), last
+    assert "terminated (SIGTERM)" in last.message or "another process of this job failed" in last.message
+    assert not (run_dir / CLAIM_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_killed_rank_0_is_one_line_and_its_ending_is_recorded(start_job):
+    proc, run_dir = start_job()
+    torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch" in p.cmdline())
+    rank0 = next(p for p in torchrun.children() if p.environ().get("RANK") == "0")
+    rank0.kill()
+    err = finish(proc)
+    assert proc.returncode == 1, err
+    assert not any("Traceback" in line or "ChildFailedError" in line or "exitcode" in line for line in err), err
+    summary = [line for line in err if "died" in line]
+    assert len(summary) == 1 and summary[0].startswith("speedboard: rank 0 died (signal 9, SIGKILL)"), err
+    last = read_events(run_dir)[-1]
+    assert isinstance(last, RunFailed) and "rank 0 ended without recording an ending" in last.message
+    assert not (run_dir / HEARTBEAT_FILE).exists()
