@@ -455,6 +455,7 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
     """
     from core.control import Control
+    from core.distributed import JobTerminated
     from core.errors import ConfigError
     from core.launch import check_before_launch, check_nproc, run_torchrun, worker_env
     from core.runs import check_run_root, plan_run_dir
@@ -469,12 +470,21 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     # its token store (the workers then only map it), the samples, the model and its memory.
     control = Control()
     sink = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
-    previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
+
+    def terminate(signum, frame):
+        raise JobTerminated("terminated (SIGTERM)")
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, _stop_on_first_sigint(control)),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, terminate)}
     try:
         check_before_launch(config, args.nproc, sink=sink, should_stop=lambda: control.stop_requested)
+    except JobTerminated as exc:  # nothing started yet: one line, as once the workers run
+        _error_line(f"speedboard: {exc}")
+        return 128 + signal.SIGTERM
     finally:
         sink.close()
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
     return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
                         env=worker_env(args.nproc, config.train.device))
@@ -634,7 +644,12 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         _error_line(f"speedboard: error: {exc}")
         return 1
     except JobTerminated as exc:
-        _error_line(f"speedboard: rank {rank}: {exc}" if launched_by_torchrun() else f"speedboard: {exc}")
+        from core.runs import CLAIM_ENV
+
+        if not launched_by_torchrun():
+            _error_line(f"speedboard: {exc}")
+        elif rank0 and CLAIM_ENV not in os.environ:  # under `train --nproc`, the launcher says it once for all
+            _error_line(f"speedboard: rank {rank}: {exc}")
         return getattr(exc, "exit_code", 128 + signal.SIGTERM)
     finally:
         sink.close()

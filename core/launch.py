@@ -117,12 +117,12 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     """What a run's set-up checks before its first step, done in the launcher before N processes start.
 
     The start checkpoint is read as the trainer reads it, with the trainer's own
-    checks (``Trainer._read_start_checkpoint``: a truncated or damaged file, a
+    checks (``Trainer.read_start_checkpoint``: a truncated or damaged file, a
     resume from weights without a trainer state). The corpus is prepared into
     its token store here (once, with progress through ``sink``; ``should_stop``
     cancels it), so the workers only map it; then the samples, the model's
     positions and vocabulary, the memory of a micro-batch and, on resume, the
-    budget left (``Trainer._make_schedule``) are checked as the trainer would.
+    budget left (``Trainer.check_resume_budget``) are checked as the trainer would.
     Every failure is a one-line ``SpeedboardError``.
 
     The data's summary (``DataPrepared``: the "data …" and "tokenizer …" lines)
@@ -141,7 +141,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     device = resolve_device(tc.device)
     precision = resolve_precision(tc.precision, device, config.model)  # measures auto on a CPU once
     probe = Trainer(config)  # a trainer's checks without a device, a model or a run folder
-    loaded, trainer_state = probe._read_start_checkpoint()
+    loaded, trainer_state = probe.read_start_checkpoint()
     tokenizer, origin = None, "given"
     if loaded is not None and loaded.tokenizer is not None:
         tokenizer, origin = loaded.tokenizer, f"checkpoint {loaded.source}"
@@ -165,10 +165,8 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     else:
         check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device, shards=shards,
                    processes=processes, accum_steps=tc.accum_steps)
-    if trainer_state is not None:  # where the parent stopped, and the schedule on from there (as _start_position)
-        probe.data, probe.tokens_per_step = data, probe.cfg.tokens_per_step(nproc)
-        probe.step, probe.tokens = int(trainer_state["step"]), int(trainer_state["tokens"])
-        probe._make_schedule(trainer_state)  # a budget already used up: one line
+    if trainer_state is not None:
+        probe.check_resume_budget(trainer_state, data, nproc)  # a budget already used up: one line
 
 
 @dataclass(frozen=True)

@@ -337,7 +337,7 @@ class Trainer:
         self.phase = Phase.SETTING_UP
         self._init_device()
         self._check_output()
-        loaded, trainer_state = self._read_start_checkpoint()
+        loaded, trainer_state = self.read_start_checkpoint()
         self._prepare_data(loaded)
         # Libraries loaded, data ready, no model yet: what the process holds apart from training
         # (in the dashboard also the window and earlier runs' leftovers). Allocator stats on CUDA: no sync.
@@ -384,7 +384,7 @@ class Trainer:
         if self.dist.is_main:
             check_run_root(self.cfg.out_dir)
 
-    def _read_start_checkpoint(self) -> tuple[ckpt_io.LoadedCheckpoint | None, dict[str, Any] | None]:
+    def read_start_checkpoint(self) -> tuple[ckpt_io.LoadedCheckpoint | None, dict[str, Any] | None]:
         """The checkpoint to resume or start from, read once and whole: weights, tokenizer, trainer state.
 
         A run folder means its newest checkpoint, also while that run still
@@ -664,6 +664,13 @@ class Trainer:
                 raise ConfigError(f"a budget of {tc.budget:g} {tc.budget_kind} is already used up: the checkpoint "
                                   f"is at step {self.step} ({self.tokens:,} tokens); give a larger budget")
         return LRSchedule(tc.lr, tc.min_lr, saved["warmup_tokens"], end, saved["start_tokens"])
+
+    def check_resume_budget(self, trainer_state: dict[str, Any], data, world_size: int) -> None:
+        """Before a launch of ``world_size`` processes: the schedule a resume from ``trainer_state`` would follow
+        (``_make_schedule``), made without a device or a model; a budget already used up is a ConfigError."""
+        self.data, self.tokens_per_step = data, self.cfg.tokens_per_step(world_size)
+        self.step, self.tokens = int(trainer_state["step"]), int(trainer_state["tokens"])
+        self._make_schedule(trainer_state)
 
     def _lineage_end_tokens(self) -> int:
         """This config's budget as the lineage's total, counted from its start."""

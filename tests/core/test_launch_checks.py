@@ -155,3 +155,22 @@ def test_the_launcher_leaves_the_data_summary_to_rank_0(tmp_path, capsys, monkey
     out = capsys.readouterr().out
     assert "preparing" in out and "into its token store" in out
     assert "data: " not in out and "tokenizer: " not in out
+
+
+# ----------------------------------------------------------------------------- a signal before the launch
+def test_sigterm_while_the_launcher_checks_is_one_line_and_exit_143(tmp_path, capsys, monkeypatch):
+    """A SIGTERM during the checks (the corpus may take long to prepare) ends the launcher as it would end the
+    job: one line, exit 143, nothing started and no run folder."""
+    import os
+    import signal
+
+    def terminated_meanwhile(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr("core.launch.check_before_launch", terminated_meanwhile)
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["train", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "runs"), "--no-progress"]) == 143
+    assert capsys.readouterr().err.strip() == "speedboard: terminated (SIGTERM)"
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the caller's again
+    assert not (tmp_path / "runs").exists()
