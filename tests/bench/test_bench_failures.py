@@ -199,18 +199,23 @@ def test_rewriting_a_report_that_is_not_one_is_refused_in_one_line(content, mess
     assert sorted(p.name for p in tmp_path.iterdir()) == (["bench.json"] if content is not None else [])
 
 
+def _bench_on_a_full_disk(monkeypatch, out: Path, limit: int) -> int:
+    """A tiny bench whose report files meet a file-size limit of ``limit`` bytes; its exit code."""
+    write_reports = report.write_reports
+
+    def on_a_full_disk(raw, path):
+        with _file_size_limit(limit):
+            return write_reports(raw, path)
+
+    monkeypatch.setattr(report, "write_reports", on_a_full_disk)
+    return main(["bench", *TINY, "--repeats", "1", "--out", str(out)])
+
+
 @pytest.mark.slow
 def test_a_bench_whose_report_cannot_be_written_prints_it_and_says_why(tmp_path, capsys, monkeypatch):
     out = tmp_path / "bench"
     earlier = _earlier_report(out)
-    write_reports = report.write_reports
-
-    def on_a_full_disk(raw, path):
-        with _file_size_limit(1000):
-            return write_reports(raw, path)
-
-    monkeypatch.setattr(report, "write_reports", on_a_full_disk)
-    assert main(["bench", *TINY, "--repeats", "1", "--out", str(out)]) == 2
+    assert _bench_on_a_full_disk(monkeypatch, out, 1000) == 2
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [f"speedboard bench: error: cannot write {out / 'bench.json'}: a file "
                                          "reached the file-size limit of 1,000 bytes (ulimit -f)"]
@@ -229,14 +234,7 @@ def test_a_bench_whose_report_cannot_be_written_prints_it_and_says_why(tmp_path,
 @pytest.mark.slow
 def test_a_bench_that_cannot_write_into_a_new_folder_leaves_none(tmp_path, capsys, monkeypatch):
     out = tmp_path / "new" / "bench"
-    write_reports = report.write_reports
-
-    def on_a_full_disk(raw, path):
-        with _file_size_limit(0):
-            return write_reports(raw, path)
-
-    monkeypatch.setattr(report, "write_reports", on_a_full_disk)
-    assert main(["bench", *TINY, "--repeats", "1", "--out", str(out)]) == 2
+    assert _bench_on_a_full_disk(monkeypatch, out, 0) == 2
     assert "cannot write" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
