@@ -54,6 +54,8 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError("device 'mps' requested, but Apple's MPS backend is not available")
     if device.type not in ("cpu", "cuda", "mps"):
         raise ConfigError(unknown_device_message(name))
+    if device.type == "cpu" and device.index:  # torch would ignore it: cpu:1 is no second CPU device
+        raise ConfigError(f"device {name!r}: the CPU is one device, use cpu (its threads are its cores)")
     return device
 
 

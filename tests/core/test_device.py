@@ -29,3 +29,12 @@ def test_an_unknown_device_is_refused_naming_only_the_devices_present(name, monk
     with pytest.raises(ConfigError) as refused:
         dev.resolve_device(name)
     assert str(refused.value) == f"unknown device {name!r}; use auto or cpu"
+
+
+def test_a_cpu_index_is_refused_not_ignored():
+    from core.device import resolve_device
+    from core.errors import ConfigError
+
+    assert resolve_device("cpu:0").type == "cpu"
+    with pytest.raises(ConfigError, match="the CPU is one device"):
+        resolve_device("cpu:1")
