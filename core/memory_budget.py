@@ -83,42 +83,59 @@ def device_memory(device: torch.device) -> tuple[int | None, str]:
     return psutil.virtual_memory().available, "available RAM"
 
 
-def _need_text(estimate: MemoryEstimate, micro_batch: int, seq_len: int, processes: int, available: int,
-               what: str) -> str:
+def _need_text(estimate: MemoryEstimate, micro_batch: int, seq_len: int, processes: int, limit: str) -> str:
     per = f" per process × {processes}" if processes > 1 else ""
-    return (f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {estimate.total * processes / GIB:,.1f} "
-            f"GiB{per} ({estimate.activations / GIB:,.1f} GiB of activations), more than the {available / GIB:.1f} "
-            f"GiB of {what}")
+    return (f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {estimate.total / GIB:,.1f} "
+            f"GiB{per} ({estimate.activations / GIB:,.1f} GiB of activations), more than {limit}")
 
 
-def _check_states_fit(estimate: MemoryEstimate, processes: int, available: int, what: str) -> None:
+def _check_states_fit(estimate: MemoryEstimate, processes: int, available: int, limit: str) -> None:
     if estimate.states * processes > available:
         per = f" per process × {processes}" if processes > 1 else ""
-        raise ConfigError(f"the model alone needs about {estimate.states * processes / GIB:.1f} GiB{per} "
-                          f"(weights, gradients and AdamW state), more than the {available / GIB:.1f} GiB of "
-                          f"{what}; choose a smaller model", "preset")
+        raise ConfigError(f"the model alone needs about {estimate.states / GIB:.1f} GiB{per} (weights, gradients "
+                          f"and AdamW state), more than {limit}; choose a smaller model", "preset")
+
+
+CPU_RAM_SHARE = 0.5
+"""The share of the available RAM a split is fitted to on a CPU (``--micro-batch auto``, the split a refusal
+names, the dashboard's offer). The estimate is a lower bound: tiny's measured peaks reached 1.3-1.5x it at
+micro-batches 256 and 4,096 (sequence 128) and up to 2.7x at sequence 32 with a 300-token vocabulary, where
+fixed costs weigh more; and a CPU process that runs out of RAM is killed by the OS (in the dashboard, the
+window with every run it shows), with no out-of-memory error to recover from."""
+
+
+def _fitting_limit(device: torch.device, available: int, what: str) -> tuple[int, str]:
+    """The bytes a split is fitted to, and how to say it: on a CPU ``CPU_RAM_SHARE`` of the available RAM."""
+    if device.type != "cpu":
+        return available, f"the {available / GIB:.1f} GiB of {what}"
+    return (int(available * CPU_RAM_SHARE),
+            f"half of the {available / GIB:.1f} GiB of {what}, what a CPU run is fitted to (the estimate is a "
+            f"lower bound)")
 
 
 def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: str, device: torch.device,
                shards: int = 1, processes: int = 1, accum_steps: int | None = None) -> MemoryEstimate:
     """Refuse, in one line, a run whose estimate exceeds the device's memory (``processes`` ranks sharing it).
 
-    With ``accum_steps`` the message names the split that fits and keeps the effective batch.
+    Only what surely cannot fit is refused (the estimate is a lower bound). The split the message names, with
+    ``accum_steps`` keeping the effective batch, is fitted as ``fit_split`` fits one (on a CPU to half the RAM).
     """
     estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
     available, what = device_memory(device)
     if available is None or estimate.total * processes <= available:
         return estimate
-    _check_states_fit(estimate, processes, available, what)
-    need = _need_text(estimate, micro_batch, seq_len, processes, available, what)
+    _check_states_fit(estimate, processes, available, f"the {available / GIB:.1f} GiB of {what}")
+    need = _need_text(estimate, micro_batch, seq_len, processes, f"the {available / GIB:.1f} GiB of {what}")
+    limit, _ = _fitting_limit(device, available, what)
     if accum_steps is not None:
-        micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, available,
+        micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, limit,
                                             shards, processes)
         per_process = micro_batch * accum_steps
+        cpu = "; on a CPU a split is fitted to half the available RAM, the estimate being a lower bound"
         raise ConfigError(f"{need}; micro-batch {micro:,} × accumulation {per_process // micro:,} fits with the "
                           f"same effective batch (--micro-batch {micro} --accum {per_process // micro}, or "
-                          f"--micro-batch auto)", "micro_batch")
-    fitting = max(0, (available // processes - estimate.states) // max(1, estimate.activations // micro_batch))
+                          f"--micro-batch auto){cpu if device.type == 'cpu' else ''}", "micro_batch")
+    fitting = max(0, (limit // processes - estimate.states) // max(1, estimate.activations // micro_batch))
     raise ConfigError(f"{need}; use --micro-batch {max(1, fitting):,} or less (and --accum to keep the "
                       f"effective batch)", "micro_batch")
 
@@ -165,18 +182,11 @@ class Fit:
         return bool(self.reason)
 
 
-IN_PROCESS_RAM_SHARE = 0.5
-"""The share of the available RAM a CPU run inside the dashboard's own process is offered by default. The
-estimate is a lower bound (a bf16 run on a CPU peaked at 1.3-1.5x it: tiny at micro-batches 256 and 4096), and
-a process that runs out of RAM is killed by the OS: there, the window with every run it shows."""
-
-
-def fit_run_config(config, nproc: int = 1, ram_share: float = 1.0) -> Fit:
+def fit_run_config(config, nproc: int = 1) -> Fit:
     """``fit_split`` for a run's settings (a ``RunConfig``) before it starts, with the device the trainer will
     resolve; the model's vocabulary as set (a tokenizer can only make it smaller). For the dashboard's window
     thread: the precision probe never runs here, so ``auto`` on a CPU is the cached decision, or fp32 (whose
-    estimate is the larger) until a run has decided it. ``ram_share`` < 1 keeps a CPU run to that share of
-    the available RAM (``IN_PROCESS_RAM_SHARE``)."""
+    estimate is the larger) until a run has decided it."""
     from core.device import resolve_device
     from core.precision import cached_choice
 
@@ -186,30 +196,30 @@ def fit_run_config(config, nproc: int = 1, ram_share: float = 1.0) -> Fit:
     choice = cached_choice(tc.precision, device, config.model)
     precision = choice.precision if choice is not None else "fp32"
     return fit_split(config.model, tc.micro_batch, tc.accum_steps, config.data.seq_len, precision, device, shards,
-                     nproc if device.type != "cuda" else 1, ram_share if device.type == "cpu" else 1.0)
+                     nproc if device.type != "cuda" else 1)
 
 
 def fit_split(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: int, precision: str,
-              device: torch.device, shards: int = 1, processes: int = 1, ram_share: float = 1.0) -> Fit:
+              device: torch.device, shards: int = 1, processes: int = 1) -> Fit:
     """``--micro-batch auto``: the set split when it fits, else the largest micro-batch that does, with
     accumulation raised so micro-batch × accumulation (the effective batch per process) is unchanged.
+    On a CPU a split fits in ``CPU_RAM_SHARE`` of the available RAM.
 
     A model whose states alone cannot fit, or whose micro-batch 1 cannot, is a ``ConfigError``.
     """
-    assert 0 < ram_share <= 1
     estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
     available, what = device_memory(device)
-    if available is not None and ram_share < 1:
-        share = "half" if ram_share == 0.5 else f"{ram_share:.0%}"
-        what = (f"{what} ({available / GIB:.1f} GiB) that a run inside the window may take: {share}, as "
-                f"running out of memory would close the window")
-        available = int(available * ram_share)
-    if available is None or estimate.total * processes <= available:
+    if available is None:
         return Fit(micro_batch, accum_steps)
-    _check_states_fit(estimate, processes, available, what)
-    micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, available, shards,
+    limit, said = _fitting_limit(device, available, what)
+    if estimate.total * processes <= limit:
+        return Fit(micro_batch, accum_steps)
+    _check_states_fit(estimate, processes, limit, said)
+    micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, limit, shards,
                                         processes)
-    if estimate_training_memory(model, micro, seq_len, precision, shards).total * processes > available:
-        check_fits(model, 1, seq_len, precision, device, shards, processes)  # raises: not even 1 fits
+    if estimate_training_memory(model, micro, seq_len, precision, shards).total * processes > limit:
+        one = estimate_training_memory(model, 1, seq_len, precision, shards)
+        raise ConfigError(f"{_need_text(one, 1, seq_len, processes, said)}; choose a smaller model or sequence "
+                          f"length", "micro_batch")
     return Fit(micro, micro_batch * accum_steps // micro,
-               _need_text(estimate, micro_batch, seq_len, processes, available, what))
+               _need_text(estimate, micro_batch, seq_len, processes, said))

@@ -27,7 +27,7 @@ from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
 from core.events import DataPreparationProgress, MicroBatchChanged, RunFailed, RunStarted, SampleGenerated
-from core.memory_budget import IN_PROCESS_RAM_SHARE, fit_run_config
+from core.memory_budget import fit_run_config
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions, RecentFolders
 from gui.redraw_pacer import RedrawPacer
@@ -379,7 +379,7 @@ class MainWindow(QMainWindow):
         try:
             # Arithmetic, and the device's memory: no tensor, no probe. A run of one process trains in this one:
             # on a CPU it is offered half the free RAM, for running out would end the window with it.
-            fit = fit_run_config(cfg, nproc, IN_PROCESS_RAM_SHARE if nproc == 1 else 1.0)
+            fit = fit_run_config(cfg, nproc)
         except SpeedboardError:
             return cfg  # not even micro-batch 1 fits, or no such device: the run explains it
         if not fit.changed:

@@ -19,13 +19,13 @@ def tight_memory(monkeypatch, gib: float) -> None:
 
 
 def test_start_offers_the_split_that_fits_and_yes_applies_it(qtbot, window, dialogs, monkeypatch):
-    # Micro preset: micro-batch 4 × accumulation 1. A run in the window is offered half of the 5 GiB, for
-    # running out would close the window: 2 fits there (the command line would train with 4).
+    # Micro preset: micro-batch 4 × accumulation 1. A CPU run is fitted to half of the 5 GiB (the estimate is a
+    # lower bound, and running out would close the window): 2 fits there.
     tight_memory(monkeypatch, 5.0)
     record = run_once(qtbot, window)
     (question,) = dialogs.questions()
     assert "micro-batch 4 × 32 tokens needs at least 4.0 GiB" in question
-    assert "more than the 2.5 GiB of test memory (5.0 GiB) that a run inside the window may take: half" in question
+    assert "more than half of the 5.0 GiB of test memory, what a CPU run is fitted to" in question
     assert "micro-batch 2 × accumulation 2 instead" in question and "(4 sequences per" in question
     assert (child(window, "microBatchSpin").value(), child(window, "accumStepsSpin").value()) == (2, 2)
     assert record.state == "finished"
@@ -40,7 +40,7 @@ def test_no_starts_as_set(qtbot, window, dialogs, monkeypatch):
     record = run_once(qtbot, window)
     assert len(dialogs.questions()) == 1
     assert (child(window, "microBatchSpin").value(), child(window, "accumStepsSpin").value()) == (4, 1)
-    assert record.state == "failed" and "micro-batch 2 × accumulation 2 fits" in record.message
+    assert record.state == "failed" and "micro-batch 1 × accumulation 4 fits" in record.message
     # It failed before it had a run folder: the status bar does not say it is still setting up.
     assert record.run_id is None and child(window, "progressBar").format() == "not started"
 
