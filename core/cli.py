@@ -13,6 +13,7 @@ user gives is resolved once, by ``core.paths.user_path``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -455,7 +456,6 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
     """
     from core.control import Control
-    from core.distributed import JobTerminated
     from core.errors import ConfigError
     from core.launch import check_before_launch, check_nproc, run_torchrun, worker_env
     from core.runs import check_run_root, plan_run_dir
@@ -470,21 +470,11 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     # its token store (the workers then only map it), the samples, the model and its memory.
     control = Control()
     sink = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
-
-    def terminate(signum, frame):
-        raise JobTerminated("terminated (SIGTERM)")
-
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, _stop_on_first_sigint(control)),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, terminate)}
     try:
-        check_before_launch(config, args.nproc, sink=sink, should_stop=lambda: control.stop_requested)
-    except JobTerminated as exc:  # nothing started yet: one line, as once the workers run
-        _error_line(f"speedboard: {exc}")
-        return 128 + signal.SIGTERM
+        with _interruptible(control):
+            check_before_launch(config, args.nproc, sink=sink, should_stop=lambda: control.stop_requested)
     finally:
         sink.close()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
     return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
                         env=worker_env(args.nproc, config.train.device))
@@ -515,6 +505,43 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
         control.stop()
 
     return handler
+
+
+@contextlib.contextmanager
+def _interruptible(control):
+    """Signals for a command that works toward a result it can cut short (prepare, tune, the launcher's checks).
+
+    Ctrl-C: the first asks ``control`` to stop at the next safe point, the second aborts (``_stop_on_first_sigint``).
+    SIGHUP (the terminal closed): as a first Ctrl-C, silently; one that ``nohup`` ignores stays ignored.
+    SIGTERM: ends the work now, as an exception (``JobTerminated``) that lets it remove what it had begun to
+    write; ``_run_command`` says so in one line, exit code 143. A watchdog ends the process should Python
+    swallow the exception (inside a weakref callback, as during torch.compile).
+    """
+    import threading
+
+    from core.distributed import JobTerminated
+    from core.stopping import ABORT_GRACE_S
+
+    def watchdog():
+        threading.Event().wait(ABORT_GRACE_S)
+        _error_line("speedboard: terminated (SIGTERM)")
+        os._exit(128 + signal.SIGTERM)
+
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
+        raise JobTerminated("terminated (SIGTERM)")
+
+    handlers = {signal.SIGINT: _stop_on_first_sigint(control), signal.SIGTERM: terminate}
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
+        handlers[hangup] = lambda signum, frame: control.stop()
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
@@ -553,13 +580,12 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
 
     cfg = dataclasses.replace(base, **overrides)
     control = Control()
-    previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
     sink = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
     try:
-        prepared = prepare_corpus(cfg, sink=sink, should_stop=lambda: control.stop_requested)
+        with _interruptible(control):
+            prepared = prepare_corpus(cfg, sink=sink, should_stop=lambda: control.stop_requested)
     finally:
         sink.close()
-        signal.signal(signal.SIGINT, previous)
     store = prepared.store
     if not prepared.from_store:
         chars = store.manifest.get("text_chars", 0)
@@ -836,7 +862,12 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     except SpeedboardError as exc:
         _error_line(f"speedboard: error: {exc}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from core.distributed import JobTerminated
+
+        if isinstance(exc, JobTerminated):  # SIGTERM (``_interruptible``)
+            _error_line(f"speedboard: {exc}")
+            return 128 + signal.SIGTERM
         _error_line("speedboard: interrupted")
         return 130
     except BrokenPipeError:  # the reader of stdout went away (| head): as quiet as other command-line tools

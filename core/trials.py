@@ -349,12 +349,16 @@ def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,
     from core.device import memory_gib, resolve_device
 
     t0 = time.perf_counter()
-    out = tempfile.mkdtemp(prefix="speedboard-trial-")
+    counts_before = _cache_counts()  # (its first call imports torch._dynamo: seconds, before any folder exists)
     sink = TimingSink(stop_after=total_steps, cancelled=cancelled)
-    config = cell_config(base, cell, total_steps, out)
+    out = tempfile.mkdtemp(prefix="speedboard-trial-")
+    try:
+        config = cell_config(base, cell, total_steps, out)
+    except BaseException:  # a signal's exception included: the folder goes with it
+        shutil.rmtree(out, ignore_errors=True)
+        raise
     result = TrialResult(cell=cell.name, runner="speedboard", repeat=repeat,
                          tokens_per_step=config.tokens_per_step())
-    counts_before = _cache_counts()
     try:
         device = resolve_device(config.train.device)
         result.mem_before_gib = memory_gib(device)

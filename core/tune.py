@@ -309,7 +309,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     left_out: list[dict[str, str]] = []
     if cells is None:
         cells, left_out = candidate_cells(config, precisions, device, current)
-        if options.patterns:
+        if options.patterns is not None:  # "" names no pattern: refused, not "every cell"
             cells = [current, *(c for c in select_cells(cells, options.patterns) if c != current)]
     elif current not in cells:
         cells = [current, *cells]

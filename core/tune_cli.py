@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 from collections.abc import Callable
 
 
@@ -46,7 +45,9 @@ def add_tune_command(sub: argparse._SubParsersAction,
     add_settings_flags(u)
     u.add_argument("--budget-seconds", type=_positive_number,
                    help="time for all the trials (estimated up front; default 600)")
-    u.add_argument("--json", help="write the report here (default: the per-user data folder's tune/)")
+    from core.cli import _path
+
+    u.add_argument("--json", type=_path, help="write the report here (default: the per-user data folder's tune/)")
     u.add_argument("--trial-steps", type=_count, help="timed optimizer steps per trial, after its warm-up (default 3)")
     u.add_argument("--repeats", type=_count, help="interleaved repeats of all the trials (default 2)")
     u.add_argument("--precisions", type=_precisions,
@@ -88,7 +89,7 @@ class TuneConsole:
 
 
 def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
-    from core.cli import _stop_on_first_sigint, config_from_args
+    from core.cli import _interruptible, config_from_args
     from core.control import Control
     from core.errors import ConfigError
     from core.tune import (
@@ -106,7 +107,7 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     given = {"budget_seconds": args.budget_seconds, "steps": args.trial_steps, "repeats": args.repeats}
     options = TuneOptions(**{k: v for k, v in given.items() if v is not None}, precisions=args.precisions,
                           patterns=args.cells)
-    report_path = check_report_path(args.json) if args.json else None
+    report_path = check_report_path(args.json) if args.json is not None else None
     config = config_from_args(args)
     if report_path is None:
         try:
@@ -123,16 +124,14 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
         console.say(f"not tried: {', '.join(x['cell'] + ' (' + x['reason'] + ')' for x in left_out[:3])}"
                     + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else ""))
     control = Control()
-    previous = signal.signal(signal.SIGINT, _stop_on_first_sigint(control))
     try:
-        report = run_tune(plan, console, cancelled=lambda: control.stop_requested, report_path=report_path)
+        with _interruptible(control):  # Ctrl-C or SIGHUP: stop and report; SIGTERM: end now (143)
+            report = run_tune(plan, console, cancelled=lambda: control.stop_requested, report_path=report_path)
     except ReportNotSaved as exc:
         # The measurements are shown before the error line: they took the whole budget to make.
         console.say("")
         console.say(format_report(exc.report))
         raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
     console.say("")
     console.say(format_report(report))
     console.say(f"report: {report['path']}")

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from core.cli import main
 from core.tune import load_report
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -36,6 +44,8 @@ def _exit_code(args: list[str]) -> int:
     (["--cells", "nothing-*"], "matches no cell"),
     (["--cells", ","], "names no pattern"),
     (["--cells", " "], "names no pattern"),
+    (["--cells", ""], "names no pattern"),
+    (["--json", ""], "expected a path, got an empty one"),
     (["--micro-batch", "0"], "micro"),
     (["--device", "cuda:7"], "cuda:7"),
 ])
@@ -153,3 +163,35 @@ def test_the_help_states_the_advisors_defaults():
 
     assert (TuneOptions().budget_seconds, TuneOptions().steps, TuneOptions().repeats) == (
         DEFAULT_BUDGET_SECONDS, DEFAULT_STEPS, DEFAULT_REPEATS) == (600, 3, 2)  # the numbers the help text gives
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 0)])
+def test_sigterm_ends_a_tune_in_one_line_and_sighup_stops_it_like_ctrl_c(signum, code, micro_file, tmp_path):
+    """SIGTERM: end now, one line, exit 143; SIGHUP (the terminal closed): stop after the current step and report,
+    as a first Ctrl-C. Either way no trial's run folder is left in the temporary folder."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    report = tmp_path / "tune.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "tune", "--config", micro_file, "--cells", "off-*",
+                             "--trial-steps", "100000", "--repeats", "1", "--budget-seconds", "604800",
+                             "--json", str(report)], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().startswith("speedboard tune: ")  # planned; the first trial starts
+        while not any(p.name.startswith("speedboard-trial-") for p in tmp.iterdir()):
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    if signum == signal.SIGTERM:
+        assert err.strip().splitlines()[-1] == "speedboard: terminated (SIGTERM)", err
+        assert not report.exists()
+    else:
+        assert "recommendation:" in out and report.is_file()
+    assert not [p for p in tmp.iterdir() if p.name.startswith("speedboard-trial-")]

@@ -167,6 +167,37 @@ def test_stop_cancels_preparation_and_keeps_nothing(tmp_path, cache, monkeypatch
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("signum, code, line", [
+    ("SIGTERM", 143, "speedboard: terminated (SIGTERM)"),
+    ("SIGHUP", 130, "speedboard: data preparation stopped; nothing was kept"),
+])
+def test_a_signal_during_prepare_keeps_nothing_and_says_so(signum, code, line, tmp_path, cache, monkeypatch, capsys):
+    """`speedboard prepare` sent SIGTERM (end now) or SIGHUP (the terminal closed: stop, as a first Ctrl-C) while
+    it tokenizes: one line, no store and no temporary folder left."""
+    import os
+    import signal
+
+    from core.cli import ConsoleSink, main
+
+    monkeypatch.setattr("core.sources.Source.iter_documents", _small_batches(
+        __import__("core.sources", fromlist=["Source"]).Source.iter_documents))
+    monkeypatch.setattr("core.prepare._Reporter.progress", _every_progress)
+    original, sent = ConsoleSink.__call__, []
+
+    def signalled(self, event):
+        if isinstance(event, DataPreparationProgress) and event.stage == "tokens" and not sent:
+            sent.append(signum)
+            os.kill(os.getpid(), getattr(signal, signum))
+        return original(self, event)
+
+    monkeypatch.setattr(ConsoleSink, "__call__", signalled)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["prepare", str(corpus(tmp_path, n=3000)), "--vocab-size", "300", "--no-progress"]) == code
+    assert sent and line in capsys.readouterr().err
+    assert store_folders(cache) == [] and not list((cache / "stores").glob(".*tmp*"))
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_total, tokens, final=False):
     """Progress events for every chunk (no throttling): the test reacts to the first one."""
     self.emit(DataPreparationProgress, stage=stage, bytes_done=bytes_done, bytes_total=bytes_total,
