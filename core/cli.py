@@ -522,10 +522,12 @@ def _interruptible(control):
     from core.distributed import JobTerminated
     from core.stopping import ABORT_GRACE_S
 
+    unwound = threading.Event()  # the exception left the work: the caller ends the process itself
+
     def watchdog():
-        threading.Event().wait(ABORT_GRACE_S)
-        _error_line("speedboard: terminated (SIGTERM)")
-        os._exit(128 + signal.SIGTERM)
+        if not unwound.wait(ABORT_GRACE_S):
+            _error_line("speedboard: terminated (SIGTERM)")
+            os._exit(128 + signal.SIGTERM)
 
     def terminate(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
@@ -539,6 +541,9 @@ def _interruptible(control):
     previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     try:
         yield
+    except JobTerminated:
+        unwound.set()
+        raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

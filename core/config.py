@@ -475,6 +475,15 @@ class RunConfig:
             preset=name,
         )
 
+    def expected_model(self) -> ModelConfig:
+        """The model a run of this config trains, before a tokenizer or checkpoint is read: the data's
+        vocabulary (a tokenizer trained for it has that size); a checkpoint's run keeps the model as
+        configured (its architecture). For estimates that cannot read them (the precision probe's shapes,
+        memory, in a planner or the dashboard); a run uses the real one."""
+        if self.resume or self.init_from or self.data.tokenizer:
+            return self.model
+        return dataclasses.replace(self.model, vocab_size=self.data.vocab_size)
+
     def replace(self, **sections: Any) -> RunConfig:
         """Copy with whole sections or per-section overrides: ``replace(train={"accum_steps": 4})``."""
         changes: dict[str, Any] = {}

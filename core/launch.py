@@ -139,7 +139,8 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
 
     tc = config.train
     device = resolve_device(tc.device)
-    precision = resolve_precision(tc.precision, device, config.model)  # measures auto on a CPU once
+    if tc.precision != "auto":
+        resolve_precision(tc.precision, device)  # bf16 where the device lacks it: before the data is read
     probe = Trainer(config)  # a trainer's checks without a device, a model or a run folder
     loaded, trainer_state = probe.read_start_checkpoint()
     tokenizer, origin = None, "given"
@@ -155,6 +156,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     data = prepare_data(config.data, tokenizer, tokenizer_origin=origin, sink=progress, should_stop=should_stop)
     build_views(data.store, config.data, data.tokenizer)
     model_cfg = model_config or dataclasses.replace(config.model, vocab_size=data.tokenizer.vocab_size)
+    precision = resolve_precision(tc.precision, device, model_cfg)  # auto on a CPU: probed once, at these shapes
     if config.data.seq_len > model_cfg.max_position_embeddings:
         raise ConfigError(f"sequence length {config.data.seq_len} is beyond the model's "
                           f"{model_cfg.max_position_embeddings} positions", "seq_len")

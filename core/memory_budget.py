@@ -193,7 +193,7 @@ def fit_run_config(config, nproc: int = 1) -> Fit:
     tc = config.train
     device = resolve_device(tc.device)
     shards = nproc if tc.fsdp and nproc > 1 else 1
-    choice = cached_choice(tc.precision, device, config.model)
+    choice = cached_choice(tc.precision, device, config.expected_model())
     precision = choice.precision if choice is not None else "fp32"
     return fit_split(config.model, tc.micro_batch, tc.accum_steps, config.data.seq_len, precision, device, shards,
                      nproc if device.type != "cuda" else 1)

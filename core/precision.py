@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -103,10 +105,27 @@ def _machine_dir(device: torch.device) -> Path:
 
 def _read_cache(path: Path) -> dict | None:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read for good
+            return None
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # absent or damaged: measured again, never trusted
     return data if isinstance(data, dict) else None
+
+
+def _flops(value) -> float:
+    """A cached throughput: a finite number above 0, else ValueError (the entry is damaged)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"not a throughput: {value!r}")
+    return float(value)
+
+
+def _measurements(data: dict) -> int:
+    """How many measurements a cached entry keeps the best of: an integer ≥ 1, else ValueError."""
+    value = data.get("measurements", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"not a count: {value!r}")
+    return value
 
 
 def _write_cache(path: Path, data: dict) -> None:
@@ -143,7 +162,8 @@ class ProbeResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> ProbeResult:
-        return cls(float(d["fp32_flops"]), float(d["bf16_flops"]), tuple(tuple(s) for s in d.get("shapes", ())))
+        """A cached result; a damaged one (a throughput that is not a finite number above 0) is ValueError."""
+        return cls(_flops(d["fp32_flops"]), _flops(d["bf16_flops"]), tuple(tuple(s) for s in d.get("shapes", ())))
 
 
 def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int, int, int], ...]:
@@ -232,13 +252,19 @@ def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS
     return _machine_dir(device) / f"bf16-training-probe-{shape}-{torch.get_num_threads()}t.json"
 
 
-def cached_probe(model: ModelConfig, device: torch.device | None = None) -> ProbeResult | None:
-    """The probe's result for these shapes on this machine, if it was measured before (a file read, no tensors)."""
-    data = _read_cache(_probe_path(model, device or torch.device("cpu")))
+def _probe_entry(model: ModelConfig, device: torch.device) -> tuple[ProbeResult, int] | None:
+    """The cached probe and how many measurements it keeps the best of; None when absent or damaged."""
+    data = _read_cache(_probe_path(model, device))
     try:
-        return ProbeResult.from_dict(data) if data else None
+        return (ProbeResult.from_dict(data), _measurements(data)) if data else None
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def cached_probe(model: ModelConfig, device: torch.device | None = None) -> ProbeResult | None:
+    """The probe's result for these shapes on this machine, if it was measured before (a file read, no tensors)."""
+    entry = _probe_entry(model, device or torch.device("cpu"))
+    return entry[0] if entry else None
 
 
 _PROBED_HERE: set[Path] = set()
@@ -251,8 +277,7 @@ def measured_probe(model: ModelConfig, device: torch.device | None = None) -> Pr
     memory-bound casts of bf16 lose most under load) does not decide for good."""
     device = device or torch.device("cpu")
     path = _probe_path(model, device)
-    found = cached_probe(model, device)
-    count = int((_read_cache(path) or {}).get("measurements", 1)) if found is not None else 0
+    found, count = _probe_entry(model, device) or (None, 0)
     if found is not None and (count >= PROBE_MEASUREMENTS or path in _PROBED_HERE):
         return found  # a second measurement in one process (launcher, then trainer) would tell nothing new
     _PROBED_HERE.add(path)
@@ -363,7 +388,7 @@ def measure_gemm_peak(device: torch.device, precision: str, sizes: tuple[int, ..
 def _peak_entry(device: torch.device, precision: str) -> tuple[float, int] | None:
     data = _read_cache(_peak_path(device, precision))
     try:
-        return (float(data["flops"]), int(data.get("measurements", 1))) if data else None
+        return (_flops(data["flops"]), _measurements(data)) if data else None
     except (KeyError, TypeError, ValueError):
         return None
 

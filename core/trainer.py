@@ -80,7 +80,7 @@ from core.events import (
 from core.memory_budget import check_fits, fit_split
 from core.model import LlamaForCausalLM
 from core.paths import user_path, why_write_failed
-from core.precision import PrecisionChoice, decide_precision
+from core.precision import PrecisionChoice, check_precision, decide_precision
 from core.runs import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -365,17 +365,18 @@ class Trainer:
             device = torch.device("cuda", self.dist.local_rank)
             torch.cuda.set_device(device)
         self.device = device
-        self.precision_choice = self._decide_precision(tc.precision, device)
-        self.precision = self.precision_choice.precision
+        if tc.precision != "auto":
+            check_precision(tc.precision, device)  # bf16 where the device lacks it: before anything is read
         self.fsdp = tc.fsdp and self.dist.enabled
         self._oom = OomAgreement(self.dist)  # under torchrun: a collective, on every rank at this point
 
-    def _decide_precision(self, requested: str, device: torch.device) -> PrecisionChoice:
-        """``auto`` may measure (a CPU's bf16 probe, cached per machine): under torchrun rank 0 decides
-        for all, so processes never train in different precisions or time GEMMs against each other."""
+    def _decide_precision(self, requested: str, device: torch.device, model: ModelConfig) -> PrecisionChoice:
+        """``auto`` may measure (a CPU's bf16 probe at ``model``'s shapes, the tokenizer's vocabulary included,
+        cached per machine): under torchrun rank 0 decides for all, so processes never train in different
+        precisions or time GEMMs against each other."""
         if not (self.dist.enabled and requested == "auto" and device.type == "cpu"):
-            return decide_precision(requested, device, model=self.cfg.model)
-        choice = [decide_precision(requested, device, model=self.cfg.model) if self.dist.is_main else None]
+            return decide_precision(requested, device, model=model)
+        choice = [decide_precision(requested, device, model=model) if self.dist.is_main else None]
         torch.distributed.broadcast_object_list(choice, src=0)
         return choice[0]
 
@@ -450,6 +451,8 @@ class Trainer:
             if problem:
                 raise CheckpointError(problem)
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
+        self.precision_choice = self._decide_precision(tc.precision, device, model_cfg)
+        self.precision = self.precision_choice.precision
         # Before anything is allocated: a micro-batch that cannot fit is one line, not an allocation failure.
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled and device.type != "cuda" else 1
         shards = self.dist.world_size if self.fsdp else 1

@@ -295,7 +295,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
 
     options = options or TuneOptions()
     device = resolve_device(config.train.device)
-    precision = resolve_precision(config.train.precision, device, config.model)
+    precision = resolve_precision(config.train.precision, device, config.expected_model())
     if config.resume:
         raise ConfigError("the advisor measures new runs of the current settings; it does not resume a "
                           "checkpoint", "resume")

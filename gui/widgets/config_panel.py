@@ -646,7 +646,7 @@ class ConfigPanel(QWidget):
             device = resolve_device(cfg.train.device)
         with _about("precision"):
             check_precision(cfg.train.precision, device)
-        self._show_auto_choice(device, cfg.model)
+        self._show_auto_choice(device, cfg.expected_model())
 
     def _show_auto_choice(self, device, model: ModelConfig) -> None:
         """The ``auto`` item says what it would choose here and why: from the cached probe only, never by

@@ -173,4 +173,10 @@ def test_sigterm_while_the_launcher_checks_is_one_line_and_exit_143(tmp_path, ca
     assert main(["train", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "runs"), "--no-progress"]) == 143
     assert capsys.readouterr().err.strip() == "speedboard: terminated (SIGTERM)"
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is the caller's again
+    # The abort watchdog (for an exception Python swallows) stands down once the exception came through.
+    import threading
+
+    for watchdog in [t for t in threading.enumerate() if t.name == "speedboard-term-watchdog"]:
+        watchdog.join(timeout=60)
+        assert not watchdog.is_alive()
     assert not (tmp_path / "runs").exists()

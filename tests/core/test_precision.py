@@ -133,6 +133,41 @@ def test_a_damaged_cache_entry_is_measured_again(monkeypatch):
     assert decide_precision("auto", CPU, model=TINY).precision == "fp32"
 
 
+@pytest.mark.parametrize("damage", [{"measurements": "three"}, {"measurements": None}, {"measurements": 0},
+                                    {"fp32_flops": 0}, {"bf16_flops": float("nan")}, {"fp32_flops": "fast"},
+                                    {"bf16_flops": True}])
+def test_a_cache_entry_with_a_damaged_value_is_measured_again(damage, monkeypatch):
+    """Values that do not make sense (a count that is not a count, a throughput of 0 or NaN) are a damaged
+    entry: measured again, never trusted (no "bf16 trains only 0.00×") and never a traceback."""
+    calls = []
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: calls.append(1) or AMX_LIKE)
+    decide_precision("auto", CPU, model=TINY)
+    path = prec._probe_path(TINY, CPU)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **damage}))
+    assert prec.cached_probe(TINY, CPU) is None
+    new_process()
+    assert decide_precision("auto", CPU, model=TINY).precision == "bf16" and len(calls) == 2
+    # The peak's cache likewise.
+    measure_matmul_peak("cpu", "fp32")
+    peak = prec._peak_path(CPU, "fp32")
+    for flops in (0, -1.0, float("inf"), "many"):
+        peak.write_text(json.dumps({"flops": flops, "measurements": 5}))
+        assert prec.cached_peak(CPU, "fp32") is None
+        assert matmul_peak(CPU, "fp32", measure=lambda: 123.0) == 123.0
+
+
+def test_a_cache_file_that_is_not_a_regular_file_is_not_read(monkeypatch):
+    """A named pipe where the probe's cache file should be: reading it would block the run for good."""
+    import os
+
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: AMX_LIKE)
+    path = prec._probe_path(TINY, CPU)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    assert prec.cached_probe(TINY, CPU) is None  # returns at once
+    assert prec._read_cache(path) is None
+
+
 def test_the_real_probe_times_a_training_pass_in_both_precisions(monkeypatch):
     seen = []
     real = prec._time_training_pass
@@ -240,10 +275,13 @@ def test_a_run_records_what_auto_chose(micro, monkeypatch):
     from core.events import ListSink
     from core.trainer import Trainer
 
-    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: AMX_LIKE)
+    probed = []
+    monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: probed.append(model) or AMX_LIKE)
     monkeypatch.setattr(prec, "measure_gemm_peak", lambda device, precision, sizes=None, seconds=0.0: 1e12)
     sink = ListSink()
-    result = Trainer(micro(train={"precision": "auto", "budget": 1}), sink=sink).run()
+    trainer = Trainer(micro(train={"precision": "auto", "budget": 1}), sink=sink)
+    result = trainer.run()
+    assert probed == [trainer.model_cfg]  # at the model it trains: the tokenizer's vocabulary, not the config's
     saved = json.loads((result.run_dir / "config.json").read_text())
     assert saved["precision"] == "bf16" and saved["config"]["train"]["precision"] == "auto"
     assert saved["precision_choice"] == {"requested": "auto", "precision": "bf16",
@@ -280,8 +318,8 @@ def test_fitting_a_split_for_the_window_thread_never_runs_the_probe(monkeypatch)
     fit_run_config(cfg)
     assert seen == ["fp32"]  # not decided yet: fp32's larger estimate
     monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: AMX_LIKE)
-    decide_precision("auto", CPU, model=TINY)  # a run decides it, at its own model
-    assert prec.cached_probe(TINY, CPU) is not None
+    decide_precision("auto", CPU, model=cfg.expected_model())  # a run decides it, at its model and vocabulary
+    assert prec.cached_probe(cfg.expected_model(), CPU) is not None
     monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: never())
     fit_run_config(cfg)
     assert seen[-1] == "bf16"  # the cached decision

@@ -196,6 +196,12 @@ def test_a_signal_during_prepare_keeps_nothing_and_says_so(signum, code, line, t
     assert sent and line in capsys.readouterr().err
     assert store_folders(cache) == [] and not list((cache / "stores").glob(".*tmp*"))
     assert signal.getsignal(signal.SIGTERM) is before
+    # The abort watchdog (for an exception Python swallows) stands down once the exception came through.
+    import threading
+
+    for watchdog in [t for t in threading.enumerate() if t.name == "speedboard-term-watchdog"]:
+        watchdog.join(timeout=60)
+        assert not watchdog.is_alive()
 
 
 def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_total, tokens, final=False):
