@@ -254,7 +254,17 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
     unsupported: list[str] = []
     binary: list[str] = []
     docs: list[str] = []
-    for root, dirs, names in os.walk(path):
+    def unreadable(exc: OSError):  # a sub-folder that cannot be listed is an error, not a smaller corpus
+        raise DataError(f"cannot read {exc.filename}: {exc.strerror}")
+
+    seen: set[tuple[int, int]] = set()
+    # Symbolic links to folders are followed (a corpus assembled from links), each folder read once.
+    for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=True):
+        st = os.stat(root)
+        if (st.st_dev, st.st_ino) in seen:  # a link loop, or a second link to one folder
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             if name.startswith("."):
@@ -267,6 +277,9 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
                 raise DataError(f"cannot read {p}: {exc.strerror}") from None
             _require_regular(p, st.st_mode, spec)
             fmt = _format_of(p)
+            if fmt is None and _DOC_FILE.fullmatch(name):
+                binary.append(rel)  # LICENSE, README without an extension: a repository's, never data
+                continue
             if fmt is not None:
                 if _DOC_FILE.fullmatch(name) and fmt == "text":
                     docs.append(rel)  # decided below: part of a text corpus, or a data folder's README

@@ -158,6 +158,40 @@ def test_folders_mixing_formats_or_holding_unread_files_are_refused(tmp_path):
     assert "holds no data files" in one_line_error(lambda: resolve_source(str(tmp_path / "empty")))
 
 
+def test_linked_sub_folders_are_read_once_and_an_unlistable_one_is_an_error(tmp_path, monkeypatch):
+    real = tmp_path / "real" / "a"
+    real.mkdir(parents=True)
+    (real / "x.txt").write_text("linked text")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "top.txt").write_text("top text")
+    (corpus / "sub").symlink_to(real, target_is_directory=True)
+    (corpus / "again").symlink_to(real, target_is_directory=True)  # a second link to it: read once
+    (real / "loop").symlink_to(corpus, target_is_directory=True)  # and a loop back: ends
+    source = resolve_source(str(corpus))
+    assert [f.rel for f in source.files] == ["top.txt", "again/x.txt"]
+    # A sub-folder that cannot be listed is an error, not a smaller corpus.
+    real_scandir = os.scandir
+
+    def denied(path="."):
+        if str(path).endswith("again"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", denied)
+    assert "again: Permission denied" in one_line_error(lambda: resolve_source(str(corpus)))
+
+
+def test_a_licence_without_a_suffix_beside_data_shards_is_skipped_and_named(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_parquet(shards / "a.parquet")
+    (shards / "LICENSE").write_text("Creative Commons …")
+    (shards / "README.md").write_text("# the dataset")
+    source = resolve_source(str(shards))
+    assert [f.rel for f in source.files] == ["a.parquet"] and source.ignored == ("LICENSE", "README.md")
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
 def test_a_fifo_is_refused_not_read(tmp_path):
     """Reading a named pipe would block forever: refused before it is opened, as --data and inside a folder."""
