@@ -577,6 +577,7 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
         raise ConfigError("give the data to prepare (or --list, or --remove DATA|all)")
     if args.remove:
         return _remove_stores(args.data, args.text_field)
+    _refuse_ignored_flags(args, None)  # --vocab-size or --tokenizer-docs beside --tokenizer, as train refuses them
     base = config_from_preset(args.preset or ("small" if torch.cuda.is_available() else "tiny")).data
     overrides = {k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size,
                                    "text_field": args.text_field, "tokenizer": args.tokenizer,

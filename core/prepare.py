@@ -159,6 +159,9 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
         tok, origin = load_tokenizer_file(cfg.tokenizer), str(Path(cfg.tokenizer).expanduser())
     elif tok is not None:
         check_special_tokens(tok, origin)
+    if tok is not None and cfg.layout == "document" and tok.pad_id is None:
+        # Known now: not after hours of tokenizing (build_views says the same of a tokenizer trained here).
+        raise DataError("the document layout needs a PAD token, and this tokenizer has none", "layout")
     fingerprint = source.fingerprint()
     if tok is None:
         tok = _cached_trained_tokenizer(fingerprint, cfg)

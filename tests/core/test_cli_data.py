@@ -208,3 +208,35 @@ def test_relative_data_and_tokenizer_paths_are_recorded_absolute(tmp_path, cache
                  "--out", str(tmp_path / "runs")]) == 0
     assert main(["train", *SMALL, "--data", "", "--steps", "1", "--out", str(tmp_path / "runs")]) == 2
     assert "data source is empty" in capsys.readouterr().err
+
+
+def _tokenizer_without_pad(path: Path) -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["The quick brown fox jumps over the lazy dog."] * 20, trainer=trainer)
+    tok.save(str(path))
+    return str(path)
+
+
+def test_the_document_layout_with_a_tokenizer_without_pad_is_refused_before_tokenizing(tmp_path, cache, capsys):
+    tokenizer = _tokenizer_without_pad(tmp_path / "tokenizer.json")
+    err = one_line(capsys, main(["train", "--preset", "tiny", "--steps", "1", "--seq-len", "32", "--no-progress",
+                                 "--data", text_corpus(tmp_path), "--tokenizer", tokenizer, "--layout", "document",
+                                 "--out", str(tmp_path / "runs")]))
+    assert "the document layout needs a PAD token" in err
+    assert not (tmp_path / "runs").exists()
+    assert not (cache / "stores").exists() or not [p for p in (cache / "stores").iterdir()
+                                                   if not p.name.startswith(".lock-")]
+
+
+@pytest.mark.parametrize("flag", [["--vocab-size", "999"], ["--tokenizer-docs", "10"]])
+def test_prepare_refuses_tokenizer_settings_beside_a_given_tokenizer(flag, tmp_path, cache, capsys):
+    tokenizer = _tokenizer_without_pad(tmp_path / "tokenizer.json")
+    err = one_line(capsys, main(["prepare", text_corpus(tmp_path), "--tokenizer", tokenizer, *flag, "--no-progress"]))
+    assert f"{flag[0]} is for training a new tokenizer" in err
+    assert not (cache / "stores").exists()
