@@ -140,6 +140,17 @@ def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: st
                       f"effective batch)", "micro_batch")
 
 
+def why_it_does_not_fit(model: ModelConfig, micro_batch: int, seq_len: int, precision: str, device: torch.device,
+                        shards: int = 1, processes: int = 1) -> str:
+    """"" when a micro-batch fits as ``fit_split`` fits one (on a CPU in half the RAM), else why not."""
+    estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
+    available, what = device_memory(device)
+    if available is None:
+        return ""
+    limit, said = _fitting_limit(device, available, what)
+    return "" if estimate.total * processes <= limit else _need_text(estimate, micro_batch, seq_len, processes, said)
+
+
 def largest_fitting_micro_batch(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: int,
                                 precision: str, available: int, shards: int = 1, processes: int = 1) -> int:
     """The largest micro-batch ≤ ``micro_batch`` that divides ``micro_batch × accum_steps`` (so the effective

@@ -244,16 +244,19 @@ def candidate_cells(config: RunConfig, precisions: tuple[str, ...], device, curr
         list[Cell], list[dict[str, str]]]:
     """The current cell first, then per split (largest micro-batch first) × mode × precision; and the
     splits that do not fit in memory, with the reason."""
-    from core.memory_budget import check_fits
+    from core.memory_budget import why_it_does_not_fit
 
     effective = config.train.micro_batch * config.train.accum_steps
     cells, left_out = [current], []
     fitting = []
+    model = config.expected_model()  # the vocabulary the trials' tokenizer will have, not the preset's
     for b, k in splits(effective):
-        try:
-            check_fits(config.model, b, config.data.seq_len, "fp32" if "fp32" in precisions else precisions[0], device)
-        except ConfigError as exc:
-            left_out.append({"cell": f"micro-batch {b} × {k}", "reason": f"does not fit in memory ({exc})"})
+        # As --micro-batch auto fits a split (on a CPU in half the RAM: a trial out of RAM would end the tune).
+        # The current split is measured as set: train accepted it.
+        why = "" if b == current.micro_batch else why_it_does_not_fit(
+            model, b, config.data.seq_len, "fp32" if "fp32" in precisions else precisions[0], device)
+        if why:
+            left_out.append({"cell": f"micro-batch {b} × {k}", "reason": f"does not fit in memory ({why})"})
             continue
         fitting.append((b, k))
     for b, k in fitting:

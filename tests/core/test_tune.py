@@ -134,6 +134,31 @@ def test_plan_puts_the_current_settings_first_and_keeps_within_the_budget(micro)
             TuneOptions(**bad)
 
 
+def test_splits_are_fitted_as_auto_fits_them_at_the_runs_vocabulary(micro, monkeypatch):
+    """A split is tried where --micro-batch auto would pick it (on a CPU in half the RAM), estimated with the
+    vocabulary the trials' tokenizer has (the data's, not the model config's); the current split is measured
+    as set."""
+    from core.memory_budget import estimate_training_memory as real
+
+    config = micro(data={"vocab_size": 300}, train={"micro_batch": 4, "accum_steps": 2, "compile_mode": "off"})
+    assert config.model.vocab_size != 300
+    seen = []
+
+    def estimate(model, micro_batch, seq_len, precision="fp32", shards=1):
+        seen.append(model.vocab_size)
+        return real(model, micro_batch, seq_len, precision, shards)
+
+    monkeypatch.setattr("core.memory_budget.estimate_training_memory", estimate)
+    # Available RAM such that micro-batch 8 needs more than half of it, and 4 (current) and below less.
+    eight = real(config.expected_model(), 8, config.data.seq_len).total
+    monkeypatch.setattr("core.memory_budget.device_memory", lambda device: (int(eight * 1.5), "available RAM"))
+    plan = plan_tune(config, TuneOptions(budget_seconds=3600))
+    assert 300 in seen
+    assert {c.micro_batch for c in plan.cells} == {4, 2, 1}
+    (eight_left,) = [x for x in plan.left_out if x["cell"] == "micro-batch 8 × 1"]
+    assert "does not fit in memory" in eight_left["reason"] and "half of the" in eight_left["reason"]
+
+
 def test_a_setting_train_refuses_is_refused_before_anything_is_estimated(micro, monkeypatch):
     import core.device
 
