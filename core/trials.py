@@ -486,7 +486,8 @@ def compare(candidate: list[TrialResult], baseline: list[TrialResult]) -> Compar
     else:
         ratio = statistics.median(cand_rates) / statistics.median(base_rates)
     noise = max(relative_noise(cand_rates), relative_noise(base_rates))
-    significant = abs(ratio - 1.0) > noise
+    # Only trials run side by side (the same repeat) can show a difference: the machine may have drifted between.
+    significant = abs(ratio - 1.0) > noise and bool(paired)
     if significant and len(paired) >= 2:
         significant = all(p > 1.0 for p in paired) or all(p < 1.0 for p in paired)
     return Comparison(ratio, noise, significant)

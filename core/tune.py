@@ -557,14 +557,25 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
     eligible = [row for row in rows.values() if row["tokens_per_s"] and row.get("loss_agrees") is not False]
     if not eligible:
         return None
-    best = max(eligible, key=lambda row: row["tokens_per_s"]["median"])
+    baseline = by_cell.get(plan.current, [])
+    paired = compare(baseline, baseline) is not None  # the current settings were measured
+
+    def speed(row: dict) -> float:
+        """How fast a cell is, for the ranking: its ratio to the current settings, paired by repeat (trials run
+        side by side, as the table's "vs current"), so a cell measured only in a quiet repeat does not outrank
+        one also measured in a loaded one; the median tokens/s where the current settings have no measurement."""
+        if not paired:
+            return row["tokens_per_s"]["median"]
+        return compare(by_cell.get(row["name"], []), baseline).ratio
+
+    best = max(eligible, key=speed)
     cell = next(c for c in plan.cells if c.name == best["name"])
     current = rows.get(plan.current)
     out: dict[str, Any] = {"cell": best["name"], "label": best["label"], "settings": cell.settings(),
                            "tokens_per_s": best["tokens_per_s"]["median"], "is_current": best["name"] == plan.current}
     if out["is_current"]:
         others = [row for row in eligible if row["name"] != plan.current]
-        runner_up = max(others, key=lambda row: row["tokens_per_s"]["median"]) if others else None
+        runner_up = max(others, key=speed) if others else None
         cmp = compare(by_cell.get(runner_up["name"], []), by_cell.get(plan.current, [])) if runner_up else None
         out["vs_current"] = None
         out["significant"] = bool(cmp and cmp.significant)
@@ -589,7 +600,7 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
         out["text"] = f"Fastest measured: {best['label']}, but {cmp.describe()}."
     # A pick is only as clear as its lead over the next best: a tie there is said, not hidden.
     others = [row for row in eligible if row["name"] not in (best["name"], plan.current)]
-    runner_up = max(others, key=lambda row: row["tokens_per_s"]["median"]) if others else None
+    runner_up = max(others, key=speed) if others else None
     lead = compare(by_cell.get(best["name"], []), by_cell.get(runner_up["name"], [])) if runner_up else None
     out["runner_up"] = runner_up["name"] if runner_up else None
     out["runner_up_tied"] = bool(lead and not lead.significant)

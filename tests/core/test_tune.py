@@ -313,6 +313,18 @@ def test_a_pick_within_the_noise_of_the_next_best_says_it_is_a_tie(micro, privat
     assert not rec["runner_up_tied"] and "either will do" not in rec["text"]
 
 
+def test_the_pick_is_ranked_against_the_current_settings_repeat_by_repeat(micro, private_tmp):
+    """A cell measured only in a quiet repeat must not outrank the current settings, measured in that quiet
+    repeat and in a loaded one (pooled medians would say 80 > 75): the ratio is taken repeat by repeat."""
+    from core.tune import summarise
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=3, repeats=2), cells=EAGER[:2])
+    results = [_trial("off-a1-fp32", 0, [100, 100, 100]), _trial("off-a2-fp32", 0, [80, 80, 80]),
+               _trial("off-a1-fp32", 1, [50, 50, 50])]  # the machine got busy; the other cell never ran again
+    rec = summarise(plan, results)["recommendation"]
+    assert rec["cell"] == "off-a1-fp32" and rec["is_current"], rec["text"]
+
+
 def test_a_report_file_of_another_kind_is_one_line(tmp_path):
     path = tmp_path / "x.json"
     path.write_text('{"schema": "speedboard-bench/1"}')
