@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from core.config import RunConfig
+from core.config import RunConfig, TrainConfig
 from core.errors import ConfigError
 from core.event_text import counted
 from core.trials import (
@@ -698,7 +698,33 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key in ("plan", "summary", "trials"):
         if not isinstance(data.get(key), (dict, list)):
             raise ConfigError(f"{target} is not a complete tuning report (no {key})")
+    try:
+        _check_readable(data)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ConfigError(f"{target} is not a complete tuning report ({type(exc).__name__}: {exc})") from None
     return data
+
+
+def _check_readable(report: dict[str, Any]) -> None:
+    """Everything a report is read for (the table, the recommendation and its settings, the plan line, the
+    time taken) can be read from it: a damaged field raises here, not in the window that shows it."""
+    plan = report["plan"]
+    if not isinstance(plan.get("description"), str) or not plan["description"]:
+        raise ValueError("the plan has no description")
+    budget = plan.get("budget_seconds")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
+        raise TypeError(f"budget_seconds is {budget!r}")
+    not_tried(plan)
+    rows = report["summary"]["rows"]
+    if not all(isinstance(row, dict) and isinstance(row["name"], str) and isinstance(row["current"], bool)
+               for row in rows.values()):
+        raise ValueError("a row has no name or current flag")
+    format_report(report)
+    time_taken(report)
+    settings = report_settings(report)
+    if settings is not None:
+        TrainConfig(**{k: settings[k] for k in ("compile_mode", "compile_scope", "precision", "micro_batch",
+                                                 "accum_steps")})
 
 
 # ----------------------------------------------------------------------------- text

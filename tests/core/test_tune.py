@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -408,3 +409,31 @@ def test_spare_settings_start_only_while_they_and_every_repeat_fit(micro, monkey
     assert report["plan"]["spare"] == []
     assert report["plan"]["description"].endswith("1 more setting follows if the trials run faster than "
                                                   "estimated; none of them could be tried within the budget")
+
+
+DAMAGE = {
+    "plan_without_description": lambda r: r["plan"].pop("description"),
+    "rows_a_list": lambda r: r["summary"].update(rows=list(r["summary"]["rows"].values())),
+    "summary_without_rows": lambda r: r["summary"].pop("rows"),
+    "elapsed_missing": lambda r: r.pop("elapsed_seconds"),
+    "budget_as_text": lambda r: r["plan"].update(budget_seconds="600"),
+    "tokens_per_s_as_text": lambda r: next(iter(r["summary"]["rows"].values())).update(
+        tokens_per_s={"median": "fast", "low": 1, "high": 2, "n": 1}),
+    "recommendation_without_settings": lambda r: r["recommendation"].pop("settings"),
+    "recommended_precision_unknown": lambda r: r["recommendation"]["settings"].update(precision="fp8"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_report_is_one_line_not_an_error_where_it_is_shown(damage, micro, tmp_path, monkeypatch):
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=1), cells=EAGER[:2])
+    FakeTrials(monkeypatch, seconds=1.0)  # its clock is the process's: after the plan has measured
+    report = run_tune(plan)
+    path = tmp_path / "report.json"
+    save_report(report, path)
+    assert load_report(path)["recommendation"] == report["recommendation"]  # whole, it reads
+    broken = load_report(path)
+    DAMAGE[damage](broken)
+    path.write_text(json.dumps(broken))
+    with pytest.raises(ConfigError, match="is not a complete tuning report"):
+        load_report(path)

@@ -107,6 +107,13 @@ def test_a_file_that_is_not_a_report_is_one_message(qtbot, window, dialogs, tmp_
     click(dialog, "tuneOpenButton")
     assert any("not a Speedboard tuning report" in w for w in dialogs.warnings())
     assert dialog.report is None and not child(dialog, "tuneApplyButton").isEnabled()
+    # A report of the right kind with fields missing: a message too, never an exception in the window.
+    from core.tune import SCHEMA
+
+    bad.write_text(json.dumps({"schema": SCHEMA, "plan": {"budget_seconds": 60}, "summary": {}, "trials": []}))
+    click(dialog, "tuneOpenButton")
+    assert any("is not a complete tuning report" in w for w in dialogs.warnings())
+    assert dialog.report is None
 
 
 def test_settings_that_may_still_be_tried_are_not_called_not_tried(window):
