@@ -35,9 +35,24 @@ import torch.distributed as dist
 from core.distributed import DistContext
 from core.errors import SpeedboardError
 
-OUT_OF_MEMORY = (torch.OutOfMemoryError,)
-"""What counts as running out of memory in a micro-step (CUDA's caching allocator raises it; the CPU's
-allocator raises a plain RuntimeError, and Linux usually ends the process instead)."""
+_CPU_ALLOCATION_FAILED = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """What counts as running out of memory in a micro-step: CUDA's caching allocator raises
+    ``torch.OutOfMemoryError``; the CPU's allocator a plain RuntimeError, where an allocation can fail at all
+    (under ``ulimit -v`` or strict overcommit; otherwise Linux ends the process instead)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in _CPU_ALLOCATION_FAILED)
+
+
+def out_of_memory_detail(exc: BaseException) -> str:
+    """The part of an out-of-memory error worth a line: CUDA's first line, or the CPU allocator's own words."""
+    text = str(exc)
+    at = text.find("DefaultCPUAllocator: ")
+    detail = text[at:] if at >= 0 else text
+    return detail.strip().splitlines()[0][:160] if detail.strip() else type(exc).__name__
 
 
 class OutOfMemory(SpeedboardError):

@@ -95,7 +95,14 @@ from core.runs import (
     write_json,
 )
 from core.schedule import LRSchedule
-from core.split import OUT_OF_MEMORY, OomAgreement, OutOfMemory, average_gradients, smaller_split
+from core.split import (
+    OomAgreement,
+    OutOfMemory,
+    average_gradients,
+    is_out_of_memory,
+    out_of_memory_detail,
+    smaller_split,
+)
 from core.step_times import StepTimes
 from core.tokenizer import require_checkpoint_tokenizer
 
@@ -875,7 +882,7 @@ class Trainer:
         try:
             return self._optimizer_step()
         except Exception as exc:  # compilation happens here, at the first call
-            if is_peer_failure(exc, self.dist) or isinstance(exc, (OutOfMemory, *OUT_OF_MEMORY)):
+            if is_peer_failure(exc, self.dist) or isinstance(exc, OutOfMemory) or is_out_of_memory(exc):
                 raise  # a peer is gone, or memory ran out: not a compile problem
             self.warn(f"torch.compile ({self.compiled.mode}) failed: {type(exc).__name__}: {first_line(exc)}; "
                       f"continuing eagerly")
@@ -930,10 +937,12 @@ class Trainer:
         failure = None
         try:
             loss_sum = self._accumulate(num_targets, ddp, probe)
-        except OUT_OF_MEMORY as exc:
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            if not is_out_of_memory(exc):
+                raise
             tc = self.cfg.train
             failure = (f"out of memory in micro-step {self._micro_index + 1} of {tc.accum_steps} of step "
-                       f"{self.step + 1} at micro-batch {tc.micro_batch} ({first_line(exc, 120)})")
+                       f"{self.step + 1} at micro-batch {tc.micro_batch} ({out_of_memory_detail(exc)})")
             if self.fsdp or self._agreed:  # peers are inside a collective this rank cannot join any more
                 where = "FSDP" if self.fsdp else "DDP, in the micro-step that all-reduces gradients,"
                 raise OutOfMemory(f"{failure}; under {where} a step cannot be redone on one process alone: "

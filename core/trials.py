@@ -335,8 +335,9 @@ def release() -> None:
 
 
 def _out_of_memory(exc: BaseException) -> bool:
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+    from core.split import is_out_of_memory
+
+    return is_out_of_memory(exc) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
 def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,

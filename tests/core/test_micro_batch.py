@@ -32,8 +32,10 @@ class InjectedOom:
     """Make the model's training forward passes number ``at`` (1-based, counted over the whole run) raise
     ``torch.OutOfMemoryError`` as CUDA's allocator does, or every one from ``from_call`` on."""
 
-    def __init__(self, monkeypatch, at: tuple[int, ...] = (), from_call: int | None = None) -> None:
+    def __init__(self, monkeypatch, at: tuple[int, ...] = (), from_call: int | None = None,
+                 error: Exception | None = None) -> None:
         self.at, self.from_call, self.calls, self.raised = set(at), from_call, 0, 0
+        self.error = error or torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
         original = LlamaForCausalLM.forward
         injector = self
 
@@ -42,7 +44,7 @@ class InjectedOom:
                 injector.calls += 1
                 if injector.calls in injector.at or (injector.from_call and injector.calls >= injector.from_call):
                     injector.raised += 1
-                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+                    raise injector.error
             return original(model, *args, **kwargs)
 
         monkeypatch.setattr(LlamaForCausalLM, "forward", forward)
@@ -102,6 +104,19 @@ def test_an_out_of_memory_micro_step_is_redone_with_the_same_update(tmp_path, mo
     (resumed,) = out.iterdir()
     train = json.loads((resumed / "config.json").read_text())["config"]["train"]
     assert (train["micro_batch"], train["accum_steps"]) == (2, 4)
+
+
+def test_a_failed_cpu_allocation_is_out_of_memory_too(tmp_path, monkeypatch):
+    """The CPU allocator raises where an allocation can fail (ulimit -v, strict overcommit): a plain RuntimeError,
+    halved like CUDA's; any other RuntimeError is not taken for one."""
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: you "
+                       "tried to allocate 42762240 bytes. Error code 12 (Cannot allocate memory)")
+    oom = InjectedOom(monkeypatch, at=(1,), error=cpu)
+    _, sink = run(config(tmp_path / "cpu", micro_batch=4, accum_steps=1))
+    assert oom.raised == 1 and "DefaultCPUAllocator" in sink.of(MicroBatchChanged)[0].reason
+    InjectedOom(monkeypatch, at=(1,), error=RuntimeError("shape mismatch"))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run(config(tmp_path / "other", micro_batch=4, accum_steps=1))
 
 
 def test_an_out_of_memory_error_with_one_accumulation_step(tmp_path, monkeypatch):
