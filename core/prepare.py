@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,6 +109,31 @@ class _Reporter:
                   documents_done=documents, documents_total=documents_total, tokens_done=tokens, eta_seconds=eta)
 
 
+def _trained_in_a_thread(docs: list[str], vocab_size: int, should_stop: Callable[[], bool] | None) -> BPETokenizer:
+    """``get_tokenizer`` (cached by the sample's own hash as well) in a worker thread: its Rust training releases
+    the GIL, so this thread keeps answering Ctrl-C, SIGTERM and a stop request (which leave the worker to finish
+    on its own, its result unused) instead of waiting for the training to return."""
+    from core.errors import Cancelled
+
+    result: list = []
+
+    def train() -> None:
+        try:
+            result.append(get_tokenizer(docs, vocab_size))
+        except BaseException as exc:  # handed to the caller's thread
+            result.append(exc)
+
+    worker = threading.Thread(target=train, name="speedboard-tokenizer-training", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
+        if should_stop is not None and should_stop():
+            raise Cancelled("data preparation stopped; nothing was kept")
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
 def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: _Reporter,
                      should_stop: Callable[[], bool] | None) -> BPETokenizer:
     from core.errors import Cancelled
@@ -128,7 +154,7 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     report.progress("tokenizer", done, None, len(docs), limit, 0, final=True)
     # Training gives no progress of its own (tokenizers' bars draw to a terminal only): say that it runs.
     report.progress("tokenizer-training", done, None, len(docs), None, 0, final=True)
-    tok = get_tokenizer(docs, cfg.vocab_size)  # cached by the sample's own hash as well
+    tok = _trained_in_a_thread(docs, cfg.vocab_size, should_stop)
     path = _source_tokenizer_path(fingerprint, cfg)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2 in every trained tokenizer
 _FORMAT = "speedboard-bpe-1"
 TOKENIZER_FILE = "tokenizer.json"  # its name in a checkpoint and in a Hugging Face folder
+MAX_TRAINING_RUN = 100
+"""Characters without a space that a tokenizer's training sees as one run at most (see ``train_bpe``)."""
 # Names other tokenizers (e.g. Hugging Face Llama folders) give the same roles.
 # The article series' tokenizers name them [BOT]/[EOT]/[PAD]; others [BOS]/[EOS] or <bos>/<eos>.
 _ALIASES = {"bos": (BOS, "<s>", "<|begin_of_text|>", "[BOT]", "[BOS]", "<bos>", "<|startoftext|>", "<|bos|>"),
@@ -128,7 +131,22 @@ class BPETokenizer:
         return cls(tok, **special)
 
 
+_LONG_RUN = re.compile(rf"\S{{{MAX_TRAINING_RUN + 1},}}")
+
+
+def _short_runs(text: str) -> str:
+    """``text`` with runs of non-space characters longer than ``MAX_TRAINING_RUN`` cut into pieces that long."""
+    def cut(m: re.Match) -> str:
+        run = m.group()
+        return " ".join(run[i:i + MAX_TRAINING_RUN] for i in range(0, len(run), MAX_TRAINING_RUN))
+
+    return _LONG_RUN.sub(cut, text)
+
+
 def train_bpe(documents: Sequence[str], vocab_size: int) -> BPETokenizer:
+    # BPE training costs more than linearly in a word's length: one 2 MB run without a space (a base64 blob
+    # in a scraped page) kept it busy for over ten minutes. No merge worth learning is that long.
+    documents = [_short_runs(d) for d in documents]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -417,3 +417,39 @@ def test_too_little_text_is_known_before_preparing_and_exactly_after(tmp_path, c
     with pytest.raises(DataError):
         prepare_data(exact)
     prepare_data(fits)
+
+
+def test_a_stop_during_tokenizer_training_is_answered_while_it_trains(tmp_path, cache, monkeypatch):
+    """The training runs in a worker thread: a stop request (and so Ctrl-C's handler) is answered while it runs,
+    not when it returns."""
+    import threading
+
+    release = threading.Event()
+
+    def slow_training(docs, vocab_size, fingerprint=None):
+        release.wait(120)  # a training that takes long (it releases the GIL, as the Rust one does)
+        raise AssertionError("the stop was not answered while the tokenizer trained")
+
+    monkeypatch.setattr("core.prepare.get_tokenizer", slow_training)
+    stopped = []
+
+    def should_stop():
+        if any(t.name == "speedboard-tokenizer-training" for t in threading.enumerate()):
+            stopped.append(True)
+        return bool(stopped)
+
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=32, vocab_size=300)
+    try:
+        with pytest.raises(Cancelled, match="nothing was kept"):
+            prepare_data(cfg, should_stop=should_stop)
+    finally:
+        release.set()
+    assert store_folders(cache) == []
+
+
+def test_a_tokenizer_trains_on_runs_without_spaces_cut_short():
+    from core.tokenizer import MAX_TRAINING_RUN, _short_runs
+
+    text = "a b " + "x" * (2 * MAX_TRAINING_RUN + 5) + " c"
+    assert [len(w) for w in _short_runs(text).split()] == [1, 1, MAX_TRAINING_RUN, MAX_TRAINING_RUN, 5, 1]
+    assert _short_runs("plain text, short words") == "plain text, short words"
