@@ -92,19 +92,22 @@ class _Reporter:
         self._stage, self._stage_start = stage, time.perf_counter()
 
     def progress(self, stage: str, bytes_done: int, bytes_total: int | None, documents: int,
-                 documents_total: int | None, tokens: int, final: bool = False) -> None:
+                 documents_total: int | None, tokens: int, final: bool = False,
+                 source_bytes: int | None = None) -> None:
+        """``source_bytes``: the corpus' size, for the estimate only, where the stage may end before it (a
+        tokenizer's sample ends at its document limit or at the corpus' end, whichever comes first)."""
         now = time.perf_counter()
         if stage != self._stage:
             self.begin(stage)
         if not final and now - self._last < 0.25:
             return
         self._last = now
-        eta = None
         elapsed = now - self._stage_start
-        if bytes_total and 0 < bytes_done:
-            eta = max(0.0, elapsed * (bytes_total - bytes_done) / bytes_done)
-        elif documents_total and 0 < documents:
-            eta = max(0.0, elapsed * (documents_total - documents) / documents)
+        # The stage ends at whichever total it reaches first (a tokenizer's sample: its document limit, or the
+        # corpus' end); a stage that is done has nothing left to estimate.
+        left = [elapsed * (total - done) / done for total, done in ((bytes_total or source_bytes, bytes_done),
+                                                                   (documents_total, documents)) if total and done > 0]
+        eta = None if final or not left else max(0.0, min(left))
         self.emit(DataPreparationProgress, stage=stage, bytes_done=bytes_done, bytes_total=bytes_total,
                   documents_done=documents, documents_total=documents_total, tokens_done=tokens, eta_seconds=eta)
 
@@ -146,7 +149,7 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
         if should_stop is not None and should_stop():
             raise Cancelled("data preparation stopped; nothing was kept")
         docs.extend(batch[: limit - len(docs)])
-        report.progress("tokenizer", done, None, len(docs), limit, 0)
+        report.progress("tokenizer", done, None, len(docs), limit, 0, source_bytes=source.bytes)
         if len(docs) >= limit:
             break
     if not docs:

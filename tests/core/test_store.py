@@ -204,7 +204,8 @@ def test_a_signal_during_prepare_keeps_nothing_and_says_so(signum, code, line, t
         assert not watchdog.is_alive()
 
 
-def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_total, tokens, final=False):
+def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_total, tokens, final=False,
+                    source_bytes=None):
     """Progress events for every chunk (no throttling): the test reacts to the first one."""
     self.emit(DataPreparationProgress, stage=stage, bytes_done=bytes_done, bytes_total=bytes_total,
               documents_done=documents, documents_total=documents_total, tokens_done=tokens, eta_seconds=None)
@@ -453,3 +454,21 @@ def test_a_tokenizer_trains_on_runs_without_spaces_cut_short():
     text = "a b " + "x" * (2 * MAX_TRAINING_RUN + 5) + " c"
     assert [len(w) for w in _short_runs(text).split()] == [1, 1, MAX_TRAINING_RUN, MAX_TRAINING_RUN, 5, 1]
     assert _short_runs("plain text, short words") == "plain text, short words"
+
+
+def test_a_stages_estimate_ends_at_the_first_total_it_reaches_and_a_done_stage_has_none(monkeypatch):
+    """Reading a tokenizer's sample ends at its document limit or at the corpus' end: a small corpus half read
+    is half done, whatever the limit; the stage's last line estimates nothing."""
+    from core.prepare import _Reporter
+
+    now = [0.0]
+    monkeypatch.setattr("core.prepare.time.perf_counter", lambda: now[0])
+    sink = ListSink()
+    report = _Reporter(sink, "run", lambda: 0.0)
+    report.begin("tokenizer")
+    now[0] = 10.0
+    report.progress("tokenizer", 500, None, 2, 100_000, 0, source_bytes=1000)
+    now[0] = 20.0
+    report.progress("tokenizer", 1000, None, 4, 100_000, 0, final=True, source_bytes=1000)
+    etas = [e.eta_seconds for e in sink.of(DataPreparationProgress)]
+    assert etas == [pytest.approx(10.0), None]
