@@ -415,6 +415,10 @@ class RunConfig:
                  f"sequence length {self.data.seq_len} is beyond the model's "
                  f"{self.model.max_position_embeddings} positions", "seq_len")
         _require(not (self.resume and self.init_from), "use either resume or init-from, not both", "init_from")
+        tokens = self.tokens_per_step()
+        _require(tokens <= MAX_COUNT, f"{tokens:,} tokens per optimizer step (micro-batch × accumulation × "
+                 f"sequence length): counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller batch",
+                 "micro_batch")
 
     def tokens_per_step(self, world_size: int = 1) -> int:
         """Token positions per optimizer step (the effective batch in tokens)."""
@@ -455,7 +459,11 @@ class RunConfig:
                 raise ConfigError(f"the {name} section must be a JSON object, got {type(section).__name__}", name)
             sections[name] = section
         train = sections["train"]
-        if train.get("micro_batch") == "auto":  # the preset's micro-batch, lowered to what fits
+        mb = train.get("micro_batch")
+        if isinstance(mb, str) and mb.strip().lower() == "auto":  # the preset's micro-batch, lowered to what fits
+            if train.get("auto_micro_batch") is False:
+                raise ConfigError('"micro_batch": "auto" and "auto_micro_batch": false contradict each other; '
+                                  'keep one', "micro_batch")
             train = sections["train"] = {**{k: v for k, v in train.items() if k != "micro_batch"},
                                          "auto_micro_batch": True}
         if "lr" in train and "min_lr" not in train and isinstance(train["lr"], (int, float)):

@@ -349,9 +349,10 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
         kept = fitting(repeats)
     if len(kept) < enough:
         need = sum(estimates[c.name]["first"] for c in cells[:2])
+        advice = (f"give --budget-seconds {math.ceil(need)} or more" if need <= MAX_BUDGET_SECONDS else
+                  "give fewer --trial-steps (the budget is at most a week)")
         raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to compare two settings here: "
-                          f"that takes about {need:.0f} s; give --budget-seconds {math.ceil(need)} or more",
-                          "budget_seconds")
+                          f"that takes about {need:,.0f} s; {advice}", "budget_seconds")
     spare = [c for c in cells if c not in kept]
     left_out += [{"cell": c.name, "reason": "left out to stay within the time budget"} for c in spare]
     kept_names = {c.name for c in kept}

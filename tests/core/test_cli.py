@@ -97,7 +97,9 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--eval-every", "99999999999999999999999"], "eval every must be at most 2**63 - 1"),
     (["--steps", "99999999999999999999999"], "do not fit the 64-bit counters"),
     (["--accum", "999999999999999999"], "do not fit the 64-bit counters"),
-    (["--micro-batch", "999999999999999999"], "fits with the same effective batch"),
+    (["--micro-batch", "1000000000000"], "fits with the same effective batch"),
+    (["--micro-batch", str(2**62), "--accum", "4"], "tokens per optimizer step (micro-batch × accumulation × "
+                                                     "sequence length): counts beyond 2**63 - 1"),
 ])
 def test_bad_input_is_one_line_exit_2_and_touches_nothing(existing_run, capsys, args, message):
     out_dir, run_dir, snapshot = existing_run

@@ -38,6 +38,7 @@ def _exit_code(args: list[str]) -> int:
     (["--budget-seconds", "1e30"], "positive number of seconds up to 604,800 (a week), got 1e+30"),
     (["--budget-seconds", "soon"], "expected a number of seconds"),
     (["--budget-seconds", "0.2"], "too short to compare two settings"),
+    (["--trial-steps", str(10**20)], "give fewer --trial-steps (the budget is at most a week)"),
     (["--trial-steps", "0"], "≥ 1"),
     (["--repeats", "x"], "expected an integer"),
     (["--precisions", "fp8"], "expected fp32, bf16 or fp16"),
