@@ -240,19 +240,58 @@ def plain_text_tokenizer(tokenizer: BPETokenizer):
     return tok
 
 
-def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list]:
-    """HF tokenizers' batch encoding (Rust threads, the GIL released); the variant without offsets when
-    the installed version has it (same ids, less work)."""
+PIECE_CHARS = 1 << 20
+"""A document longer than this is encoded in pieces cut after a line break (a text without blank lines is one
+document: encoded whole, 18 MB of it took 1.9 GB; in pieces, a third of that)."""
+_PIECES_AT_ONCE = 4
+
+
+def _pieces(doc: str) -> list[str]:
+    """``doc`` cut into pieces of at most ``PIECE_CHARS``, each after a line break where there is one (a byte-level
+    tokenizer gives the same ids then: its words never span a line break), else after any space, else anywhere."""
+    if len(doc) <= PIECE_CHARS:
+        return [doc]
+    out, start = [], 0
+    while len(doc) - start > PIECE_CHARS:
+        end = start + PIECE_CHARS
+        cut = doc.rfind("\n", start + 1, end)
+        if cut < 0:
+            cut = doc.rfind(" ", start + 1, end)
+        cut = cut + 1 if cut >= 0 else end
+        out.append(doc[start:cut])
+        start = cut
+    out.append(doc[start:])
+    return out
+
+
+def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list[list[int]]]:
+    """Each document's ids, through HF tokenizers' batch encoding (Rust threads, the GIL released; the variant
+    without offsets when the installed version has it: same ids, less work). A long document is encoded in
+    pieces (``PIECE_CHARS``), a few at a time, so memory does not grow with how a text is broken."""
     tok = plain_text_tokenizer(tokenizer)
     fast = getattr(tok, "encode_batch_fast", None)
-    if fast is not None:
-        return lambda docs: fast(docs, add_special_tokens=False)
-    return lambda docs: tok.encode_batch(docs, add_special_tokens=False)
+
+    def batch(docs: list[str]) -> list:
+        return fast(docs, add_special_tokens=False) if fast is not None else \
+            tok.encode_batch(docs, add_special_tokens=False)
+
+    def encode(docs: list[str]) -> list[list[int]]:
+        short = [i for i, d in enumerate(docs) if len(d) <= PIECE_CHARS]
+        out: list[list[int]] = [[] for _ in docs]
+        for i, e in zip(short, batch([docs[i] for i in short]) if short else [], strict=True):
+            out[i] = e.ids
+        for i in sorted(set(range(len(docs))) - set(short)):
+            pieces = _pieces(docs[i])
+            for k in range(0, len(pieces), _PIECES_AT_ONCE):
+                for e in batch(pieces[k:k + _PIECES_AT_ONCE]):
+                    out[i].extend(e.ids)
+        return out
+
+    return encode
 
 
-def _pack(encodings: list, dtype: np.dtype, bos: int, eos: int) -> tuple[np.ndarray, np.ndarray]:
-    """``[BOS] doc [EOS]`` of every encoding, concatenated; and each document's start in it."""
-    ids = [e.ids for e in encodings]
+def _pack(ids: list[list[int]], dtype: np.dtype, bos: int, eos: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[BOS] doc [EOS]`` of every document's ids, concatenated; and each document's start in it."""
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)) + 2
     ends = np.cumsum(lengths)
     starts = ends - lengths
@@ -264,6 +303,20 @@ def _pack(encodings: list, dtype: np.dtype, bos: int, eos: int) -> tuple[np.ndar
     out[starts] = bos
     out[ends - 1] = eos
     return out, starts
+
+
+def _check_unchanged(source: Source) -> None:
+    """Every file still has the size and time it had when the source was fingerprinted: a file written to while
+    it was read would give a store whose key and record describe other text than its tokens."""
+    for f in source.files:
+        try:
+            st = os.stat(f.path)
+        except OSError as exc:
+            raise DataError(f"{f.path} changed while it was being prepared ({exc.strerror}); nothing was kept: "
+                            f"prepare it again") from None
+        if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
+            raise DataError(f"{f.path} changed while it was being prepared; nothing was kept: prepare it again "
+                            f"once it is written")
 
 
 def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, tokenizer_origin: str,
@@ -316,6 +369,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
                 flush(pending)
             if documents == 0:
                 raise DataError(f"data source {source.spec} is empty (no text)")
+            _check_unchanged(source)
             np.array([tokens], dtype=np.uint64).tofile(of)
         (tmp / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")  # any path, not only a UTF-8 one
         manifest = {

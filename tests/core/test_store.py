@@ -472,3 +472,41 @@ def test_a_stages_estimate_ends_at_the_first_total_it_reaches_and_a_done_stage_h
     report.progress("tokenizer", 1000, None, 4, 100_000, 0, final=True, source_bytes=1000)
     etas = [e.eta_seconds for e in sink.of(DataPreparationProgress)]
     assert etas == [pytest.approx(10.0), None]
+
+
+def test_a_file_written_to_while_it_is_prepared_keeps_no_store(tmp_path, cache, monkeypatch):
+    """Its key and record would describe the text before the write, its tokens the text after."""
+    monkeypatch.setattr("core.sources.Source.iter_documents", _small_batches(
+        __import__("core.sources", fromlist=["Source"]).Source.iter_documents))
+    monkeypatch.setattr("core.prepare._Reporter.progress", _every_progress)
+    path = corpus(tmp_path, n=3000)
+    appended = []
+
+    def sink(event):
+        if isinstance(event, DataPreparationProgress) and event.stage == "tokens" and not appended:
+            appended.append(True)
+            with open(path, "a") as f:
+                f.write("\n\nwritten while it was read")
+
+    with pytest.raises(DataError, match="changed while it was being prepared; nothing was kept"):
+        prepare_data(DataConfig(source=str(path), seq_len=32, vocab_size=300), sink=sink)
+    assert appended and store_folders(cache) == []
+    prepare_data(DataConfig(source=str(path), seq_len=32, vocab_size=300))  # once written, it prepares
+    assert len(store_folders(cache)) == 1
+
+
+def test_a_long_document_is_encoded_in_pieces_with_the_ids_of_a_whole(monkeypatch):
+    from core.token_store import _encoder, _pieces, plain_text_tokenizer
+
+    monkeypatch.setattr("core.token_store.PIECE_CHARS", 200)
+    text = "\n".join(f"line {i} of a text without blank lines, one sentence per line" for i in range(300))
+    pieces = _pieces(text)
+    assert len(pieces) > 50 and "".join(pieces) == text and max(map(len, pieces)) <= 200
+    assert all(p.endswith("\n") for p in pieces[:-1])  # cut after a line break
+    from core.tokenizer import train_bpe
+
+    tok = train_bpe([text], 300)
+    whole = plain_text_tokenizer(tok).encode(text, add_special_tokens=False).ids
+    assert _encoder(tok)(["short", text]) == [plain_text_tokenizer(tok).encode("short", add_special_tokens=False).ids,
+                                             whole]
+    assert _pieces("x" * 450) == ["x" * 200, "x" * 200, "x" * 50]  # no break at all: cut anywhere
