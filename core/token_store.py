@@ -42,7 +42,7 @@ import numpy as np
 from core.errors import Cancelled, DataError
 from core.paths import fsync, why_write_failed
 from core.sources import Source, sampled_sha256, source_location
-from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir
+from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, pieces_of
 
 STORE_FORMAT = "speedboard-token-store"
 STORE_VERSION = 2
@@ -240,34 +240,13 @@ def plain_text_tokenizer(tokenizer: BPETokenizer):
     return tok
 
 
-PIECE_CHARS = 1 << 20
-"""A document longer than this is encoded in pieces cut after a line break (a text without blank lines is one
-document: encoded whole, 18 MB of it took 1.9 GB; in pieces, a third of that)."""
 _PIECES_AT_ONCE = 4
-
-
-def _pieces(doc: str) -> list[str]:
-    """``doc`` cut into pieces of at most ``PIECE_CHARS``, each after a line break where there is one (a byte-level
-    tokenizer gives the same ids then: its words never span a line break), else after any space, else anywhere."""
-    if len(doc) <= PIECE_CHARS:
-        return [doc]
-    out, start = [], 0
-    while len(doc) - start > PIECE_CHARS:
-        end = start + PIECE_CHARS
-        cut = doc.rfind("\n", start + 1, end)
-        if cut < 0:
-            cut = doc.rfind(" ", start + 1, end)
-        cut = cut + 1 if cut >= 0 else end
-        out.append(doc[start:cut])
-        start = cut
-    out.append(doc[start:])
-    return out
 
 
 def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list[list[int]]]:
     """Each document's ids, through HF tokenizers' batch encoding (Rust threads, the GIL released; the variant
     without offsets when the installed version has it: same ids, less work). A long document is encoded in
-    pieces (``PIECE_CHARS``), a few at a time, so memory does not grow with how a text is broken."""
+    pieces (``core.tokenizer.PIECE_CHARS``), a few at a time, so memory does not grow with how a text is broken."""
     tok = plain_text_tokenizer(tokenizer)
     fast = getattr(tok, "encode_batch_fast", None)
 
@@ -276,12 +255,14 @@ def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list[list[int]]]:
             tok.encode_batch(docs, add_special_tokens=False)
 
     def encode(docs: list[str]) -> list[list[int]]:
-        short = [i for i, d in enumerate(docs) if len(d) <= PIECE_CHARS]
+        cut = [pieces_of(d) for d in docs]
+        short = [i for i, pieces in enumerate(cut) if len(pieces) == 1]
         out: list[list[int]] = [[] for _ in docs]
         for i, e in zip(short, batch([docs[i] for i in short]) if short else [], strict=True):
             out[i] = e.ids
-        for i in sorted(set(range(len(docs))) - set(short)):
-            pieces = _pieces(docs[i])
+        for i, pieces in enumerate(cut):
+            if len(pieces) == 1:
+                continue
             for k in range(0, len(pieces), _PIECES_AT_ONCE):
                 for e in batch(pieces[k:k + _PIECES_AT_ONCE]):
                     out[i].extend(e.ids)

@@ -496,9 +496,10 @@ def test_a_file_written_to_while_it_is_prepared_keeps_no_store(tmp_path, cache, 
 
 
 def test_a_long_document_is_encoded_in_pieces_with_the_ids_of_a_whole(monkeypatch):
-    from core.token_store import _encoder, _pieces, plain_text_tokenizer
+    from core.token_store import _encoder, plain_text_tokenizer
+    from core.tokenizer import pieces_of as _pieces
 
-    monkeypatch.setattr("core.token_store.PIECE_CHARS", 200)
+    monkeypatch.setattr("core.tokenizer.PIECE_CHARS", 200)
     text = "\n".join(f"line {i} of a text without blank lines, one sentence per line" for i in range(300))
     pieces = _pieces(text)
     assert len(pieces) > 50 and "".join(pieces) == text and max(map(len, pieces)) <= 200
