@@ -377,8 +377,9 @@ class MainWindow(QMainWindow):
         Yes sets it in the settings, No starts as set (and the run says why it cannot)."""
         nproc = self.config_panel.nproc
         try:
-            # Arithmetic, and the device's memory: no tensor, no probe. A run of one process trains in this one:
-            # on a CPU it is offered half the free RAM, for running out would end the window with it.
+            # Arithmetic, and the device's memory: no tensor, no probe. On a CPU a split fits in half the free RAM
+            # (core.memory_budget.CPU_RAM_SHARE): a run of one process trains in this one, which running out
+            # of RAM would end.
             fit = fit_run_config(cfg, nproc)
         except SpeedboardError:
             return cfg  # not even micro-batch 1 fits, or no such device: the run explains it
