@@ -19,6 +19,8 @@ import signal
 import sys
 from typing import Any
 
+from core.json_text import parse_json
+
 EXIT_USAGE = 2
 
 
@@ -282,7 +284,6 @@ def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
 
 def _read_config_file(path: str):
     """A RunConfig saved as JSON (``RunConfig.to_dict()``, or a run folder's config.json)."""
-    import json
     import stat
 
     from core.config import RunConfig
@@ -292,8 +293,10 @@ def _read_config_file(path: str):
     try:
         if not stat.S_ISREG(os.stat(user_path(path)).st_mode):  # a FIFO or a device would block or never end
             raise ConfigError(f"the configuration file {path} is not a regular file", "config")
-        data = json.loads(user_path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = parse_json(user_path(path).read_text(encoding="utf-8"))
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and every JSON damage
         raise ConfigError(f"cannot read the configuration file {path} ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         data = data["config"]  # a run folder's config.json holds the RunConfig under "config"
@@ -301,7 +304,7 @@ def _read_config_file(path: str):
         raise ConfigError(f"{path} does not hold a run configuration (a JSON object)")
     try:
         return RunConfig.from_dict(data, strict=True)
-    except TypeError as exc:
+    except (TypeError, OverflowError) as exc:  # OverflowError: a number too large for a float (lr: 1e400 as an int)
         raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
 
 

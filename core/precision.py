@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from core.config import ModelConfig
 from core.errors import ConfigError
+from core.json_text import parse_json
 
 BF16_MIN_SPEEDUP = 1.3
 """bf16 changes the numerics; below this speedup of the probe's training pass it is not worth it (the optimizer,
@@ -107,7 +108,7 @@ def _read_cache(path: Path) -> dict | None:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read for good
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # absent or damaged: measured again, never trusted
     return data if isinstance(data, dict) else None
@@ -257,7 +258,7 @@ def _probe_entry(model: ModelConfig, device: torch.device) -> tuple[ProbeResult,
     data = _read_cache(_probe_path(model, device))
     try:
         return (ProbeResult.from_dict(data), _measurements(data)) if data else None
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # Overflow: a count too large for a float
         return None
 
 
@@ -389,7 +390,7 @@ def _peak_entry(device: torch.device, precision: str) -> tuple[float, int] | Non
     data = _read_cache(_peak_path(device, precision))
     try:
         return (_flops(data["flops"]), _measurements(data)) if data else None
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # Overflow: a count too large for a float
         return None
 
 

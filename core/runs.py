@@ -32,6 +32,7 @@ from typing import Any
 
 from core.errors import ConfigError
 from core.events import Event, RunFailed, RunFinished, event_from_dict
+from core.json_text import parse_json
 from core.paths import user_path, why_not_writable
 
 METRICS_FILE = "metrics.jsonl"
@@ -297,7 +298,7 @@ class EventTail:
             if not line.strip():
                 continue
             try:
-                events.append(event_from_dict(json.loads(line)))
+                events.append(event_from_dict(parse_json(line)))
             except (ValueError, TypeError):
                 continue  # a line from a newer or damaged writer: skip it, keep following
         return events
@@ -386,7 +387,7 @@ def writer_alive(run_dir: str | Path, now: float | None = None, stale_after: flo
     beat = run_dir / HEARTBEAT_FILE
     try:
         age = now - beat.stat().st_mtime
-        info = json.loads(beat.read_text(encoding="utf-8"))
+        info = parse_json(beat.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         try:
             return now - (run_dir / METRICS_FILE).stat().st_mtime < stale_after

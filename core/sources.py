@@ -31,6 +31,7 @@ from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
 from core.errors import DataError, first_line
+from core.json_text import parse_json
 from core.paths import user_path
 
 HUB_PREFIX = "hf:"
@@ -235,7 +236,7 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
         return _resolve_folder(spec, path / "train", text_field)
     if (path / "state.json").is_file():  # Dataset.save_to_disk
         try:
-            state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+            state = parse_json((path / "state.json").read_text(encoding="utf-8"))
             names = [d["filename"] for d in state["_data_files"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"dataset folder {spec}: unreadable state.json ({first_line(exc)})") from None
@@ -486,11 +487,12 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = parse_json(line)
                 except UnicodeDecodeError:
                     raise DataError(f"{path}:{n}: not UTF-8 text") from None
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
+                except ValueError as exc:  # also a number of more than 4,300 digits, or nesting too deep
+                    raise DataError(f"{path}:{n}: invalid JSON ({getattr(exc, 'msg', None) or first_line(exc)})") \
+                        from None
                 if isinstance(row, dict) and text_field in row and row[text_field] is None:
                     continue  # a missing value, as a null in a Parquet or Arrow text column: no document
                 if not isinstance(row, dict) or not isinstance(row.get(text_field), str):

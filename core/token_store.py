@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import Cancelled, DataError
+from core.json_text import parse_json
 from core.paths import fsync, why_write_failed
 from core.sources import Source, sampled_sha256, source_location
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, pieces_of
@@ -103,7 +104,7 @@ class TokenStore:
     def open(cls, path: Path) -> TokenStore:
         """Open a complete store; DataError if it is not one (damaged, older format, cut short)."""
         try:
-            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+            manifest = parse_json((path / MANIFEST).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise DataError(f"token store {path} has no readable manifest ({exc})") from None
         if manifest.get("format") != STORE_FORMAT or manifest.get("version") != STORE_VERSION:
@@ -404,7 +405,7 @@ def list_stores() -> list[dict[str, Any]]:
         if entry.name.startswith(".") or not (entry / MANIFEST).is_file():
             continue
         try:
-            manifest = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+            manifest = parse_json((entry / MANIFEST).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             manifest = {}
         manifest["path"] = str(entry)

@@ -18,6 +18,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from core.errors import CheckpointError, ConfigError, DataError
+from core.json_text import parse_json
 from core.paths import user_path
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
@@ -122,7 +123,7 @@ class BPETokenizer:
         cfg_file = folder / "tokenizer_config.json"
         if cfg_file.is_file():
             try:
-                cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+                cfg = parse_json(cfg_file.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 cfg = {}
             for role in ("bos", "eos", "pad"):

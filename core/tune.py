@@ -40,6 +40,7 @@ from typing import Any
 from core.config import RunConfig, TrainConfig
 from core.errors import ConfigError
 from core.event_text import counted
+from core.json_text import parse_json
 from core.trials import (
     Cell,
     TrialCancelled,
@@ -691,8 +692,8 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     target = user_path(path)
     try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = parse_json(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and every JSON damage
         raise ConfigError(f"cannot read the tuning report {target} ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ConfigError(f"{target} is not a Speedboard tuning report")
@@ -701,7 +702,7 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ConfigError(f"{target} is not a complete tuning report (no {key})")
     try:
         _check_readable(data)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
         raise ConfigError(f"{target} is not a complete tuning report ({type(exc).__name__}: {exc})") from None
     return data
 

@@ -29,6 +29,7 @@ from core.checkpoint.folders import file_record
 from core.checkpoint.keys import clean_state_dict
 from core.config import MAX_SEED, ModelConfig, RunConfig
 from core.errors import CheckpointError, ConfigError, first_line
+from core.json_text import parse_json
 from core.paths import user_path
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE, is_run_dir
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer
@@ -141,10 +142,10 @@ def _extract_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and every JSON damage
         raise CheckpointError(f"{path} is not readable JSON ({first_line(exc, 160)})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a JSON object")
@@ -231,7 +232,7 @@ def _foreign(folder: Path) -> bool:
     instead of silently falling back to an older checkpoint.
     """
     try:
-        meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        meta = parse_json((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(meta, dict) and meta.get("format") != FORMAT and CONFIG_CHECKSUM not in meta

@@ -23,6 +23,7 @@ from core.checkpoint.read import (
 from core.compile import CompiledModel
 from core.config import ModelConfig
 from core.errors import CheckpointError
+from core.json_text import parse_json
 from core.paths import user_path
 from core.runs import CONFIG_FILE, library_versions
 from core.tokenizer import BPETokenizer
@@ -31,7 +32,7 @@ from core.tokenizer import BPETokenizer
 def is_speedboard_checkpoint(folder: str | Path) -> bool:
     """``folder`` holds a Speedboard checkpoint (its config.json says so): a save may replace it."""
     try:
-        return json.loads((Path(folder) / CONFIG_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
+        return parse_json((Path(folder) / CONFIG_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 

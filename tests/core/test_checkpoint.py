@@ -608,3 +608,14 @@ def test_verify_checkpoint_reads_every_file_against_its_record_and_loads_nothing
     bare = tmp_path / "weights.pt"
     torch.save(make_model(7).state_dict(), bare)
     ck.verify_checkpoint(bare)  # other formats record no checksums: nothing to compare
+
+
+def test_a_config_json_of_pathological_json_is_one_error(micro):
+    from core.trainer import train
+
+    result = train(micro(train={"budget": 1}))
+    meta = result.run_dir / "checkpoints" / "step_0000001" / "config.json"
+    for text in ("[" * 100_000 + "]" * 100_000, '{"step": ' + "9" * 5000 + "}"):
+        meta.write_text(text)
+        with pytest.raises(CheckpointError):
+            ck.read_checkpoint(result.run_dir)

@@ -320,3 +320,17 @@ def test_lr_scales_the_schedule_and_its_floor_keeps_its_ratio(tmp_path):
     assert parsed("--config", str(path), "--lr", "1e-3").min_lr == 0  # the file's floor of 0 stays 0
     path.write_text(json.dumps({"preset": "tiny", "train": {"lr": 2e-3, "min_lr": 1e-3}}))
     assert parsed("--config", str(path), "--lr", "1e-3").min_lr == pytest.approx(5e-4)  # half, as in the file
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"train": {"lr": ' + "9" * 5000 + "}}", "cannot read the configuration file"),  # beyond 4,300 digits
+    ('{"preset": "tiny", "train": {"lr": 1' + "0" * 400 + "}}", "not a valid run configuration"),  # lr / 10
+])
+def test_a_config_file_of_pathological_json_is_one_line(text, words, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    assert main(["train", "--config", str(path), "--steps", "1", "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "runs").exists()

@@ -323,3 +323,12 @@ def test_fitting_a_split_for_the_window_thread_never_runs_the_probe(monkeypatch)
     monkeypatch.setattr(prec, "probe_bf16_speedup", lambda model, device=None: never())
     fit_run_config(cfg)
     assert seen[-1] == "bf16"  # the cached decision
+
+
+@pytest.mark.parametrize("text", ['{"flops": 1' + "0" * 400 + ', "measurements": 1}', "[" * 100_000 + "]" * 100_000,
+                                  '{"flops": ' + "9" * 5000 + "}"])
+def test_a_peak_cache_of_pathological_json_is_measured_again(text):
+    measure_matmul_peak("cpu", "fp32")
+    prec._peak_path(CPU, "fp32").write_text(text)
+    assert prec.cached_peak(CPU, "fp32") is None
+    assert matmul_peak(CPU, "fp32", measure=lambda: 77.0) == 77.0
