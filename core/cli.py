@@ -693,7 +693,8 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     if rank0 and result.checkpoint is None:
         # Each failed save was a warning and training went on; without the final one the weights are lost,
         # which a script chaining `train && generate` must not take for success.
-        _error_line(f"speedboard: error: the run finished at step {result.step}, but its final checkpoint could "
+        ended = "was stopped" if result.stopped else "finished"
+        _error_line(f"speedboard: error: the run {ended} at step {result.step}, but its final checkpoint could "
                     f"not be saved (see the warning above)")
         return 0 if launched_by_torchrun() else 1  # under torchrun the launcher reports the run's outcome
     return 0
@@ -816,11 +817,22 @@ class _TextStream:
             self.pending.append(token)
         text = self.tok.decode(self.pending)
         if not text.endswith("\ufffd"):
-            print(text, end="", flush=True)
+            self._print(text, end="")
             self.pending = []
 
     def close(self) -> None:
-        print(self.tok.decode(self.pending) if self.pending else "", flush=True)
+        self._print(self.tok.decode(self.pending) if self.pending else "")
+
+    @staticmethod
+    def _print(text: str, end: str = "\n") -> None:
+        try:
+            print(text, end=end, flush=True)
+        except BrokenPipeError:
+            raise  # a reader that went away (| head): as quiet as other tools (run_command)
+        except OSError as exc:  # a full disk or device behind stdout (> /dev/full)
+            from core.errors import SpeedboardError
+
+            raise SpeedboardError(f"cannot write the generated text ({exc.strerror or exc})") from None
 
 
 def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:

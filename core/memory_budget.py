@@ -84,16 +84,17 @@ def device_memory(device: torch.device) -> tuple[int | None, str]:
 
 
 def _need_text(estimate: MemoryEstimate, micro_batch: int, seq_len: int, processes: int, limit: str) -> str:
-    per = f" per process × {processes}" if processes > 1 else ""
+    per = f" per process × {processes:,}" if processes > 1 else ""
     return (f"micro-batch {micro_batch:,} × {seq_len} tokens needs at least {estimate.total / GIB:,.1f} "
             f"GiB{per} ({estimate.activations / GIB:,.1f} GiB of activations), more than {limit}")
 
 
 def _check_states_fit(estimate: MemoryEstimate, processes: int, available: int, limit: str) -> None:
     if estimate.states * processes > available:
-        per = f" per process × {processes}" if processes > 1 else ""
-        raise ConfigError(f"the model alone needs about {estimate.states / GIB:.1f} GiB{per} (weights, gradients "
-                          f"and AdamW state), more than {limit}; choose a smaller model", "preset")
+        per = f" per process × {processes:,}" if processes > 1 else ""
+        fewer = "use fewer processes, or " if processes > 1 else ""
+        raise ConfigError(f"the model alone needs about {estimate.states / GIB:,.2f} GiB{per} (weights, gradients "
+                          f"and AdamW state), more than {limit}; {fewer}choose a smaller model", "preset")
 
 
 CPU_RAM_SHARE = 0.5

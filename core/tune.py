@@ -317,7 +317,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
             cells = [current, *(c for c in select_cells(cells, options.patterns) if c != current)]
     elif current not in cells:
         cells = [current, *cells]
-    flops = training_flops_per_token(config.model, config.data.seq_len)
+    flops = training_flops_per_token(config.expected_model(), config.data.seq_len)  # the trials' vocabulary
     peaks = {p: measure_matmul_peak(str(device), p) for p in sorted({c.precision for c in cells})}
     total_steps = max(c.warmup_steps for c in cells) + options.steps
     tokens_per_step = config.tokens_per_step()

@@ -334,3 +334,24 @@ def test_a_config_file_of_pathological_json_is_one_line(text, words, tmp_path, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_generate_to_a_full_device_is_one_line(existing_run):
+    _, run_dir, _ = existing_run
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "core.cli", "generate", str(run_dir), "--device", "cpu"],
+                              cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "speedboard: error: cannot write the generated text (No space left on device)"
+
+
+@pytest.mark.parametrize("stopped, said", [(False, "finished"), (True, "was stopped")])
+def test_a_run_without_its_final_checkpoint_says_how_it_ended(stopped, said, tmp_path, capsys, monkeypatch):
+    from core.trainer import RunResult, Trainer
+
+    monkeypatch.setattr(Trainer, "run", lambda self: RunResult("r", tmp_path, 7, 70, stopped, 1.0, None, None,
+                                                               None, None))
+    assert main(["train", *SMALL, "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (f"speedboard: error: the run {said} at step 7, but its final checkpoint "
+                                       f"could not be saved (see the warning above)\n")

@@ -180,3 +180,23 @@ def test_sigterm_while_the_launcher_checks_is_one_line_and_exit_143(tmp_path, ca
         watchdog.join(timeout=60)
         assert not watchdog.is_alive()
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_tokens_of_all_processes_must_fit_the_counters_before_anything_is_read(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    code = main(["train", "--nproc", "2", "--device", "cpu", "--micro-batch", str(2**55), "--seq-len", "128",
+                 "--out", str(tmp_path / "runs"), "--no-progress"])
+    err = error_line(capsys, code)
+    assert "× 2 processes × sequence length): counts beyond 2**63 - 1" in err and "fewer processes" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_model_that_does_not_fit_in_so_many_processes_says_so(monkeypatch):
+    import torch
+
+    from core.config import config_from_preset
+    from core.memory_budget import check_fits
+
+    monkeypatch.setattr("core.memory_budget.device_memory", lambda device: (2**30, "available RAM"))
+    with pytest.raises(ConfigError, match="per process × 1,000.*use fewer processes, or choose a smaller model"):
+        check_fits(config_from_preset("tiny").model, 1, 32, "fp32", torch.device("cpu"), processes=1000)
