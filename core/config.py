@@ -415,10 +415,16 @@ class RunConfig:
                  f"sequence length {self.data.seq_len} is beyond the model's "
                  f"{self.model.max_position_embeddings} positions", "seq_len")
         _require(not (self.resume and self.init_from), "use either resume or init-from, not both", "init_from")
-        tokens = self.tokens_per_step()
+        self.check_tokens_per_step()
+
+    def check_tokens_per_step(self, world_size: int = 1) -> None:
+        """The tokens of an optimizer step of ``world_size`` processes fit the 64-bit counters (a ConfigError)."""
+        tokens = self.tokens_per_step(world_size)
+        processes = f"{world_size} processes × " if world_size > 1 else ""
+        fewer = " or fewer processes" if world_size > 1 else ""
         _require(tokens <= MAX_COUNT, f"{tokens:,} tokens per optimizer step (micro-batch × accumulation × "
-                 f"sequence length): counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller batch",
-                 "micro_batch")
+                 f"{processes}sequence length): counts beyond 2**63 - 1 do not fit the 64-bit counters; give a "
+                 f"smaller batch{fewer}", "micro_batch")
 
     def tokens_per_step(self, world_size: int = 1) -> int:
         """Token positions per optimizer step (the effective batch in tokens)."""

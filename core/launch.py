@@ -37,7 +37,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.config import BUILTIN_CORPUS, MAX_COUNT
+from core.config import BUILTIN_CORPUS
 from core.errors import ConfigError
 from core.events import RunFailed, RunFinished
 from core.runs import (
@@ -138,11 +138,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     from core.trainer import Trainer
 
     tc = config.train
-    tokens = config.tokens_per_step(nproc)
-    if tokens > MAX_COUNT:  # the configuration checks one process's share; the job's counters hold all of them
-        raise ConfigError(f"{tokens:,} tokens per optimizer step (micro-batch × accumulation × {nproc} processes × "
-                          f"sequence length): counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller "
-                          f"batch or fewer processes", "micro_batch")
+    config.check_tokens_per_step(nproc)  # the configuration checked one process's share; the counters hold all
     device = resolve_device(tc.device)
     if tc.precision != "auto":
         resolve_precision(tc.precision, device)  # bf16 where the device lacks it: before the data is read

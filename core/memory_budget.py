@@ -125,8 +125,9 @@ def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: st
     available, what = device_memory(device)
     if available is None or estimate.total * processes <= available:
         return estimate
-    _check_states_fit(estimate, processes, available, f"the {available / GIB:.1f} GiB of {what}")
-    need = _need_text(estimate, micro_batch, seq_len, processes, f"the {available / GIB:.1f} GiB of {what}")
+    all_of_it = f"the {available / GIB:.1f} GiB of {what}"
+    _check_states_fit(estimate, processes, available, all_of_it)
+    need = _need_text(estimate, micro_batch, seq_len, processes, all_of_it)
     limit, _ = _fitting_limit(device, available, what)
     if accum_steps is not None:
         micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, limit,

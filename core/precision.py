@@ -116,8 +116,12 @@ def _read_cache(path: Path) -> dict | None:
 
 def _flops(value) -> float:
     """A cached throughput: a finite number above 0, else ValueError (the entry is damaged)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"not a throughput: {value!r}")
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite or value <= 0:
+        raise ValueError("not a throughput")
     return float(value)
 
 
@@ -258,7 +262,7 @@ def _probe_entry(model: ModelConfig, device: torch.device) -> tuple[ProbeResult,
     data = _read_cache(_probe_path(model, device))
     try:
         return (ProbeResult.from_dict(data), _measurements(data)) if data else None
-    except (KeyError, TypeError, ValueError, OverflowError):  # Overflow: a count too large for a float
+    except (KeyError, TypeError, ValueError):
         return None
 
 
@@ -390,7 +394,7 @@ def _peak_entry(device: torch.device, precision: str) -> tuple[float, int] | Non
     data = _read_cache(_peak_path(device, precision))
     try:
         return (_flops(data["flops"]), _measurements(data)) if data else None
-    except (KeyError, TypeError, ValueError, OverflowError):  # Overflow: a count too large for a float
+    except (KeyError, TypeError, ValueError):
         return None
 
 

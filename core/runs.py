@@ -178,30 +178,28 @@ def claim_run_dir(path: Path) -> str:
     return token
 
 
-def _take_claim(path: Path) -> bool:
-    """Whether ``path`` holds the claim named in ``CLAIM_ENV``; it is removed (a claim is taken once)."""
-    token = os.environ.get(CLAIM_ENV)
-    if not token:
-        return False
+def _drop_claim(path: Path, token: str) -> bool:
+    """Whether ``path`` holds the claim ``token``; its marker is removed then (a claim is dropped once)."""
     marker = path / CLAIM_FILE
     try:
         if marker.read_text(encoding="utf-8") != token:
             return False
         marker.unlink()
-    except (OSError, ValueError):  # unreadable, or not text
+    except (OSError, ValueError):  # taken over already, gone, unreadable or not text
         return False
     return True
 
 
+def _take_claim(path: Path) -> bool:
+    """Whether ``path`` holds the claim named in ``CLAIM_ENV``; it is taken over (removed), once."""
+    token = os.environ.get(CLAIM_ENV)
+    return bool(token) and _drop_claim(path, token)
+
+
 def release_run_dir(path: Path, token: str) -> None:
     """Remove a claim that no worker took over: its marker, and the folder when nothing else is in it."""
-    marker = path / CLAIM_FILE
-    try:
-        if marker.read_text(encoding="utf-8") != token:
-            return
-        marker.unlink()
-    except (OSError, ValueError):  # taken over (the run's folder now), or gone
-        return
+    if not _drop_claim(path, token):
+        return  # taken over (the run's folder now), or gone
     try:
         path.rmdir()  # only an empty folder: whatever a worker wrote stays
     except OSError:

@@ -560,7 +560,7 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
     if not eligible:
         return None
     baseline = by_cell.get(plan.current, [])
-    paired = compare(baseline, baseline) is not None  # the current settings were measured
+    paired = any(t.ok and t.tokens_per_s for t in baseline)  # the current settings were measured
 
     def speed(row: dict) -> float:
         """How fast a cell is, for the ranking: its ratio to the current settings, paired by repeat (trials run
