@@ -180,11 +180,21 @@ def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int,
 def _best_seconds(one_pass: Callable[[], float], seconds: float, min_runs: int) -> float:
     """The fastest of repeated timed passes, after one warm-up pass (kernel selection, oneDNN's JIT,
     first-touch of the buffers); passes are repeated for ``seconds``, at least ``min_runs`` of them."""
-    one_pass()
-    best, spent, runs = float("inf"), 0.0, 0
-    while spent < seconds or runs < min_runs:
-        elapsed = one_pass()
-        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
+    return _best_interleaved((one_pass,), seconds, min_runs)[0]
+
+
+def _best_interleaved(passes: tuple[Callable[[], float], ...], seconds: float, min_runs: int) -> list[float]:
+    """The fastest time of each pass, the passes taken in turn (A, B, A, B, …) after one warm-up each, for
+    ``seconds`` per pass and at least ``min_runs`` rounds. Taking them in turn lets a load that comes and goes
+    (another process on a shared machine) hit each alike, so their ratio holds where their figures drift."""
+    for one_pass in passes:
+        one_pass()
+    best, spent, rounds = [float("inf")] * len(passes), 0.0, 0
+    while spent < seconds * len(passes) or rounds < min_runs:
+        for i, one_pass in enumerate(passes):
+            elapsed = one_pass()
+            best[i], spent = min(best[i], elapsed), spent + elapsed
+        rounds += 1
     return best
 
 
@@ -206,11 +216,11 @@ def _time_gemms(shapes, dtype: torch.dtype, device: torch.device, seconds: float
     return flops / _best_seconds(one_pass, seconds, min_runs)
 
 
-def _time_training_pass(model: ModelConfig, device: torch.device, rows: int, seconds: float,
-                        autocast: torch.dtype | None = None) -> float:
-    """FLOP/s of the fastest forward + backward of one decoder layer, the final norm, the output head and the
-    loss at ``model``'s widths, over ``rows`` tokens (``_best_seconds``: a warm-up, then repeated for
-    ``seconds``). fp32 weights; with ``autocast``, under autocast as training runs it (casts paid)."""
+def _training_passes(model: ModelConfig, device: torch.device, rows: int,
+                     precisions: tuple[torch.dtype | None, ...]) -> tuple[float, list[Callable[[], float]]]:
+    """The FLOPs of one forward + backward of one decoder layer, the final norm, the output head and the loss
+    at ``model``'s widths over ``rows`` tokens, and a timed pass of it per entry of ``precisions``: fp32
+    weights, with a dtype under autocast as training runs it (casts paid), with None in fp32."""
     from dataclasses import replace
 
     from core.device import synchronize, training_flops_per_token
@@ -224,30 +234,33 @@ def _time_training_pass(model: ModelConfig, device: torch.device, rows: int, sec
         torch.manual_seed(0)
         net = LlamaForCausalLM(one_layer).to(device)
         x = torch.randint(0, model.vocab_size, (batch, seq), device=device)
-    flops = training_flops_per_token(one_layer, seq) * batch * seq
 
-    def one_pass() -> float:
-        t0 = time.perf_counter()
-        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            loss = net(x, targets=x)
-        loss.backward()
-        synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
-        elapsed = time.perf_counter() - t0
-        net.zero_grad(set_to_none=True)
-        return elapsed
+    def timed(autocast: torch.dtype | None) -> Callable[[], float]:
+        def one_pass() -> float:
+            t0 = time.perf_counter()
+            with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+                loss = net(x, targets=x)
+            loss.backward()
+            synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
+            elapsed = time.perf_counter() - t0
+            net.zero_grad(set_to_none=True)
+            return elapsed
 
-    return flops / _best_seconds(one_pass, seconds, min_runs=1)
+        return one_pass
+
+    return training_flops_per_token(one_layer, seq) * batch * seq, [timed(p) for p in precisions]
 
 
 def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *,
                        rows: int = PROBE_ROWS, seconds: float = _PROBE_SECONDS) -> ProbeResult:
     """Time a training pass at ``model``'s shapes in fp32 and under bf16 autocast now (a second or two for
-    small on a 2-core CPU, several for base). The pass (``_time_training_pass``) holds what a step spends
-    beside its GEMMs, the casts included, which decides for small models whose GEMMs are cheap."""
+    small on a 2-core CPU, several for base). The pass (``_training_passes``) holds what a step spends
+    beside its GEMMs, the casts included, which decides for small models whose GEMMs are cheap. The two
+    precisions are timed in turn, so a machine that is busy part of the time does not tilt their ratio."""
     device = device or torch.device("cpu")
-    fp32 = _time_training_pass(model, device, rows, seconds)
-    bf16 = _time_training_pass(model, device, rows, seconds, autocast=torch.bfloat16)
-    return ProbeResult(fp32, bf16, probe_shapes(model, rows))
+    flops, passes = _training_passes(model, device, rows, (None, torch.bfloat16))
+    fp32_s, bf16_s = _best_interleaved(tuple(passes), seconds, min_runs=1)
+    return ProbeResult(flops / fp32_s, flops / bf16_s, probe_shapes(model, rows))
 
 
 def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS) -> Path:

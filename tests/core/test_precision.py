@@ -168,22 +168,41 @@ def test_a_cache_file_that_is_not_a_regular_file_is_not_read(monkeypatch):
     assert prec._read_cache(path) is None
 
 
-def test_the_real_probe_times_a_training_pass_in_both_precisions(monkeypatch):
-    seen = []
-    real = prec._time_training_pass
+def test_the_real_probe_times_a_training_pass_in_both_precisions_in_turn(monkeypatch):
+    seen, order = [], []
+    real = prec._training_passes
 
-    def spy(model, device, rows, seconds, autocast=None):
-        seen.append((model, rows, autocast))
-        return real(model, device, rows, seconds, autocast)
+    def spy(model, device, rows, precisions):
+        seen.append((model, rows, precisions))
+        flops, passes = real(model, device, rows, precisions)
 
-    monkeypatch.setattr(prec, "_time_training_pass", spy)
+        def logged(dtype, one_pass):
+            return lambda: order.append(dtype) or one_pass()
+
+        return flops, [logged(dtype, one_pass) for dtype, one_pass in zip(precisions, passes, strict=True)]
+
+    monkeypatch.setattr(prec, "_training_passes", spy)
     before = torch.random.get_rng_state()
     result = prec.probe_bf16_speedup(TINY, CPU, rows=8, seconds=0.0)
     assert torch.equal(torch.random.get_rng_state(), before)  # a probing run starts from the same weights
     assert result.shapes == ((8, 16, 32), (8, 32, 16), (8, 16, 64))
     assert result.fp32_flops > 0 and result.bf16_flops > 0 and result.speedup > 0
     # bf16 as training runs it: fp32 weights under bf16 autocast, casts included.
-    assert seen == [(TINY, 8, None), (TINY, 8, torch.bfloat16)]
+    assert seen == [(TINY, 8, (None, torch.bfloat16))]
+    # A warm-up of each, then the two in turn, so a load that comes and goes hits both alike.
+    assert order == [None, torch.bfloat16, None, torch.bfloat16]
+
+
+def test_interleaved_timing_keeps_each_pass_best_and_runs_them_in_turn():
+    order = []
+    times = {"a": iter([9.0, 3.0, 2.0, 4.0, 1.0]), "b": iter([9.0, 5.0, 6.0, 0.5, 7.0])}
+
+    def timed(name):
+        return lambda: order.append(name) or next(times[name])
+
+    best = prec._best_interleaved((timed("a"), timed("b")), seconds=0.0, min_runs=4)
+    assert order == ["a", "b"] * 5  # one warm-up each (not counted), then four rounds
+    assert best == [1.0, 0.5]
 
 
 def test_the_probe_pass_is_a_layers_forward_and_backward_with_the_head_and_loss(monkeypatch):
@@ -198,7 +217,8 @@ def test_the_probe_pass_is_a_layers_forward_and_backward_with_the_head_and_loss(
         real_init(self, cfg)
 
     monkeypatch.setattr(model_module.LlamaForCausalLM, "__init__", spy_init)
-    assert prec._time_training_pass(TINY, CPU, rows=8, seconds=0.0) > 0
+    flops, (fp32_pass,) = prec._training_passes(TINY, CPU, rows=8, precisions=(None,))
+    assert flops > 0 and fp32_pass() > 0
     (cfg,) = built
     assert cfg.num_layers == 1 and cfg.hidden_size == TINY.hidden_size and cfg.vocab_size == TINY.vocab_size
     assert cfg.num_heads == TINY.num_heads and cfg.num_kv_heads == TINY.num_kv_heads
