@@ -122,7 +122,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     its token store here (once, with progress through ``sink``; ``should_stop``
     cancels it), so the workers only map it; then the samples, the model's
     positions and vocabulary, the memory of a micro-batch and, on resume, the
-    budget left (``Trainer.check_resume_budget``) are checked as the trainer would.
+    budget left (``core.schedule.make_schedule``) are checked as the trainer would.
     Every failure is a one-line ``SpeedboardError``.
 
     The data's summary (``DataPrepared``: the "data …" and "tokenizer …" lines)
@@ -135,6 +135,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     from core.device import resolve_device, resolve_precision
     from core.events import DataPrepared
     from core.memory_budget import check_fits, fit_split
+    from core.schedule import Position, make_schedule
     from core.trainer import Trainer
 
     tc = config.train
@@ -168,8 +169,10 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     else:
         check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device, shards=shards,
                    processes=processes, accum_steps=tc.accum_steps)
-    if trainer_state is not None:
-        probe.check_resume_budget(trainer_state, data, nproc)  # a budget already used up: one line
+    if trainer_state is not None:  # a budget already used up: one line
+        at = Position(int(trainer_state["step"]), int(trainer_state["tokens"]), config.tokens_per_step(nproc),
+                      len(data.train) * data.train.seq_len)
+        make_schedule(tc, at, trainer_state)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -36,3 +42,58 @@ class LRSchedule:
     def to_dict(self) -> dict:
         return {"max_lr": self.max_lr, "min_lr": self.min_lr, "warmup_tokens": self.warmup_tokens,
                 "end_tokens": self.end_tokens, "start_tokens": self.start_tokens}
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a run stands when its schedule is made: the optimizer steps and tokens behind it (zero for a new
+    run, the parent's for a resume), the tokens one step takes now, and the tokens of one epoch of its data."""
+
+    step: int
+    tokens: int
+    tokens_per_step: int
+    epoch_tokens: int
+
+
+def budget_tokens(train: TrainConfig, at: Position) -> int:
+    """``train``'s budget in tokens (at least one step's)."""
+    if train.budget_kind == "steps":
+        return int(train.budget) * at.tokens_per_step
+    if train.budget_kind == "tokens":
+        return max(int(train.budget), at.tokens_per_step)
+    return max(int(train.budget * at.epoch_tokens), at.tokens_per_step)
+
+
+def _lineage_end_tokens(train: TrainConfig, at: Position) -> int:
+    """``train``'s budget as the lineage's total, counted from its start."""
+    if train.budget_kind == "steps":
+        return at.tokens + (int(train.budget) - at.step) * at.tokens_per_step
+    return budget_tokens(train, at)
+
+
+def make_schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None = None) -> LRSchedule:
+    """Warmup + cosine on tokens for a run of ``train`` at ``at``; ``saved`` is a resumed parent's trainer state.
+
+    On resume:
+
+    - the parent stopped early: continue its schedule to its horizon, by
+      tokens, whatever the new effective batch (accumulation, micro-batch);
+      a budget changed on resume sets the lineage's new total instead
+      (a ``ConfigError`` when that total is already behind it);
+    - the parent finished its budget: a new cosine segment of this run's
+      budget from here, without warmup ("continue training").
+    """
+    if saved is None:
+        budget = budget_tokens(train, at)
+        return LRSchedule(train.lr, train.min_lr, int(train.warmup_ratio * budget), budget)
+    theirs = saved["schedule"]
+    if at.tokens >= theirs["end_tokens"]:
+        return LRSchedule(train.lr, train.min_lr, 0, at.tokens + budget_tokens(train, at), at.tokens)
+    parent = saved.get("train_config") or {}
+    end = theirs["end_tokens"]
+    if (parent.get("budget_kind"), parent.get("budget")) != (train.budget_kind, train.budget):
+        end = _lineage_end_tokens(train, at)
+        if end <= at.tokens:
+            raise ConfigError(f"a budget of {train.budget:g} {train.budget_kind} is already used up: the checkpoint "
+                              f"is at step {at.step} ({at.tokens:,} tokens); give a larger budget", "budget")
+    return LRSchedule(train.lr, train.min_lr, theirs["warmup_tokens"], end, theirs["start_tokens"])

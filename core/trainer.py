@@ -81,6 +81,7 @@ from core.memory_budget import check_fits, fit_split
 from core.model import LlamaForCausalLM
 from core.paths import user_path, why_write_failed
 from core.precision import PrecisionChoice, check_precision, decide_precision
+from core.resume import check_optimizer_state, other_batch, other_stream, rng_state, set_rng_state
 from core.runs import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -94,7 +95,7 @@ from core.runs import (
     run_tag,
     write_json,
 )
-from core.schedule import LRSchedule
+from core.schedule import LRSchedule, Position, make_schedule
 from core.split import (
     OomAgreement,
     OutOfMemory,
@@ -361,7 +362,7 @@ class Trainer:
         if self._rng_state is not None:
             # Last, after everything in set-up that draws random numbers: the
             # loop continues the stream exactly where the parent left it.
-            self._set_rng_state(self._rng_state)
+            set_rng_state(self._rng_state)
 
     def _init_device(self) -> None:
         """``device``, ``dist`` (the torchrun process group, if any) and ``precision``."""
@@ -534,8 +535,8 @@ class Trainer:
             self.start_time = float(trainer_state.get("wall_time", 0.0))
         self.order = SampleOrder(len(self.data.train), self.seed)
         if trainer_state is not None:
-            self._stream_note = _other_stream(trainer_state, len(self.data.train))
-        self.schedule = self._make_schedule(trainer_state)
+            self._stream_note = other_stream(trainer_state, len(self.data.train))
+        self.schedule = make_schedule(self.cfg.train, self._position(), trainer_state)
         if max(self.tokens_per_step, self.schedule.end_tokens) > MAX_COUNT:
             raise ConfigError(f"{self.tokens_per_step:,} tokens per step and a budget of {self.schedule.end_tokens:,} "
                               f"tokens: counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller "
@@ -543,7 +544,7 @@ class Trainer:
         remaining = max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
         self.total_steps = self.step + remaining
         if trainer_state is not None:
-            self._batch_note = _other_batch(trainer_state, self.tokens_per_step, self.cfg.data.seq_len, remaining)
+            self._batch_note = other_batch(trainer_state, self.tokens_per_step, self.cfg.data.seq_len, remaining)
 
     def _create_run_folder(self) -> None:
         """``run_id`` and, on rank 0, ``run_dir`` with its heartbeat, config.json, tokenizer.json and metrics.jsonl.
@@ -650,73 +651,11 @@ class Trainer:
             "split_changes": self.split_changes,
         }
 
-    def _make_schedule(self, state: dict | None) -> LRSchedule:
-        """Warmup + cosine on tokens. On resume:
-
-        - the parent stopped early: continue its schedule to its horizon, by
-          tokens, whatever the new effective batch (accumulation, micro-batch);
-          a budget changed on resume sets the lineage's new total instead;
-        - the parent finished its budget: a new cosine segment of this run's
-          budget from here, without warmup ("continue training").
-        """
-        tc = self.cfg.train
-        if state is None:
-            budget = self._budget_tokens()
-            return LRSchedule(tc.lr, tc.min_lr, int(tc.warmup_ratio * budget), budget)
-        saved = state["schedule"]
-        if self.tokens >= saved["end_tokens"]:
-            return LRSchedule(tc.lr, tc.min_lr, 0, self.tokens + self._budget_tokens(), self.tokens)
-        parent = state.get("train_config") or {}
-        end = saved["end_tokens"]
-        if (parent.get("budget_kind"), parent.get("budget")) != (tc.budget_kind, tc.budget):
-            end = self._lineage_end_tokens()
-            if end <= self.tokens:
-                raise ConfigError(f"a budget of {tc.budget:g} {tc.budget_kind} is already used up: the checkpoint "
-                                  f"is at step {self.step} ({self.tokens:,} tokens); give a larger budget")
-        return LRSchedule(tc.lr, tc.min_lr, saved["warmup_tokens"], end, saved["start_tokens"])
-
-    def check_resume_budget(self, trainer_state: dict[str, Any], data, world_size: int) -> None:
-        """Before a launch of ``world_size`` processes: the schedule a resume from ``trainer_state`` would follow
-        (``_make_schedule``), made without a device or a model; a budget already used up is a ConfigError."""
-        self.data, self.tokens_per_step = data, self.cfg.tokens_per_step(world_size)
-        self.step, self.tokens = int(trainer_state["step"]), int(trainer_state["tokens"])
-        self._make_schedule(trainer_state)
-
-    def _lineage_end_tokens(self) -> int:
-        """This config's budget as the lineage's total, counted from its start."""
-        tc = self.cfg.train
-        if tc.budget_kind == "steps":
-            return self.tokens + (int(tc.budget) - self.step) * self.tokens_per_step
-        return self._budget_tokens()
-
-    def _budget_tokens(self) -> int:
-        tc = self.cfg.train
-        if tc.budget_kind == "steps":
-            return int(tc.budget) * self.tokens_per_step
-        if tc.budget_kind == "tokens":
-            return max(int(tc.budget), self.tokens_per_step)
-        return max(int(tc.budget * len(self.data.train) * self.data.train.seq_len), self.tokens_per_step)
-
-    def _check_optimizer_state(self, saved: dict) -> None:
-        """The saved optimizer state fits this model's parameters, tensor by tensor (``load_state_dict``
-        checks only the group sizes, and a wrong shape would fail at the first step, after the run folder exists)."""
-        groups = self.optimizer.param_groups
-        saved_groups = saved["param_groups"]
-        if [len(g["params"]) for g in saved_groups] != [len(g["params"]) for g in groups]:
-            raise CheckpointError("the optimizer state does not fit this model: it holds "
-                                  f"{sum(len(g['params']) for g in saved_groups)} parameters in "
-                                  f"{len(saved_groups)} groups, this model "
-                                  f"{sum(len(g['params']) for g in groups)} in {len(groups)}")
-        for saved_group, group in zip(saved_groups, groups, strict=True):
-            for index, param in zip(saved_group["params"], group["params"], strict=True):
-                for name, value in saved["state"].get(index, {}).items():
-                    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
-                        raise CheckpointError(f"the optimizer state does not fit this model: {name} of parameter "
-                                              f"{index} has shape {tuple(value.shape)}, the parameter "
-                                              f"{tuple(param.shape)}")
+    def _position(self) -> Position:
+        return Position(self.step, self.tokens, self.tokens_per_step, len(self.data.train) * self.data.train.seq_len)
 
     def _restore(self, state: dict) -> None:
-        self._check_optimizer_state(state["optimizer"])
+        check_optimizer_state(self.optimizer, state["optimizer"])
         # This run's hyperparameters (weight decay, betas, eps; the learning rate follows the schedule): the
         # checkpoint gives the moments and step counts only. Else load_state_dict would put the saved ones back,
         # ignoring --weight-decay on resume and taking whatever a crafted file holds (betas "x": a traceback).
@@ -742,25 +681,15 @@ class Trainer:
         self.step, self.tokens, self.samples = int(state["step"]), int(state["tokens"]), int(state["samples"])
         self._rng_state = state.get("rng") or None  # applied at the end of set-up
 
-    @staticmethod
-    def _set_rng_state(rng: dict) -> None:
-        if "torch" in rng:
-            torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-
     def trainer_state(self, optimizer_state: dict | None = None) -> dict:
         """Everything an exact resume needs; ``optimizer_state`` is the full one gathered under FSDP."""
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
         return {
             "step": self.step, "tokens": self.tokens, "samples": self.samples, "seed": self.seed,
             "wall_time": self.now(), "run_id": self.run_id, "world_size": self.dist.world_size,
             "tokens_per_step": self.tokens_per_step, "schedule": self.schedule.to_dict(),
             "optimizer": optimizer_state if optimizer_state is not None else self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
-            "rng": rng, "train_config": self.cfg.train.to_dict(),
+            "rng": rng_state(), "train_config": self.cfg.train.to_dict(),
             "sample_order": SAMPLE_ORDER, "train_samples": len(self.data.train),
         }
 
@@ -1149,35 +1078,3 @@ def _finite(model: torch.nn.Module) -> bool:
     """Every weight is finite. One CPU–GPU sync (the flag is read on the host), paid only when loading or saving."""
     flags = [torch.isfinite(p).all() for p in model.parameters()]
     return bool(torch.stack(flags).all().item()) if flags else True
-
-
-def _other_stream(state: dict[str, Any], train_samples: int) -> str:
-    """Why a resume from ``state`` cannot read the samples its parent would have read next ("" if it can):
-    weights, optimizer and schedule still resume exactly."""
-    saved_order, saved_samples = state.get("sample_order"), state.get("train_samples")
-    if saved_order != SAMPLE_ORDER:
-        why = f"with sample order {saved_order!r}" if saved_order else "by an earlier Speedboard"
-        return (f"the checkpoint was saved {why}: weights, optimizer and schedule resume exactly, but the "
-                f"samples that follow are not the ones the parent run would have read next")
-    if saved_samples is not None and int(saved_samples) != train_samples:
-        return (f"the data differs from the parent run's ({int(saved_samples):,} training samples then, "
-                f"{train_samples:,} now): weights, optimizer and schedule resume exactly, on another sample "
-                f"stream")
-    return ""
-
-
-def _other_batch(state: dict[str, Any], tokens_per_step: int, seq_len: int, remaining: int) -> str:
-    """A resume whose effective batch (micro-batch × accumulation × processes) is not its parent's: said, with
-    what it means for the step count ("" when the batch is the same, or unknown)."""
-    before = state.get("tokens_per_step")
-    if not isinstance(before, int):  # saved before the state recorded it: from the parent's settings
-        saved = state.get("train_config") or {}
-        try:
-            before = int(saved["micro_batch"]) * int(saved["accum_steps"]) * int(state.get("world_size", 1)) * seq_len
-        except (KeyError, TypeError, ValueError):
-            return ""
-    if before == tokens_per_step:
-        return ""
-    return (f"the effective batch changes on resume, from {before:,} to {tokens_per_step:,} tokens per step: "
-            f"the schedule continues by tokens, so {remaining:,} step{'s remain' if remaining != 1 else ' remains'} "
-            f"to its end")

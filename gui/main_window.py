@@ -530,7 +530,7 @@ class MainWindow(QMainWindow):
 
 
 def _continue_plan(parent: RunRecord, settings: RunConfig) -> tuple[str, str]:
-    """What Continue will train (as ``Trainer._make_schedule`` decides it), and why it cannot (or "").
+    """What Continue will train (as ``core.schedule.make_schedule`` decides it), and why it cannot (or "").
 
     A parent that finished its budget gets one more budget, a new cosine from the peak learning rate without
     warmup; one that stopped early goes on to its own budget, or to a new total given in the same unit."""

@@ -372,7 +372,7 @@ class CheckpointInfo:
         """The settings the checkpoint was trained with (Speedboard checkpoints saved by a run), else None.
 
         The base of a resumed run's config: a budget left as it is continues the
-        parent's schedule exactly (see ``Trainer._make_schedule``).
+        parent's schedule exactly (see ``core.schedule.make_schedule``).
         """
         run = self.meta.get("run") if self.kind == "speedboard" else None
         if not isinstance(run, dict):

@@ -499,7 +499,7 @@ def test_a_resume_says_when_it_cannot_continue_the_parents_sample_stream(stopped
     Trainer(cfg.replace(resume=str(checkpoint)), sink=same).run()
     assert not [w for w in _warnings(same) if "sample" in w]  # the same data and order: the same stream
 
-    monkeypatch.setattr("core.trainer.SAMPLE_ORDER", "another-order")
+    monkeypatch.setattr("core.resume.SAMPLE_ORDER", "another-order")  # this release reads another order
     other_order = ListSink()
     Trainer(cfg.replace(resume=str(checkpoint)), sink=other_order).run()
     assert any("saved with sample order 'feistel6-splitmix64'" in w and "resume exactly" in w
