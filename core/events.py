@@ -9,6 +9,7 @@ rank 0 of a torchrun job. Names are past tense: they report what happened.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,6 +19,10 @@ class Event:
     run_id: str
     time: float
     """Seconds since the run started (wall clock)."""
+    at: float = field(default_factory=time.time, kw_only=True, compare=False)
+    """When it happened, in seconds since the epoch: its creation, or the ``at`` its ``metrics.jsonl`` line
+    holds, so a run folder opened later shows when its events happened (a line written before this field
+    existed gets the time it was read)."""
 
     @property
     def kind(self) -> str:

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 from core.config import RunConfig
 from core.device import available_devices
 from core.errors import SpeedboardError
-from core.events import DataPreparationProgress, MicroBatchChanged, RunFailed, RunStarted, SampleGenerated
+from core.events import DataPreparationProgress, Event, MicroBatchChanged, RunFailed, RunStarted, SampleGenerated
 from core.memory_budget import fit_run_config
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions, RecentFolders
@@ -325,7 +325,8 @@ class MainWindow(QMainWindow):
         line = describe(event)
         if line is None:
             return
-        self.log.add(f"{record.label}: {line.text}", line.level)
+        # When it happened: a run folder opened later shows its own times, not the time it was read.
+        self.log.add(f"{record.label}: {line.text}", line.level, at=event.at if isinstance(event, Event) else None)
         if line.level == "error":  # the run failed
             key = record.key
             self.status.showMessage(f"{record.label} {line.text}", 15_000, until=lambda r: r.key != key)

@@ -18,8 +18,10 @@ class LogView(QPlainTextEdit):
         self.setMaximumBlockCount(5000)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
 
-    def add(self, message: str, level: str = "info") -> None:
-        stamp = time.strftime("%H:%M:%S")
+    def add(self, message: str, level: str = "info", at: float | None = None) -> None:
+        """Append ``message``, stamped with ``at`` (seconds since the epoch: when a run's event happened, also
+        one read later from its folder) or now; the date too when that is not today."""
+        stamp = _stamp(at)
         color = _COLORS.get(level, _COLORS["info"])
         prefix = {"warning": "warning: ", "error": "error: "}.get(level, "")
         self.appendHtml(f'<span style="color:#808080">{stamp}</span> '
@@ -27,3 +29,13 @@ class LogView(QPlainTextEdit):
 
     def messages(self) -> list[str]:
         return self.toPlainText().splitlines()
+
+
+def _stamp(at: float | None) -> str:
+    now = time.localtime()
+    try:
+        when = time.localtime(at) if isinstance(at, (int, float)) else now
+    except (OverflowError, OSError, ValueError):  # a damaged line's time: beyond what the C library can show
+        when = now
+    same_day = when[:3] == now[:3]
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", when)

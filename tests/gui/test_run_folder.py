@@ -131,3 +131,26 @@ def test_the_run_folder_dialog_selects_several_folders(qtbot, tmp_path):
     views = dialog.findChildren(QAbstractItemView)
     assert views and all(v.selectionMode() == QAbstractItemView.SelectionMode.ExtendedSelection for v in views)
     assert dialog.fileMode() == QFileDialog.FileMode.Directory
+
+
+def test_a_folder_opened_later_shows_when_its_events_happened(window, tmp_path):
+    """Each metrics.jsonl line holds when it happened (``at``); the log shows that time, the date too when it
+    is not today, and not the time the folder was read. A damaged time falls back to now."""
+    import json
+    import time
+    from pathlib import Path
+
+    folder = Path(_finished_run(tmp_path, "old"))
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert all(abs(line["at"] - time.time()) < 600 for line in lines)  # written as it happened
+    two_days_ago = time.time() - 2 * 86400
+    for line in lines:
+        line["at"] = two_days_ago if line["event"] != "finished" else "damaged"
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    window.open_run_folder(str(folder))
+    log = window.log.messages()
+    then = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(two_days_ago))
+    assert any(line.startswith(then) and "started" in line for line in log)
+    (finished,) = [line for line in log if ": finished at step" in line]
+    assert finished[:8].count(":") == 2 and finished[8] == " "  # the damaged time: now, today's clock alone
