@@ -183,9 +183,14 @@ class RunSession(QObject):
         return candidates[-1] if candidates else None
 
     def save_name(self) -> str:
-        """A name for the next Save: the run and step of the model it writes."""
+        """A name for the next Save: the run and step of the model it writes. A run that is training saves at
+        an optimizer step still to come (as many later as the dialog stays open): its name holds no step."""
         last = self._active or next((r for r in reversed(self.records) if r.origin == "live"), None)
-        return f"{last.run_id}-step{last.step}" if last is not None and last.run_id else "speedboard-checkpoint"
+        if last is None or not last.run_id:
+            return "speedboard-checkpoint"
+        if self.controller.running and last.state != "paused":
+            return f"{last.run_id}-checkpoint"
+        return f"{last.run_id}-step{last.step}"
 
     # ------------------------------------------------------------------ commands
     def start(self, cfg: RunConfig, nproc: int = 1, parent: RunRecord | None = None) -> RunRecord:
@@ -257,10 +262,11 @@ class RunSession(QObject):
         self.stop()
 
     def save(self, path: str) -> bool:
-        """Save the current model as a checkpoint folder; True when it waits for the run's next optimizer step."""
+        """Save the current model as a checkpoint folder; True when it waits for the run's next optimizer step
+        (a paused run saves at once, where it stands)."""
         assert self._pending_save is None, "one save at a time"
         self._pending_save = str(Path(path).expanduser())
-        deferred = self.controller.running
+        deferred = self.controller.running and not (self._active is not None and self._active.state == "paused")
         self.controller.save(self._pending_save)
         return deferred
 

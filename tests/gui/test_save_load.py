@@ -132,11 +132,20 @@ def test_save_during_a_run_happens_at_the_next_step_and_the_run_goes_on(qtbot, m
     target = tmp_path / "mid-run"
     dialogs.files["ask_save_target"] = str(target)
     click(window, "saveButton")
+    # It saves at a step still to come: the name offered holds none, which could only be wrong.
+    assert dialogs.save_dialog[1] == f"{record.run_id}-checkpoint"
     qtbot.waitUntil(lambda: window.session.pending_save is None)
     _assert_plain_keys(_keys(target))
     saved_step = json.loads((target / "config.json").read_text())["step"]
     assert saved_step >= 1
     qtbot.waitUntil(lambda: record.step > saved_step)  # still training
+    click(window, "pauseButton")
+    qtbot.waitUntil(lambda: record.state == "paused")
+    click(window, "saveButton")  # paused: it saves the step the run stands at, at once
+    assert "Saving …" in window.status.currentMessage()
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    paused_at = json.loads((target / "config.json").read_text())["step"]
+    assert dialogs.save_dialog[1] == f"{record.run_id}-step{record.step}" and paused_at == record.step
     click(window, "stopButton")
     wait_idle(qtbot, window)
     assert record.state == "stopped"
