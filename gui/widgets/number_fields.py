@@ -6,7 +6,8 @@ at learning rate 1.0), and the tenth digit of a token budget was dropped.
 ``NumberField`` accepts any number that reads as one, in a range far wider than
 sensible settings, shows it in its shortest form, and leaves the judgement to
 the config's validation, whose message the settings panel shows under the
-field. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
+field; a number past even that range (or a negative one) becomes the bound
+nearest to it. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
 takes a number typed past it as its bound, not as its first digits.
 """
 
@@ -31,8 +32,12 @@ _PARTIAL_COUNT = re.compile(r"[1-9]\d{0,2}(,\d{3})*(,\d{0,2})?")
 
 
 def parse_number(text: str, counts: bool = True) -> float | None:
-    """The number ``text`` reads as, or None; ``counts`` allows comma groups and k/M/B/T suffixes."""
+    """The number ``text`` reads as, or None; ``counts`` allows comma groups and k/M/B/T suffixes. A leading
+    minus is read (a field refuses the negative number as out of its range, it does not drop the sign)."""
     text = text.strip()
+    if text.startswith("-"):
+        value = parse_number(text[1:], counts)
+        return None if value is None else -value
     match = (_COUNT if counts else _RATE).fullmatch(text)
     if match is None or not re.search(r"\d", text.split("e")[0].split("E")[0]):
         return None
@@ -56,7 +61,9 @@ class NumberField(QDoubleSpinBox):
         self._integer = integer
         self.setDecimals(30)  # value() rounds to this many decimals: a rate of 1e-12 must stay itself
         self.setRange(minimum, maximum)
-        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToPreviousValue)
+        # A number past the range becomes its nearest bound once the field is left (fixup), as the field then
+        # shows: never the value of the digits typed so far (2000 in a field of at most 1000 was once 200).
+        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
         self.setSingleStep(1.0)
 
     def number(self) -> int | float:
@@ -76,6 +83,7 @@ class NumberField(QDoubleSpinBox):
         return QValidator.State.Invalid, text, pos
 
     def _may_become_number(self, text: str) -> bool:
+        text = text.removeprefix("-")
         if text in ("", "."):
             return True
         if self._integer and _PARTIAL_COUNT.fullmatch(text):
@@ -92,7 +100,10 @@ class NumberField(QDoubleSpinBox):
         return f"{value:.6g}"
 
     def fixup(self, text: str) -> str:
-        return text
+        value = parse_number(text, self._integer)
+        if value is None:
+            return text
+        return self.textFromValue(min(max(value, self.minimum()), self.maximum()))
 
     def stepBy(self, steps: int) -> None:
         if self._integer:

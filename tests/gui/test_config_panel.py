@@ -199,3 +199,21 @@ def test_loaded_weights_train_under_their_own_presets_name(panel):
     custom = {**micro_model, "hidden_size": 48, "max_position_embeddings": 256}
     panel.set_start_from("/ckpt/hf", "init", "a Hugging Face folder", custom)
     assert panel.preset.currentData() == "tiny" and panel.config is not None, panel.error
+
+
+@pytest.mark.parametrize(("field", "typed", "value"), [
+    ("lr", "2000", 1e3), ("lr", "1e9", 1e3), ("lr", "5e3", 1e3),
+    ("budget", "1e16", 2**53 - 1), ("seed", "12345678901234567890", 2**53 - 1),
+])
+def test_a_number_typed_past_a_fields_range_is_its_bound_never_its_first_digits(qtbot, panel, field, typed, value):
+    """Qt kept the value of the digits typed so far: a learning rate of 2000 trained at 200, a budget of 1e16
+    steps was 10."""
+    widget = getattr(panel, field)
+    type_into(qtbot, widget, typed)
+    assert widget.value() == value and widget.text() == widget.textFromValue(value)
+
+
+@pytest.mark.parametrize(("field", "typed"), [("lr", "-1"), ("budget", "-5"), ("lr", "-3e-4")])
+def test_a_negative_number_is_refused_under_its_field_not_taken_without_its_sign(qtbot, panel, field, typed):
+    type_into(qtbot, getattr(panel, field), typed)
+    assert panel.config is None and shown(panel) == [f"{field}Error"]
