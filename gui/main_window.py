@@ -437,9 +437,16 @@ class MainWindow(QMainWindow):
         if settings is None:
             return
         if self.session.running:
-            key = self.session.active.key if self.session.active is not None else None
-            if self.session.active is not None:
-                self._note_what_continue_keeps(self.session.active, settings)
+            active = self.session.active
+            key = active.key if active is not None else None
+            if active is not None:
+                # Judged before the run is stopped: a budget it has already passed stops nothing.
+                plan, problem = _continue_plan(active, settings)
+                if problem:
+                    dialogs.show_error(self, "Cannot continue", problem)
+                    return
+                self._note_what_continue_keeps(active, settings)
+                self.log.add(plan)
             self.session.stop_then_continue(settings, self.config_panel.nproc)
             self.status.showMessage("Stopping; the run then continues with these settings …", 10_000,
                                     until=lambda r: r.key != key)  # the continued run is in focus
@@ -543,6 +550,7 @@ def _continue_plan(parent: RunRecord, settings: RunConfig) -> tuple[str, str]:
     if (theirs.get("budget_kind"), theirs.get("budget")) == (tc.budget_kind, tc.budget):
         return f"Continue: {parent.label} goes on to its budget ({parent.total_steps:,} steps)", ""
     if tc.budget_kind == "steps" and tc.budget <= parent.step:
-        return "", (f"a budget of {budget} is already used up: {parent.label} stopped at step {parent.step:,}; "
+        where = "stopped at" if parent.ended else "is at"
+        return "", (f"a budget of {budget} is already used up: {parent.label} {where} step {parent.step:,}; "
                     f"give a larger budget (the steps in all, counted from its start)")
     return f"Continue: {parent.label} goes on along its schedule to {budget} in all", ""

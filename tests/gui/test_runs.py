@@ -188,6 +188,23 @@ def test_continue_of_a_stopped_run_says_where_it_goes_and_refuses_a_budget_used_
     assert window.session.records[-1].step == parent.step + 2
 
 
+def test_continue_during_a_run_refuses_a_budget_it_has_passed_and_leaves_the_run_going(qtbot, make_window, dialogs):
+    """Judged before the run is stopped: no stopped parent and failed child for a budget already used up."""
+    window = make_window(**LONG)
+    click(window, "startButton")
+    parent = wait_steps(qtbot, window, 2)
+    click(window, "pauseButton")
+    qtbot.waitUntil(lambda: parent.state == "paused")
+    window.config_panel.budget.setValue(parent.step)
+    click(window, "continueButton")
+    assert dialogs.warnings() == [f"Cannot continue: a budget of {parent.step} steps is already used up: "
+                                  f"{parent.label} is at step {parent.step}; give a larger budget (the steps "
+                                  f"in all, counted from its start)"]
+    assert parent.state == "paused" and len(window.session.records) == 1
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+
+
 def test_pause_and_resume(qtbot, make_window):
     window = make_window(**LONG)
     click(window, "startButton")
