@@ -412,7 +412,8 @@ class MainWindow(QMainWindow):
         self.session.pause()
         key = self.session.active.key if self.session.active is not None else None
         self.status.showMessage("Pausing after the current optimizer step …", 5_000,
-                                until=lambda r: r.key != key or r.state == "paused" or r.ended)
+                                until=lambda r: r.key != key or r.state == "paused" or r.ended
+                                or not self.session.paused)  # or withdrawn: Resume before the pause came
         self._update_controls()
 
     def _pause_or_resume(self) -> None:

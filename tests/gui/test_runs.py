@@ -225,6 +225,20 @@ def test_pause_and_resume(qtbot, make_window):
     assert steps == list(range(1, record.step + 1))  # nothing lost or repeated across the pause
 
 
+def test_resume_before_the_pause_came_withdraws_pausing_from_the_status_bar(qtbot, make_window):
+    window = make_window(**LONG)
+    click(window, "startButton")
+    record = wait_steps(qtbot, window, 1)
+    click(window, "pauseButton")
+    click(window, "pauseButton")  # Resume at once: the trainer may never have paused
+    assert not window.session.paused
+    qtbot.waitUntil(lambda: record.step > 1 and record.state == "training")
+    window._show_focus()  # what each redraw does: the message goes, long before its 5 s timeout
+    assert window.status.currentMessage() == ""  # not "Pausing …" beside "training"
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+
+
 def test_core_exception_becomes_a_failed_row_and_the_next_run_works(qtbot, window, monkeypatch):
     original = Trainer._optimizer_step
 
