@@ -62,12 +62,12 @@ def describe_checkpoint(info: CheckpointSummary) -> str:
 def architecture_note(info: CheckpointSummary) -> str:
     """What the next run's model is, when a bare state dict decided it (for the log line of a load)."""
     cfg = info.model_config or {}
-    shape = (f"hidden {cfg.get('hidden_size')}, {cfg.get('num_layers')} layers, {cfg.get('num_heads')} heads, "
-             f"vocabulary {cfg.get('vocab_size')}")
+    widths = f"hidden {cfg.get('hidden_size')}, {cfg.get('num_layers')} layers, {cfg.get('num_heads')} heads"
     if info.architecture == "inferred":
-        return f"; its architecture, read from its tensors: {shape}"
-    if info.architecture == "settings":
-        return f"; its tensors fit the preset's architecture ({shape})"
+        return f"; its architecture, read from its tensors: {widths}, vocabulary {cfg.get('vocab_size')}"
+    if info.architecture == "settings":  # the preset's model, with the vocabulary of the embedding it holds
+        return (f"; its tensors fit the preset's architecture ({widths}) with a vocabulary of "
+                f"{cfg.get('vocab_size')}, its embedding's")
     return ""
 
 

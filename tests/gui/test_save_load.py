@@ -325,3 +325,16 @@ def test_the_save_dialog_chooses_a_folder_and_a_name_and_never_opens_the_target(
     dialog.name.setText("model")
     dialog.browse.click()
     assert dialog.target() == str(elsewhere / "model")
+
+
+def test_the_load_line_of_a_state_dict_fitting_the_preset_names_its_own_vocabulary():
+    """The settings' widths with the vocabulary of the embedding it holds: not "the preset's architecture,
+    vocabulary 4096" when the preset's is 2048."""
+    from gui.checkpoint_paths import architecture_note
+    from gui.controller import CheckpointSummary
+
+    model = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "vocab_size": 4096}
+    info = CheckpointSummary("other_vocab.pt", "state_dict", 1_840_000, False, model_config=model,
+                             architecture="settings")
+    assert architecture_note(info) == ("; its tensors fit the preset's architecture (hidden 128, 4 layers, 4 heads) "
+                                       "with a vocabulary of 4096, its embedding's")
