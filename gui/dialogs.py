@@ -29,11 +29,13 @@ def show_error(parent: QWidget | None, title: str, message: str) -> None:
     QMessageBox.warning(parent, title, message)
 
 
-def confirm_stop_and_close(parent: QWidget | None) -> bool:
+def confirm_stop_and_close(parent: QWidget | None, compiling: bool = False) -> bool:
+    wait = ("\n\nIt is compiling: torch.compile cannot be cut short, so the window stays until the compile is "
+            "done (seconds to minutes, more for a large model or max-autotune)." if compiling else "")
     answer = QMessageBox.question(
         parent, "Stop the run and quit?",
         "A run is in progress. Stop it at the next optimizer step and close Speedboard?\n\n"
-        "Its metrics are already in its run folder, and a final checkpoint is saved.",
+        f"Its metrics are already in its run folder, and a final checkpoint is saved.{wait}",
         QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
     return answer == QMessageBox.StandardButton.Yes
 

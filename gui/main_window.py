@@ -523,13 +523,17 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         if self.session.running:
             event.ignore()
+            active = self.session.active
+            compiling = active is not None and active.state == "compiling"
+            # A compile cannot be interrupted: say that the wait is for it, not for one optimizer step.
+            after = "the compile in progress and the step after it" if compiling else "the current optimizer step"
             if self.session.closing:
-                self.status.showMessage("Still stopping: the window closes after the current optimizer step …")
+                self.status.showMessage(f"Still stopping: the window closes after {after} …")
                 return
-            if not dialogs.confirm_stop_and_close(self):
+            if not dialogs.confirm_stop_and_close(self, compiling):
                 return
             self.session.stop_then_close()
-            self.status.showMessage("Stopping: the window closes after the current optimizer step …")
+            self.status.showMessage(f"Stopping: the window closes after {after} …")
             self._update_controls()
             return
         self.save_settings()

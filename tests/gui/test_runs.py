@@ -278,8 +278,15 @@ def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_wind
     assert window.isVisible() and window.session.controller.running  # the user said no
     assert len(dialogs.questions()) == 1
 
+    # While compiling, the question and the status say the wait is for the compile (it cannot be cut short).
+    record.state = "compiling"  # as CompileStarted sets it, without a compile's half minute
+    window.close()
+    assert "torch.compile cannot be cut short" in dialogs.questions()[-1] and window.isVisible()
+    record.state = "training"
+
     dialogs.question_answer = dialogs.question_answer.Yes
     window.close()
+    assert window.status.currentMessage() == "Stopping: the window closes after the current optimizer step …"
     qtbot.waitUntil(lambda: controller.thread_finished, timeout=90_000)
     qtbot.waitUntil(window.isHidden)
     assert record.state == "stopped"
