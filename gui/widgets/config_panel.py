@@ -503,7 +503,9 @@ class ConfigPanel(QWidget):
             if isinstance(data_dir, str) and data_dir:
                 self._data_dir = data_dir
             source = settings.value("source")
-            if isinstance(source, str) and source and (source == BUILTIN_CORPUS or Path(source).exists()):
+            if isinstance(source, str) and source:
+                # Kept also when it is gone (an unmounted drive, a moved dataset): its check says so under the
+                # Data control and Start waits, where the built-in corpus in its place would train unnoticed.
                 self._source = source
             for name in self._SETTINGS_WIDGETS:
                 value = settings.value(name)

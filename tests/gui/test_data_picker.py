@@ -199,3 +199,19 @@ def test_the_data_dialogs_open_where_data_was_last_chosen(make_window, dialogs, 
     again = make_window()  # the next session too
     child(again, "dataFileButton").click()
     assert opened == [str(folder), str(folder)]
+
+
+def test_data_gone_since_the_last_session_is_said_not_swapped_for_the_built_in_corpus(make_window, dialogs, tmp_path):
+    """An unmounted drive or a moved dataset: the next session shows the path with its problem, and Start
+    waits; the built-in corpus in its place would train unnoticed."""
+    gone = _corpus(tmp_path / "vanish.txt")
+    window = make_window()
+    _choose(window, dialogs, gone)
+    window.close()
+    gone.unlink()
+
+    again = make_window()
+    assert child(again, "dataSourceEdit").text() == str(gone)
+    error = child(again, "sourceError")
+    assert error.isVisibleTo(again) and "does not exist" in error.text()
+    assert not child(again, "startButton").isEnabled()
