@@ -52,16 +52,20 @@ class RunFolders:
                                f"choose folders that Speedboard runs wrote.")
         if runs:
             self.folders.remember(str(Path(runs[-1]).parent))
-        records = [record for record in (self._open_one(folder) for folder in runs) if record is not None]
+        records, unreadable = [], []
+        for folder in runs:
+            try:
+                records.append(self._open_one(folder))
+            except (OSError, SpeedboardError) as exc:  # said, and the other folders still open
+                unreadable.append(f"{folder}: {exc}")
+        if unreadable:
+            dialogs.show_error(self._window, "Cannot open run folder", "\n".join(unreadable))
         self.plots.refresh()
         return records
 
-    def _open_one(self, folder: str, note: str = "opened") -> RunRecord | None:
-        try:
-            record, new = self.session.follow_folder(folder)
-        except (OSError, SpeedboardError) as exc:  # unreadable: said, and the other folders still open
-            self.log.add(f"cannot open {folder}: {exc}", "error")
-            return None
+    def _open_one(self, folder: str, note: str = "opened") -> RunRecord:
+        """Show one run folder; OSError or SpeedboardError when it cannot be read."""
+        record, new = self.session.follow_folder(folder)
         if not new:
             self.status.showMessage(f"{record.label} is already shown", 5_000)
             return record
@@ -77,11 +81,15 @@ class RunFolders:
             return
         folders = [f for f in folders if isinstance(f, str) and is_run_dir(f)][-MAX_REOPENED:]
         for folder in folders:
-            self._open_one(folder, "from the last session:")
+            try:
+                self._open_one(folder, "from the last session:")
+            except (OSError, SpeedboardError) as exc:  # damaged since: no dialog before the window shows
+                self.log.add(f"cannot open {folder}: {exc}", "error")
         if folders:
             self.plots.refresh()
 
     def remember_session(self, settings: QSettings) -> None:
-        """Keep the folders of the runs shown now (the newest ``MAX_REOPENED``) for the next start."""
-        folders = list(dict.fromkeys(r.folder for r in self.session.records if r.folder))
+        """Keep the folders of the runs shown now (the newest ``MAX_REOPENED``) for the next start; a removed
+        row does not come back."""
+        folders = list(dict.fromkeys(r.folder for r in self.session.records if r.folder and not r.removed))
         settings.setValue(_SESSION_KEY, json.dumps(folders[-MAX_REOPENED:]))

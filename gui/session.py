@@ -28,7 +28,7 @@ from core.config import ModelConfig, RunConfig
 from core.errors import ConfigError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics
 from core.launch import prepare_launch
-from core.runs import EventTail, run_state
+from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, run_state, writer_alive
 from gui.controller import Controller, RunJobEnded
 from gui.metric_store import MetricStore
 from gui.process_run import ProcessRun
@@ -38,6 +38,8 @@ TAIL_INTERVAL_MS = 500
 LIVENESS_EVERY = 10
 """Polls between two looks at whether a followed folder's writer still lives (its heartbeat: every 5 s)."""
 NO_FINAL_CHECKPOINT = "The run ended without a final checkpoint, so there is nothing to continue from."
+_SNIFF_BYTES = 65_536
+"""Of a metrics.jsonl without any event: what is read to say why."""
 
 
 class RunSession(QObject):
@@ -277,12 +279,18 @@ class RunSession(QObject):
         self.controller.inspect(path, model)
 
     def follow_folder(self, folder: str) -> tuple[RunRecord, bool]:
-        """Show a run folder's events, and follow it while its run goes on; True when it was not shown yet."""
+        """Show a run folder's events, and follow it while its run goes on; True when it was not shown yet.
+
+        A folder whose metrics.jsonl holds no event is refused (a ``SpeedboardError`` says why), unless a live
+        writer has yet to write its first one."""
         tail = EventTail(folder)
         events = tail.poll()
+        if not events:
+            _check_events_to_come(folder)
         started = next((e for e in events if isinstance(e, RunStarted)), None)
-        if started is not None and started.run_id in self._by_run_id:
-            return self._by_run_id[started.run_id], False
+        shown = self._by_run_id.get(started.run_id) if started is not None else None
+        if shown is not None and not shown.removed:  # a removed row is opened as a new one
+            return shown, False
         record = self._new_record(dict(started.config) if started else {}, "folder", folder=folder)
         for event in events:
             self._route(record, event)
@@ -301,22 +309,27 @@ class RunSession(QObject):
             self._route(record, WriterGone(state.message))
 
     def removable(self, key: int) -> bool:
-        """A run can be removed once nothing writes it any more (ended, and not followed)."""
+        """A run can be removed unless it trains here or its folder is still written (``following``): one
+        that ended, or whose writer is gone (``not running``), can."""
         record = self.record(key)
-        return not record.removed and record is not self._active and key not in self._tails and not record.active
+        return not record.removed and record is not self._active and not record.active
 
     def remove(self, keys: set[int]) -> list[RunRecord]:
-        """Remove the rows and curves of the ``keys`` that are removable; their folders stay on disk."""
+        """Remove the rows and curves of the ``keys`` that are removable; their folders stay on disk and
+        are no longer followed."""
         removed = []
         for key in sorted(keys):
             if not self.removable(key):
                 continue
             record = self.record(key)
             record.removed = True
+            self._tails.pop(key, None)  # a writer that comes back is no longer shown
             self.store.remove(key)
             self._progressed.discard(key)
             removed.append(record)
             self.record_removed.emit(record)
+        if not self._tails:
+            self._tail_timer.stop()
         return removed
 
     def shutdown(self) -> None:
@@ -423,3 +436,27 @@ class RunSession(QObject):
                     self.continue_failed.emit(str(exc))
         if not self.running:
             self.running_changed.emit(False)
+
+
+def _check_events_to_come(folder: str) -> None:
+    """A folder whose metrics.jsonl gave no event is followed only while its run is just starting: a live
+    heartbeat, and no whole line written yet. Otherwise a ``SpeedboardError`` names the file and why."""
+    path = Path(folder) / METRICS_FILE
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except FileNotFoundError:
+        head = None
+    lines = head is not None and b"\n" in head.lstrip()  # blank lines are no lines: readers skip them
+    # The heartbeat itself, not writer_alive's fallback on the age of metrics.jsonl: one just created is no writer.
+    if not lines and (Path(folder) / HEARTBEAT_FILE).is_file() and writer_alive(folder):
+        return
+    gone = f"and no process writes this run (no live {HEARTBEAT_FILE})"
+    if head is None:
+        raise SpeedboardError(f"there is no {METRICS_FILE} {gone}")
+    if not head.strip():
+        raise SpeedboardError(f"{METRICS_FILE} is empty {gone}: the run recorded no event")
+    if b"\0" in head:
+        raise SpeedboardError(f"{METRICS_FILE} holds binary data, not events (one JSON object a line)")
+    raise SpeedboardError(f"no line of {METRICS_FILE} is an event a Speedboard run writes "
+                          f"(one JSON object a line)")

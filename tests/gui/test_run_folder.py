@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 from core.control import Control
 from core.events import RunStarted, StepMetrics
@@ -154,3 +155,148 @@ def test_a_folder_opened_later_shows_when_its_events_happened(window, tmp_path):
     assert any(line.startswith(then) and "started" in line for line in log)
     (finished,) = [line for line in log if ": finished at step" in line]
     assert finished[:8].count(":") == 2 and finished[8] == " "  # the damaged time: now, today's clock alone
+
+
+
+# --------------------------------------------------------------------------- writers gone, folders without events
+def _strip_ending(folder: str) -> None:
+    """Take the recorded ending out of a run folder's metrics.jsonl, as a kill -9 leaves it."""
+    import json
+    from pathlib import Path
+
+    metrics = Path(folder) / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text("".join(line for line in lines if json.loads(line)["event"] not in ("finished", "failed")))
+
+
+def _leave_stale_heartbeat(folder: str) -> None:
+    """The heartbeat.json a trainer killed with SIGKILL leaves: its pid gone, untouched for an hour."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # reaped: its pid no longer lives
+    beat = Path(folder) / "heartbeat.json"
+    beat.write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "every_s": 5.0}))
+    long_ago = time.time() - 3600
+    os.utime(beat, (long_ago, long_ago))
+
+
+def _select_and_delete(qtbot, window, record) -> None:
+    from PySide6.QtCore import Qt
+
+    table = window.table
+    table.clearSelection()
+    table.selectRow(table.keys.index(record.key))
+    table.setFocus()
+    qtbot.keyClick(table, Qt.Key.Key_Delete)
+
+
+def test_a_killed_runs_folder_is_removed_and_does_not_come_back(qtbot, make_window, tmp_path):
+    """A CLI run killed with SIGKILL reads 'not running': nothing will write it, so Delete removes its row (its
+    folder stays), it is no longer polled, and the next window does not bring it back."""
+    from pathlib import Path
+
+    killed = _finished_run(tmp_path, "killed")
+    _strip_ending(killed)
+    _leave_stale_heartbeat(killed)
+    kept_folder = _finished_run(tmp_path, "kept")
+
+    window = make_window()
+    kept = window.open_run_folder(kept_folder)
+    record = window.open_run_folder(killed)
+    assert record.state == "not running" and record.key in window.session.followed
+    assert window.session.removable(record.key)
+
+    _select_and_delete(qtbot, window, record)
+    assert record.removed and window.table.keys == [kept.key]
+    assert record.key not in window.session.followed  # its tail is no longer read
+    assert "cannot be removed" not in window.status.currentMessage()
+    assert "removed " + record.label in window.log.toPlainText() and Path(killed).is_dir()
+    window.close()
+
+    again = make_window()
+    assert [r.folder for r in again.session.records] == [kept_folder]
+
+
+def test_a_folder_being_written_is_removable_once_its_writer_is_gone(qtbot, window, tmp_path):
+    """A row a live process still writes stays (the status bar says why); once that process is killed, the
+    row reads 'not running' and the context menu removes it."""
+    from core.runs import Heartbeat
+
+    folder = _finished_run(tmp_path, "cli")
+    _strip_ending(folder)
+    heartbeat = Heartbeat(folder).start()  # a live writer: this process
+    try:
+        record = window.open_run_folder(folder)
+        assert record.state == "following" and not window.session.removable(record.key)
+        _select_and_delete(qtbot, window, record)
+        assert not record.removed and window.table.keys == [record.key]
+        assert "cannot be removed" in window.status.currentMessage()
+    finally:
+        heartbeat.stop()
+    _leave_stale_heartbeat(folder)  # killed: the file stays, and goes stale
+
+    qtbot.waitUntil(lambda: record.state == "not running", timeout=15_000)
+    window.table.selectRow(0)
+    menu = window.table.context_menu()
+    remove = next(a for a in menu.actions() if a.text() == "Remove from the table")
+    remove.trigger()
+    assert record.removed and window.table.rowCount() == 0 and window.session.followed == set()
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"", "is empty and no process writes this run"),
+    (b"\x7fELF\x02\x01\x01\x00" * 64, "holds binary data"),
+    (b'not json\n{"event": "weird"}\nstep 3 loss 2.1\n', "no line of metrics.jsonl is an event"),
+], ids=["empty", "binary", "not-events"])
+def test_a_folder_whose_metrics_hold_no_event_is_refused_with_a_message(window, dialogs, tmp_path, content, why):
+    """Nothing to show and nothing to come: refused in a message box naming the file and why, as a folder
+    without metrics.jsonl is; the other folders picked with it still open."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "metrics.jsonl").write_bytes(content)  # just written: its age alone must not pass for a writer
+    good = _finished_run(tmp_path, "good")
+    dialogs.files["pick_run_folders"] = [str(bad), good]
+    (record,) = window.open_run_folders()
+    assert record.folder == good and len(window.session.records) == 1
+    (message,) = dialogs.warnings()
+    assert message.startswith(f"Cannot open run folder: {bad}: ") and why in message
+
+
+def test_an_empty_metrics_file_of_a_live_writer_is_followed(qtbot, window, dialogs, tmp_path):
+    """A run just starting (its heartbeat beats, no event written yet) is followed, and shows its run once
+    it writes."""
+    from pathlib import Path
+
+    from core.runs import Heartbeat
+
+    folder = _finished_run(tmp_path, "starting", compile_mode="default")
+    metrics = Path(folder) / "metrics.jsonl"
+    lines = metrics.read_bytes()
+    metrics.write_bytes(b"")
+    heartbeat = Heartbeat(folder).start()
+    try:
+        record = window.open_run_folder(folder)
+        assert not dialogs.warnings() and record.state == "following"
+        assert record.key in window.session.followed and not window.session.removable(record.key)
+        with open(metrics, "ab") as f:
+            f.write(lines)
+        qtbot.waitUntil(lambda: record.state == "finished", timeout=10_000)
+    finally:
+        heartbeat.stop()
+    assert record.step == 3 and record.label.startswith(f"#{record.number} default ")
+    assert window.session.followed == set()
+
+
+def test_a_removed_row_opened_again_shows_again(window, tmp_path):
+    folder = _finished_run(tmp_path, "twice")
+    first = window.open_run_folder(folder)
+    assert window.session.remove({first.key}) == [first]
+    again = window.open_run_folder(folder)
+    assert again is not first and not again.removed and window.table.keys == [again.key]
