@@ -263,7 +263,7 @@ def describe_source(cfg: DataConfig, tokenizer: BPETokenizer | None = None) -> S
     """``cfg.source`` as a data picker shows it; DataError (one line) when it cannot be used."""
     source = resolve_source(cfg.source, cfg.text_field)
     tok = tokenizer or (load_tokenizer_file(cfg.tokenizer) if cfg.tokenizer else None)
-    if source.kind in ("parquet", "arrow"):
+    if source.kind != "hub":  # a hub dataset is looked up when a run prepares it (it needs the network)
         source.check()
     fingerprint = source.fingerprint()
     tok = tok or _cached_trained_tokenizer(fingerprint, cfg)

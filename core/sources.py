@@ -118,9 +118,17 @@ class Source:
         return h.hexdigest()
 
     def check(self) -> None:
-        """Open every file's header before anything is prepared: a missing text column or a damaged
-        Parquet/Arrow file is one line now, not after an hour of tokenizing; counts their rows."""
-        if self.kind in ("parquet", "arrow"):
+        """Open every file's start before anything is prepared: a missing text column or field, a damaged
+        Parquet/Arrow file, a JSONL line that is no JSON or a text file that is not UTF-8 text is one line now,
+        not after an hour of tokenizing (or after a data picker said it looked fine); counts Parquet/Arrow rows.
+        Reads headers and at most ``_CHECKED_BYTES`` of a JSONL or text file."""
+        if self.kind == "text":
+            for f in self.files:
+                _check_text_start(f.path)
+        elif self.kind == "jsonl":
+            for f in self.files:
+                _check_jsonl_start(f.path, self.text_field)
+        elif self.kind in ("parquet", "arrow"):
             total = 0
             for f in self.files:
                 total += _parquet_rows(f.path, self.text_field) if f.format == "parquet" else \
@@ -459,15 +467,15 @@ class _ZstdReader(io.RawIOBase):
         return b"".join(out)
 
 
-def _open_lines(path: Path, counter: _CountingReader):
+def _open_lines(path: Path, counter: _CountingReader, buffer: int = 1 << 20):
     name = path.name.lower()
     if name.endswith(".gz"):
         import gzip
 
-        return io.BufferedReader(gzip.GzipFile(fileobj=counter, mode="rb"), 1 << 20)
+        return io.BufferedReader(gzip.GzipFile(fileobj=counter, mode="rb"), buffer)
     if name.endswith(".zst"):
-        return io.BufferedReader(_ZstdReader(counter), 1 << 20)
-    return io.BufferedReader(counter, 1 << 20)
+        return io.BufferedReader(_ZstdReader(counter), buffer)
+    return io.BufferedReader(counter, buffer)
 
 
 def _without_surrogates(text: str) -> str:
@@ -475,6 +483,62 @@ def _without_surrogates(text: str) -> str:
 
     json.loads accepts them, but they are no UTF-8 text: hashing or tokenizing the document would fail."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
+    """The text of JSONL line ``n`` (None for a missing value); a DataError naming the line when it has none."""
+    try:
+        row = parse_json(line)
+    except UnicodeDecodeError:
+        raise DataError(f"{path}:{n}: not UTF-8 text") from None
+    except ValueError as exc:  # also a number of more than 4,300 digits, or nesting too deep
+        raise DataError(f"{path}:{n}: invalid JSON ({getattr(exc, 'msg', None) or first_line(exc)})") from None
+    if isinstance(row, dict) and text_field in row and row[text_field] is None:
+        return None  # a missing value, as a null in a Parquet or Arrow text column: no document
+    if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+        keys = f" (its keys: {_more(sorted(row), 8)})" if isinstance(row, dict) else ""
+        raise DataError(f"{path}:{n}: each line needs a string field '{text_field}'{keys}; choose another "
+                        f"text field (--text-field)")
+    text = row[text_field]
+    # Only a line that escapes a code point in D000-DFFF can hold one: others pay nothing.
+    if b"\\ud" in line or b"\\uD" in line:
+        text = _without_surrogates(text)
+    return text
+
+
+_CHECKED_BYTES = 1 << 16
+"""What ``Source.check`` reads of a JSONL or text file: its lines that end within the first 64 KiB."""
+
+
+def _check_jsonl_start(path: Path, text_field: str) -> None:
+    """The lines of ``path`` that end within its first ``_CHECKED_BYTES`` (decompressed) hold a text field."""
+    try:
+        with open(path, "rb") as raw:
+            head = _open_lines(path, _CountingReader(raw), buffer=_CHECKED_BYTES).read(_CHECKED_BYTES)
+    except Exception as exc:  # a damaged .gz/.zst (OSError, EOFError, ZstdError), or a read error
+        raise DataError(f"cannot read {path}: {first_line(exc)}") from None
+    lines = head.split(b"\n")
+    if len(head) == _CHECKED_BYTES:
+        lines.pop()  # cut at the limit: judged when it is read whole
+    for n, line in enumerate(lines, start=1):
+        if line.strip():
+            _jsonl_text(line, path, n, text_field)
+
+
+def _check_text_start(path: Path) -> None:
+    """The first ``_CHECKED_BYTES`` of ``path`` are UTF-8 text (a character cut at the limit is fine)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_CHECKED_BYTES)
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < _CHECKED_BYTES)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (bad byte at offset {exc.start})") from None
+    nul = head.find(b"\x00")
+    if nul >= 0:  # valid UTF-8, but no text file holds NUL: a binary file named .txt
+        raise DataError(f"{path} is not text (a NUL byte at offset {nul})")
 
 
 def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
@@ -486,24 +550,8 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
             for n, line in enumerate(lines, start=1):  # noqa: B007 - n names the line in errors
                 if not line.strip():
                     continue
-                try:
-                    row = parse_json(line)
-                except UnicodeDecodeError:
-                    raise DataError(f"{path}:{n}: not UTF-8 text") from None
-                except ValueError as exc:  # also a number of more than 4,300 digits, or nesting too deep
-                    raise DataError(f"{path}:{n}: invalid JSON ({getattr(exc, 'msg', None) or first_line(exc)})") \
-                        from None
-                if isinstance(row, dict) and text_field in row and row[text_field] is None:
-                    continue  # a missing value, as a null in a Parquet or Arrow text column: no document
-                if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-                    keys = f" (its keys: {_more(sorted(row), 8)})" if isinstance(row, dict) else ""
-                    raise DataError(f"{path}:{n}: each line needs a string field '{text_field}'{keys}; "
-                                    f"choose another with --text-field")
-                text = row[text_field]
-                # Only a line that escapes a code point in D000-DFFF can hold one: others pay nothing.
-                if b"\\ud" in line or b"\\uD" in line:
-                    text = _without_surrogates(text)
-                if text.strip():
+                text = _jsonl_text(line, path, n, text_field)
+                if text is not None and text.strip():
                     yield text, counter.count
     except DataError:
         raise

@@ -156,6 +156,8 @@ class ConfigPanel(QWidget):
         # A folder is described off the window's thread: listing and fingerprinting thousands of files takes
         # seconds. Each check has a number, so a late answer about an earlier choice is dropped.
         self._check_number = 0
+        self._checked_text_field: str | None = None
+        """The text field the data's current check was made with."""
         self.checking_source = False
         self._folder_check = _FolderCheck(self)
         self._folder_check.done.connect(self._folder_checked)
@@ -179,6 +181,11 @@ class ConfigPanel(QWidget):
         self.folder_button.setObjectName("dataFolderButton")
         self.builtin_button = QPushButton("Built-in")
         self.builtin_button.setObjectName("dataBuiltinButton")
+        # The column or field of JSONL, Parquet, Arrow and hub data that holds the text (--text-field).
+        self.text_field = QLineEdit("text")
+        self.text_field.setObjectName("textFieldEdit")
+        self.text_field.setToolTip("The field of each JSONL line, or the column of Parquet, Arrow and Hugging Face "
+                                   "data, that holds the text (--text-field); plain text files have none")
         self.source_info = QLabel()
         self.source_info.setObjectName("dataInfoLabel")
         self.source_info.setWordWrap(True)
@@ -279,6 +286,7 @@ class ConfigPanel(QWidget):
         column.addLayout(row)
         column.addWidget(self.source_info)
         self._row(form, "source", "Data", source_box)
+        self._row(form, "text_field", "Text field", self.text_field)
         self._row(form, "layout", "Layout", self.layout_combo)
         self._row(form, "seq_len", "Sequence length", self.seq_len)
         outer.addWidget(box)
@@ -333,6 +341,7 @@ class ConfigPanel(QWidget):
         self.file_button.clicked.connect(self._choose_file)
         self.folder_button.clicked.connect(self._choose_folder)
         self.builtin_button.clicked.connect(lambda: self.set_source(BUILTIN_CORPUS))
+        self.text_field.editingFinished.connect(self._on_text_field)
         self.clear_start_button.clicked.connect(self.clear_start_from)
 
     # ------------------------------------------------------------------ state in, state out
@@ -380,10 +389,12 @@ class ConfigPanel(QWidget):
         fingerprint, no tokenizing): a file here, a folder in a worker thread. A hub dataset is looked up
         when the run prepares it (it needs the network)."""
         self._check_number += 1
+        self._checked_text_field = self._text_field()
         self._source_info, self._source_problem = None, None
         self.checking_source = False
         if not self._source.startswith("hf:"):
-            data = replace(self.preset_config().data, source=self._source, tokenizer=None)
+            data = replace(self.preset_config().data, source=self._source, tokenizer=None,
+                           text_field=self._text_field())
             if self._is_folder():
                 self.checking_source = True
                 threading.Thread(target=self._describe_folder, args=(self._check_number, data), daemon=True,
@@ -414,11 +425,20 @@ class ConfigPanel(QWidget):
         self._show_source_summary()
         self._on_changed()
 
+    def _text_field(self) -> str:
+        return self.text_field.text().strip() or "text"
+
+    def _on_text_field(self) -> None:
+        if self._text_field() != self._checked_text_field:
+            self.set_source(self._source)  # the data is looked at again for the new field
+
     def _show_source_summary(self) -> None:
         text = ("checking the folder: listing and fingerprinting its files…" if self.checking_source else
                 _source_summary(self._source_info, self._source_problem))
         self.source_info.setText(text)
         self.source_info.setVisible(bool(text))
+        info = self._source_info  # plain text has no fields: the control is off for it
+        self.text_field.setEnabled(self._source != BUILTIN_CORPUS and not (info is not None and info.kind == "text"))
 
     def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None) -> None:
         """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
@@ -452,6 +472,7 @@ class ConfigPanel(QWidget):
             if cfg.preset in self._presets:
                 _set_combo(self.preset, cfg.preset)
             self._source = cfg.data.source
+            self.text_field.setText(cfg.data.text_field)
             self.set_source(cfg.data.source)
             _set_combo(self.layout_combo, cfg.data.layout)
             self.seq_len.setValue(cfg.data.seq_len)
@@ -482,6 +503,7 @@ class ConfigPanel(QWidget):
         settings.beginGroup("config")
         settings.setValue("preset", self.preset.currentData())
         settings.setValue("source", self._source)
+        settings.setValue("text_field", self._text_field())
         settings.setValue("data_dir", self._data_dir)
         for name in self._SETTINGS_WIDGETS:
             settings.setValue(name, getattr(self, name).currentData())
@@ -507,6 +529,9 @@ class ConfigPanel(QWidget):
                 # Kept also when it is gone (an unmounted drive, a moved dataset): its check says so under the
                 # Data control and Start waits, where the built-in corpus in its place would train unnoticed.
                 self._source = source
+            text_field = settings.value("text_field")
+            if isinstance(text_field, str) and text_field.strip():
+                self.text_field.setText(text_field)
             for name in self._SETTINGS_WIDGETS:
                 value = settings.value(name)
                 if value is not None:
@@ -588,7 +613,8 @@ class ConfigPanel(QWidget):
         base = self.preset_config()
         lr = self.lr.value()
         ratio = base.train.min_lr / base.train.lr if base.train.lr else 0.1
-        data = {"source": self._source, "layout": self.layout_combo.currentData(), "seq_len": self.seq_len.value()}
+        data = {"source": self._source, "layout": self.layout_combo.currentData(), "seq_len": self.seq_len.value(),
+                "text_field": self._text_field()}
         train = {
             "micro_batch": self.micro_batch.value(), "accum_steps": self.accum.value(),
             "compile_mode": self.compile_mode.currentData(), "compile_scope": self.compile_scope.currentData(),

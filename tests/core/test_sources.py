@@ -273,3 +273,34 @@ def test_a_byte_order_mark_opening_a_text_file_is_no_text(tmp_path):
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbf" + "\n\n".join(DOCS[:3]).encode("utf-8"))
     assert load_corpus(str(path)).documents == DOCS[:3]
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: write_jsonl(p / "c.jsonl", key="content"), "c.jsonl:1: each line needs a string field 'text' "
+                                                          "(its keys: content, url); choose another text field"),
+    (lambda p: write_jsonl(p / "c.jsonl.gz", key="content"), "needs a string field 'text'"),
+    (lambda p: write_jsonl(p / "c.jsonl.zst", key="content"), "needs a string field 'text'"),
+    (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": oops}\n'), "c.jsonl:2: invalid JSON"),
+    (lambda p: (p / "c.txt").write_bytes(b"plain words " * 3 + b"\xff\xfe" + b"more"), "bad byte at offset 36"),
+    (lambda p: (p / "c.txt").write_bytes(b"ELF\x00\x01\x02 header"), "is not text (a NUL byte at offset 3)"),
+])
+def test_a_data_pickers_look_finds_what_preparing_would_refuse_at_its_start(tmp_path, make, expected):
+    """``describe_source`` (the dashboard's Data control, before Start) reads the start of each JSONL or text
+    file: a file that looked fine there no longer fails as a run's row."""
+    from core.prepare import describe_source
+
+    make(tmp_path)
+    (path,) = tmp_path.iterdir()
+    assert expected in one_line_error(lambda: describe_source(DataConfig(source=str(path))))
+
+
+def test_the_look_reads_only_the_start_and_judges_no_line_cut_at_its_limit(tmp_path, monkeypatch):
+    from core import sources
+    from core.prepare import describe_source
+
+    line = json.dumps({"text": "x" * 100}) + "\n"
+    path = tmp_path / "c.jsonl"
+    path.write_text(line * 10 + '{"text": "cut at the limit, and broken after it" oops}\n')
+    monkeypatch.setattr(sources, "_CHECKED_BYTES", len(line) * 10 + 20)  # the broken line straddles the limit
+    assert describe_source(DataConfig(source=str(path))).kind == "jsonl"
+    assert "c.jsonl:11: invalid JSON" in one_line_error(lambda: load_corpus(str(path)))  # judged when read

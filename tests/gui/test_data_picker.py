@@ -215,3 +215,34 @@ def test_data_gone_since_the_last_session_is_said_not_swapped_for_the_built_in_c
     error = child(again, "sourceError")
     assert error.isVisibleTo(again) and "does not exist" in error.text()
     assert not child(again, "startButton").isEnabled()
+
+
+def test_jsonl_text_under_another_field_is_said_and_trains_once_the_text_field_names_it(qtbot, window, dialogs,
+                                                                                      tmp_path):
+    """A field the data lacks is said under the Data control before Start (it failed as a run's row, naming a
+    command-line flag the window lacked); the Text field control names another, as --text-field does."""
+    import json
+
+    from PySide6.QtCore import Qt
+
+    lines = _corpus(tmp_path / "docs.txt").read_text(encoding="utf-8").split("\n\n")
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"content": line, "id": i}) + "\n" for i, line in enumerate(lines)))
+    field = child(window, "textFieldEdit")
+    _choose(window, dialogs, tmp_path / "docs.txt")
+    assert not field.isEnabled()  # plain text has no fields
+    _choose(window, dialogs, data)
+    error = child(window, "sourceError")
+    assert error.isVisibleTo(window) and "needs a string field 'text' (its keys: content, id)" in error.text()
+    assert field.isEnabled() and not child(window, "startButton").isEnabled()
+
+    field.setFocus()
+    field.selectAll()
+    qtbot.keyClicks(field, "content")
+    qtbot.keyClick(field, Qt.Key.Key_Return)
+    assert not error.isVisibleTo(window) and child(window, "startButton").isEnabled()
+    assert window.config_panel.config.data.text_field == "content"
+    click(window, "startButton")
+    wait_idle(qtbot, window)
+    (record,) = window.session.records
+    assert record.state == "finished", record.message
