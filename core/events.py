@@ -252,7 +252,10 @@ _TYPE_OF = {v: k for k, v in _KIND_OF.items()}
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
-    """Inverse of ``Event.to_dict``; unknown keys (a newer writer) are ignored."""
+    """Inverse of ``Event.to_dict``; unknown keys (a newer writer) are ignored. Anything but an event's
+    object (a list, a number: a damaged or foreign line) is a ValueError, as an unknown event is."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not an event: a JSON {type(data).__name__}")
     cls = _TYPE_OF.get(data.get("event", ""))
     if cls is None:
         raise ValueError(f"unknown event {data.get('event')!r}")

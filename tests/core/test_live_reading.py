@@ -165,3 +165,19 @@ def test_a_new_run_clears_what_dead_processes_left_in_its_output_folder(tmp_path
     restored = ck.read_checkpoint(old_run / "step_0000007")
     assert torch.equal(restored.state_dict["model.norm.weight"],
                        ck.read_checkpoint(kept[-1]).state_dict["model.norm.weight"])
+
+
+def test_an_event_tail_skips_lines_that_are_no_events_and_keeps_those_around_them(tmp_path):
+    """A foreign or damaged line (a JSON list or number, text) is skipped; it once raised out of the reader
+    and took the events read with it."""
+    import json
+
+    from core.events import WarningRaised
+    from core.runs import EventTail
+
+    good = [WarningRaised("r", float(t), f"w{t}").to_dict() for t in range(3)]
+    lines = [json.dumps(good[0]), "[1, 2]", "5", "not json", '{"event": "no such event"}', json.dumps(good[1]),
+             "null", json.dumps(good[2])]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert [e.message for e in EventTail(path).poll()] == ["w0", "w1", "w2"]
