@@ -280,7 +280,10 @@ class MainWindow(QMainWindow):
         if removed:
             self.log.add(f"removed {', '.join(r.label for r in removed)} from the table (folders kept on disk)")
         if kept:
-            self.status.showMessage("A run that trains or is followed cannot be removed: stop it first", 8_000)
+            here = any(self.session.active is not None and key == self.session.active.key for key in kept)
+            self.status.showMessage("The run training here cannot be removed: stop it first" if here else
+                                    "A run still being written cannot be removed: remove it once it ends "
+                                    "(or its writer is gone)", 8_000)
 
     def focus_record(self) -> RunRecord | None:
         """The run the status bar follows: the one that trains, else the one selected, else the latest."""

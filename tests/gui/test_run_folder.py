@@ -237,7 +237,7 @@ def test_a_folder_being_written_is_removable_once_its_writer_is_gone(qtbot, wind
         assert record.state == "following" and not window.session.removable(record.key)
         _select_and_delete(qtbot, window, record)
         assert not record.removed and window.table.keys == [record.key]
-        assert "cannot be removed" in window.status.currentMessage()
+        assert "still being written cannot be removed" in window.status.currentMessage()
     finally:
         heartbeat.stop()
     _leave_stale_heartbeat(folder)  # killed: the file stays, and goes stale

@@ -293,3 +293,18 @@ def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_wind
     events = read_jsonl(record.folder)
     assert events[-1]["event"] == "finished" and events[-1]["stopped"] is True
     assert [e["step"] for e in _steps(events)] == list(range(1, record.step + 1))
+
+
+def test_the_run_training_here_is_not_removed_and_the_status_says_to_stop_it(qtbot, make_window):
+    from PySide6.QtCore import Qt
+
+    window = make_window(**LONG)
+    click(window, "startButton")
+    record = wait_steps(qtbot, window, 1)
+    window.table.selectRow(window.table.row_of(record.key))
+    window.table.setFocus()
+    qtbot.keyClick(window.table, Qt.Key.Key_Delete)
+    assert not record.removed and window.table.rowCount() == 1
+    assert window.status.currentMessage() == "The run training here cannot be removed: stop it first"
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
