@@ -522,7 +522,7 @@ def _interruptible(control):
     """
     import threading
 
-    from core.distributed import JobTerminated
+    from core.errors import JobTerminated
     from core.stopping import ABORT_GRACE_S
 
     unwound = threading.Event()  # the exception left the work: the caller ends the process itself
@@ -654,8 +654,8 @@ def _remove_stores(data: str, text_field: str | None) -> int:
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from core.control import Control
-    from core.distributed import JobTerminated, PeerLost, launched_by_torchrun, shutdown
-    from core.errors import ConfigError
+    from core.distributed import PeerLost, launched_by_torchrun, shutdown
+    from core.errors import ConfigError, JobTerminated
     from core.launch import check_nproc
     from core.stopping import StopSignals
     from core.trainer import Trainer
@@ -869,7 +869,7 @@ def run_command(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
-    from core.errors import Cancelled, SpeedboardError
+    from core.errors import Cancelled, JobTerminated, SpeedboardError
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         # A shell ignores SIGINT in background jobs (`… &`), shielding them from the terminal's Ctrl-C;
@@ -883,17 +883,37 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     except SpeedboardError as exc:
         _error_line(f"speedboard: error: {exc}")
         return EXIT_USAGE
-    except KeyboardInterrupt as exc:
-        from core.distributed import JobTerminated
-
-        if isinstance(exc, JobTerminated):  # SIGTERM (``_interruptible``)
-            _error_line(f"speedboard: {exc}")
-            return 128 + signal.SIGTERM
-        _error_line("speedboard: interrupted")
-        return 130
+    except KeyboardInterrupt as exc:  # nothing here may import torch: it may be half imported
+        code = 128 + signal.SIGTERM if isinstance(exc, JobTerminated) else 130  # SIGTERM: ``_interruptible``
+        _error_line(f"speedboard: {exc}" if isinstance(exc, JobTerminated) else "speedboard: interrupted")
+        if _during_import(exc):
+            # A module cut off while it was being imported (torch's C++ part, in the first second or so) can
+            # crash the interpreter as it shuts down (an abort, exit 134): end the process here instead.
+            _flush_and_exit(code)
+        return code
     except BrokenPipeError:  # the reader of stdout went away (| head): as quiet as other command-line tools
         _silence(sys.stdout)
         return 128 + getattr(signal, "SIGPIPE", 13)
+
+
+def _during_import(exc: BaseException) -> bool:
+    """``exc`` was raised while a module was being imported: its traceback, which starts inside a command,
+    passes through a module's body (the import machinery's own frames are left out of tracebacks)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "<module>":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _flush_and_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,10 +37,6 @@ DEFAULT_TIMEOUT_S = 300.0
 their next collective; a dead peer is noticed long before (see the module doc)."""
 
 
-class JobTerminated(KeyboardInterrupt):
-    """SIGTERM: torchrun ends the job (another rank failed, or the job was stopped hard)."""
-
-
 class PeerLost(RuntimeError):
     """Another process of the job failed or stopped; this one cannot continue."""
 

@@ -62,3 +62,8 @@ def describe_exception(exc: BaseException) -> str:
         return str(exc)
     text = first_line(exc)
     return text if text == type(exc).__name__ else f"{type(exc).__name__}: {text}"
+
+
+class JobTerminated(KeyboardInterrupt):
+    """SIGTERM: the job is ended hard (torchrun, after another rank failed; ``kill``). Here, with no torch
+    import, so that a handler can name it while torch itself is still being imported."""

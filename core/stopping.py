@@ -36,7 +36,7 @@ import sys
 import threading
 from typing import Protocol
 
-from core.distributed import JobTerminated
+from core.errors import JobTerminated
 
 ABORT_GRACE_S = 5.0
 """How long an abort may take to reach the training loop before the watchdog ends the process."""

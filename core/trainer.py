@@ -46,7 +46,6 @@ from core.device import (
 )
 from core.distributed import (
     DistContext,
-    JobTerminated,
     PeerLost,
     all_reduce_sum,
     barrier,
@@ -59,7 +58,7 @@ from core.distributed import (
     peer_failure_message,
     shard_model,
 )
-from core.errors import CheckpointError, ConfigError, NotFinite, describe_exception, first_line
+from core.errors import CheckpointError, ConfigError, JobTerminated, NotFinite, describe_exception, first_line
 from core.events import (
     CheckpointFailed,
     CheckpointSaved,

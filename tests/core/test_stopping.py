@@ -16,7 +16,7 @@ import pytest
 
 from core import checkpoint as ck
 from core.control import Control
-from core.distributed import JobTerminated
+from core.errors import JobTerminated
 from core.runs import HEARTBEAT_FILE, METRICS_FILE, Heartbeat, RunState, run_state, writer_alive
 from core.stopping import HungUp, StopSignals
 from tests.core.checkpoint_helpers import corpus_file
@@ -164,6 +164,30 @@ def test_a_second_ctrl_c_that_python_swallows_still_aborts_prepare_and_tune():
     assert "still running" not in proc.stdout
     assert proc.returncode == 130, (proc.returncode, proc.stdout, proc.stderr)
     assert "speedboard: aborted" in proc.stderr
+
+
+CUT_OFF_IMPORT = textwrap.dedent("""
+    import sys
+
+    from core import cli
+
+    def command(args, argv):
+        import half_imported  # noqa: F401 - Ctrl-C arrives while it is being imported (as torch, at start)
+
+    sys.path.insert(0, sys.argv[1])
+    cli.COMMANDS["prepare"] = command
+    code = cli.main(["prepare", "x"])
+    print("returned: the interpreter would shut down with the half-imported module", code)
+""")
+
+
+def test_ctrl_c_while_a_module_is_imported_is_one_line_and_exit_130(tmp_path):
+    """The first second of any command imports torch: Ctrl-C there gave chained tracebacks (the handler imported
+    the half-imported torch again) or a C++ abort at shutdown (exit 134)."""
+    (tmp_path / "half_imported.py").write_text("raise KeyboardInterrupt\n")
+    proc = subprocess.run([sys.executable, "-c", CUT_OFF_IMPORT, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "speedboard: interrupted\n", "")
 
 
 # --------------------------------------------------------------------------- real runs
