@@ -52,9 +52,11 @@ def set_rng_state(rng: dict) -> None:
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
-def other_stream(state: dict[str, Any], train_samples: int) -> str:
+def other_stream(state: dict[str, Any], train_samples: int, data_digest: str | None = None) -> str:
     """Why a resume from ``state`` cannot read the samples its parent would have read next ("" if it can):
-    weights, optimizer and schedule still resume exactly."""
+    weights, optimizer and schedule still resume exactly. ``data_digest`` identifies this run's tokens
+    (``TokenStore.digest``); a state saved with one (``"data_digest"``) is compared with it, so other data
+    with as many samples is told too."""
     saved_order, saved_samples = state.get("sample_order"), state.get("train_samples")
     if saved_order != SAMPLE_ORDER:
         why = f"with sample order {saved_order!r}" if saved_order else "by an earlier Speedboard"
@@ -64,6 +66,10 @@ def other_stream(state: dict[str, Any], train_samples: int) -> str:
         return (f"the data differs from the parent run's ({int(saved_samples):,} training samples then, "
                 f"{train_samples:,} now): weights, optimizer and schedule resume exactly, on another sample "
                 f"stream")
+    saved_digest = state.get("data_digest")
+    if saved_digest and data_digest and saved_digest != data_digest:
+        return ("the data differs from the parent run's (other tokens, as many training samples): weights, "
+                "optimizer and schedule resume exactly, on another sample stream")
     return ""
 
 

@@ -534,7 +534,7 @@ class Trainer:
             self.start_time = float(trainer_state.get("wall_time", 0.0))
         self.order = SampleOrder(len(self.data.train), self.seed)
         if trainer_state is not None:
-            self._stream_note = other_stream(trainer_state, len(self.data.train))
+            self._stream_note = other_stream(trainer_state, len(self.data.train), self.data.corpus.digest)
         self.schedule = make_schedule(self.cfg.train, self._position(), trainer_state)
         if max(self.tokens_per_step, self.schedule.end_tokens) > MAX_COUNT:
             raise ConfigError(f"{self.tokens_per_step:,} tokens per step and a budget of {self.schedule.end_tokens:,} "
@@ -690,6 +690,7 @@ class Trainer:
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
             "rng": rng_state(), "train_config": self.cfg.train.to_dict(),
             "sample_order": SAMPLE_ORDER, "train_samples": len(self.data.train),
+            "data_digest": self.data.corpus.digest,
         }
 
     # ------------------------------------------------------------------ compile

@@ -511,3 +511,12 @@ def test_a_resume_says_when_it_cannot_continue_the_parents_sample_stream(stopped
     other_data = ListSink()
     Trainer(cfg.replace(resume=str(checkpoint), data={"source": str(more)}), sink=other_data).run()
     assert any("the data differs from the parent run's" in w for w in _warnings(other_data))
+
+    # The same documents in another order (as many tokens, so as many samples): told by the tokens' digest.
+    documents = source.read_text(encoding="utf-8").split("\n\n")
+    reordered = tmp_path / "reordered.txt"
+    reordered.write_text("\n\n".join(reversed(documents)), encoding="utf-8")
+    other_text = ListSink()
+    Trainer(cfg.replace(resume=str(checkpoint), data={"source": str(reordered)}), sink=other_text).run()
+    assert any("the data differs from the parent run's (other tokens, as many training samples)" in w
+               for w in _warnings(other_text)), _warnings(other_text)
