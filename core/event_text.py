@@ -115,7 +115,7 @@ def event_line(event: ev.Event) -> EventLine | None:
         if event.fallback:
             return EventLine(f"torch.compile ({event.mode}, {event.scope}) failed: the run continues eagerly",
                              "warning")
-        return EventLine(f"compile warm-up {event.seconds:.1f} s over {event.warmup_steps} steps "
+        return EventLine(f"compile warm-up {event.seconds:.1f} s over {counted(event.warmup_steps, 'step')} "
                          f"({event.mode}, {event.scope})")
     if isinstance(event, ev.ValidationDone):
         return EventLine(f"validation at step {event.step}: loss {event.loss:.4f}, perplexity {event.perplexity:.1f}")

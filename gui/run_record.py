@@ -52,7 +52,10 @@ _STOPPABLE = ("starting", "compiling", "training", "paused")
 # --------------------------------------------------------------------------- the dashboard's notes about a run
 @dataclass(frozen=True)
 class StopRequested:
-    """The user asked the run to stop after its current optimizer step (it then saves and ends)."""
+    """The user asked the run to stop after its current optimizer step (it then saves and ends), or, before
+    its first step, to cancel its set-up (``before_training``: nothing to save)."""
+
+    before_training: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ RunNote = StopRequested | TrainingPaused | TrainingResumed | WriterGone
 def describe(event: Event | RunNote) -> EventLine | None:
     """A log line for a core event (``core.event_text``) or a note of the dashboard's; None: not logged."""
     if isinstance(event, StopRequested):
+        if event.before_training:
+            return EventLine("stopping its set-up (its data preparation; nothing to save yet) …")
         return EventLine("stopping after the current optimizer step (a final checkpoint is saved) …")
     if isinstance(event, TrainingPaused):
         return EventLine(f"paused at step {event.step}")

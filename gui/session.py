@@ -246,7 +246,8 @@ class RunSession(QObject):
         """Stop the run after its current optimizer step (every rank of a torchrun job); it saves and ends."""
         if not self.running or self.stopping:
             return
-        self._route(self._active, StopRequested())
+        active = self._active
+        self._route(active, StopRequested(before_training=active is not None and not active.run_id))
         if self._process is not None:
             self._process.stop()
         else:

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.event_text import counted
 from gui.metric_store import MetricStore, moving_average
 from gui.widgets.metric_plot import MetricPlot, configure_pyqtgraph
 from gui.widgets.run_legend import RunLegend
@@ -278,7 +279,7 @@ class PlotPanel(QWidget):
             tip = f"Compile warm-up: {steps} step(s) so far; the compile time is known after a few steady steps."
         else:
             text = f"compile {seconds:.1f} s"
-            tip = (f"Compile warm-up over {steps} step(s): {seconds:.1f} s of compiling, i.e. their wall time "
+            tip = (f"Compile warm-up over {counted(steps, 'step')}: {seconds:.1f} s of compiling, i.e. their wall time "
                    f"minus the same steps at steady speed (the median of the first steady steps). The run "
                    f"table's Compile s and the log show this figure.")
         self.throughput.set_region(key, x0, x1, color, text, tip)

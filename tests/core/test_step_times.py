@@ -20,3 +20,13 @@ def test_a_run_that_ends_inside_its_warm_up_counts_all_of_it():
     for seconds in (5.0, 1.0):
         times.add(seconds)
     assert times.compile_seconds() == 6.0 and times.median_steady() is None
+
+
+def test_the_compile_line_counts_its_steps_in_the_right_number():
+    from core.event_text import event_line
+    from core.events import CompileFinished
+
+    one = event_line(CompileFinished("r", 1.0, "default", "model", 47.2, warmup_steps=1)).text
+    three = event_line(CompileFinished("r", 1.0, "default", "model", 9.5, warmup_steps=3)).text
+    assert one == "compile warm-up 47.2 s over 1 step (default, model)"
+    assert three == "compile warm-up 9.5 s over 3 steps (default, model)"

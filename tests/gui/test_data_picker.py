@@ -176,7 +176,9 @@ def test_data_preparation_shows_its_progress_and_stop_cancels_it(qtbot, window, 
     release.set()
     assert record.state == "stopped" and not record.checkpoint
     assert "data preparation stopped" in record.message
-    assert "stopped before training" in window.log.toPlainText()
+    log = window.log.toPlainText()
+    assert "stopped before training" in log
+    assert "stopping its set-up" in log and "a final checkpoint is saved" not in log  # there is none to save
     assert window.session.continue_source(set()) is None  # nothing to continue from
 
 
