@@ -80,10 +80,23 @@ def count_text(value: float) -> str:
 
 
 class CountAxis(pg.AxisItem):
-    """The x axis: ticks of tokens read 400k and 1.2M, not 400000 and 1.2e+06."""
+    """The x axis: ticks of tokens read 400k and 1.2M, not 400000 and 1.2e+06. With ``whole`` (optimizer
+    steps), ticks fall on whole numbers only: a short run's axis has no step 1.5."""
+
+    whole = False
 
     def tickStrings(self, values, scale, spacing):  # noqa: N802 (pyqtgraph's name)
         return [count_text(v * scale) for v in values]
+
+    def tickValues(self, minVal, maxVal, size):  # noqa: N802, N803 (pyqtgraph's names)
+        levels = super().tickValues(minVal, maxVal, size)
+        if not self.whole:
+            return levels
+        whole = [(spacing, [v for v in values if float(v).is_integer()]) for spacing, values in levels
+                 if spacing >= 1]
+        if whole:
+            return whole
+        return [(1.0, [float(v) for v in range(math.ceil(minVal), math.floor(maxVal) + 1)])]
 
 
 class MetricPlot(pg.PlotWidget):
@@ -254,7 +267,12 @@ class MetricPlot(pg.PlotWidget):
         item.setLabel("left", y_label)
         self.set_hint(hint)
 
-    def set_x_label(self, text: str) -> None:
+    def set_x_label(self, text: str, whole: bool = False) -> None:
+        """The x axis' name; ``whole``: it counts something that has no fractions (optimizer steps)."""
+        axis = self.getPlotItem().getAxis("bottom")
+        axis.whole = whole
+        axis.picture = None  # ticks chosen afresh
+        axis.update()
         self.getPlotItem().setLabel("bottom", text)
 
     def set_log_y(self, log: bool) -> None:

@@ -287,7 +287,7 @@ class PlotPanel(QWidget):
     # ------------------------------------------------------------------ options
     def _on_x_axis(self) -> None:
         for plot in self.plots:
-            plot.set_x_label(X_AXIS_TEXT[self.x_axis])
+            plot.set_x_label(X_AXIS_TEXT[self.x_axis], whole=self.x_axis == "step")
             plot.follow = True  # a new axis: the old zoom means nothing on it
         self.refresh(force=True)
 

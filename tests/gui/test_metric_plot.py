@@ -94,3 +94,18 @@ def test_compile_labels_of_runs_stand_at_different_heights(qtbot):
         plot.set_region(key, 0.0, 10.0 + key * 0.1, "#ff0000", f"compile {key}.0 s")
     heights = [plot.region(key).label.orthoPos for key in (1, 2, 3)]
     assert len(set(heights)) == 3  # regions that end together keep their labels apart
+
+
+def test_an_axis_of_optimizer_steps_has_ticks_on_whole_steps_only(qtbot):
+    """A run of three steps showed ticks at 1.5 and 2.5; tokens and seconds keep their fractions."""
+    plot = MetricPlot("p", "Loss", "loss")
+    qtbot.addWidget(plot)
+    axis = plot.getPlotItem().getAxis("bottom")
+    plot.set_x_label("wall time (s)")
+    ticks = [v for _, values in axis.tickValues(0.8, 3.2, 600) for v in values]
+    assert any(not float(v).is_integer() for v in ticks)  # what the step axis must not show
+    plot.set_x_label("optimizer step", whole=True)
+    for low, high in ((0.8, 3.2), (0.2, 0.9), (0.0, 5000.0)):
+        ticks = [v for _, values in axis.tickValues(low, high, 600) for v in values]
+        assert all(float(v).is_integer() for v in ticks), (low, high, ticks)
+    assert [v for _, values in axis.tickValues(0.8, 3.2, 600) for v in values] != []
