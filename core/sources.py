@@ -44,9 +44,17 @@ _DATA_LIKE = (".csv", ".tsv", ".json", ".ndjson", ".gz", ".bz2", ".xz", ".zst", 
               ".feather", ".orc", ".avro", ".pq", ".rst", ".html", ".htm", ".xml", ".tex")
 # Documentation that ships beside data shards (a dataset repository's README) is not part of the corpus.
 _DOC_FILE = re.compile(r"(readme|license|licence|changelog)(\..*)?", re.IGNORECASE)
+# Markers a Spark or Hadoop job leaves beside its output shards: no data, skipped as a README is.
+_JOB_MARKER = re.compile(r"_SUCCESS|_committed_.*|_started_.*")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _READ_CHUNK = 4 << 20
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_BATCH_BYTES = 4 << 20
+"""About the text of one Parquet or Arrow batch turned into strings: memory does not grow with row size."""
+_MAX_BATCH_ROWS = 8192  # short rows (FineWeb's are ~3 KB) are read 8,192 at a time, as before
+# A surrogate pair (what CESU-8 bytes of an emoji decode to) or a lone half of one.
+_SURROGATE = re.compile(r"[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
+# UTF-8 never holds ED A0-BF: those bytes encode U+D800-DFFF (CESU-8, WTF-8), which json.loads lets through.
+_SURROGATE_BYTES = re.compile(rb"\xed[\xa0-\xbf]")
 MAX_PARAGRAPH_CHARS = 64 << 20
 """A longer run of text without a blank line is cut there: memory stays bounded on any file."""
 _SAMPLE_BLOCKS, _SAMPLE_BLOCK = 16, 16 << 10
@@ -73,7 +81,8 @@ class Source:
     files: tuple[SourceFile, ...] = ()
     text_field: str = "text"
     ignored: tuple[str, ...] = ()
-    """Files of a folder that were skipped (binary files that hold no text, a README beside data shards)."""
+    """Files of a folder that were skipped (binary files that hold no text, a README beside data shards, a
+    Spark job's ``_SUCCESS`` marker)."""
     hub: tuple[str, str | None, str] | None = None
     """(dataset, config, split) of an ``hf:`` source."""
     _documents: list[int] = field(default_factory=list, compare=False, repr=False)
@@ -248,12 +257,19 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
             names = [d["filename"] for d in state["_data_files"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"dataset folder {spec}: unreadable state.json ({first_line(exc)})") from None
+        odd = [n for n in names if not isinstance(n, str)]
+        if odd:
+            raise DataError(f"dataset folder {spec}: unreadable state.json (a data file's name is "
+                            f"{repr(odd[0])[:40]}, not a string)")
         files = []
         for n in names:
             p = path / n
-            if Path(n).is_absolute() or ".." in Path(n).parts or not p.is_file():
-                raise DataError(f"dataset folder {spec}: its data file {n} is missing")
-            st = p.stat()
+            try:
+                st = None if Path(n).is_absolute() or ".." in Path(n).parts else p.stat()
+            except (OSError, ValueError):  # missing, or a name no file can have (too long, a NUL)
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode):
+                raise DataError(f"dataset folder {spec}: its data file {n!r} is missing")
             files.append(SourceFile(p, n, st.st_size, st.st_mtime_ns, "arrow"))
         if not files:
             raise DataError(f"dataset folder {spec} is empty (no data files)")
@@ -286,8 +302,8 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
                 raise DataError(f"cannot read {p}: {exc.strerror}") from None
             _require_regular(p, st.st_mode, spec)
             fmt = _format_of(p)
-            if fmt is None and _DOC_FILE.fullmatch(name):
-                binary.append(rel)  # LICENSE, README without an extension: a repository's, never data
+            if fmt is None and (_DOC_FILE.fullmatch(name) or _JOB_MARKER.fullmatch(name)):
+                binary.append(rel)  # LICENSE, README without an extension, Spark's _SUCCESS: never data
                 continue
             if fmt is not None:
                 if _DOC_FILE.fullmatch(name) and fmt == "text":
@@ -478,11 +494,19 @@ def _open_lines(path: Path, counter: _CountingReader, buffer: int = 1 << 20):
     return io.BufferedReader(counter, buffer)
 
 
+def _joined_or_replaced(match: re.Match) -> str:
+    pair = match.group()
+    if len(pair) == 1:
+        return "\ufffd"
+    return chr(0x10000 + ((ord(pair[0]) - 0xD800) << 10) + (ord(pair[1]) - 0xDC00))
+
+
 def _without_surrogates(text: str) -> str:
-    """``text`` with each lone surrogate (JSON's ``\\ud800``: half an emoji cut by a scraper) as U+FFFD.
+    """``text`` with each lone surrogate (JSON's ``\\ud800`` or the bytes ED A0 BD: half an emoji cut by a
+    scraper) as U+FFFD, and two halves that make a pair (CESU-8's bytes of an emoji) as that character.
 
     json.loads accepts them, but they are no UTF-8 text: hashing or tokenizing the document would fail."""
-    return _SURROGATE.sub("\ufffd", text)
+    return _SURROGATE.sub(_joined_or_replaced, text)
 
 
 def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
@@ -500,8 +524,9 @@ def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
         raise DataError(f"{path}:{n}: each line needs a string field '{text_field}'{keys}; choose another "
                         f"text field (--text-field)")
     text = row[text_field]
-    # Only a line that escapes a code point in D000-DFFF can hold one: others pay nothing.
-    if b"\\ud" in line or b"\\uD" in line:
+    # Only a line that escapes a code point in D000-DFFF, or holds bytes that encode one, can hold a surrogate:
+    # others pay nothing (ED also leads Hangul syllables: the search settles those lines).
+    if b"\\ud" in line or b"\\uD" in line or (b"\xed" in line and _SURROGATE_BYTES.search(line)):
         text = _without_surrogates(text)
     return text
 
@@ -597,21 +622,59 @@ def _parquet_rows(path: Path, text_field: str) -> int:
     return pf.metadata.num_rows
 
 
-def _texts(column) -> list[str]:
-    return [t for t in column.to_pylist() if t is not None and not t.isspace() and t]
+def _texts(column, path: Path, first_row: int) -> list[str]:
+    """The non-blank texts of ``column``, whose first value is row ``first_row`` (from 0) of ``path``."""
+    try:
+        values = column.to_pylist()
+    except UnicodeDecodeError:  # Arrow checks no UTF-8 on write or read: other writers' bytes arrive as they are
+        values = _decoded(column, path, first_row)
+    return [t for t in values if t is not None and not t.isspace() and t]
+
+
+def _decoded(column, path: Path, first_row: int) -> list[str | None]:
+    """The values of a text column holding bytes that are no UTF-8: read as JSONL lines are (a surrogate's
+    bytes as U+FFFD or its pair's character), other bytes refused naming the row."""
+    out: list[str | None] = []
+    for i, raw in enumerate(column.cast(_pyarrow().large_binary()).to_pylist()):
+        if raw is None:
+            out.append(None)
+            continue
+        try:
+            text = raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: row {first_row + i + 1}: not UTF-8 text (bad byte at offset {exc.start} "
+                            f"of its text)") from None
+        out.append(_without_surrogates(text) if _SURROGATE_BYTES.search(raw) else text)
+    return out
+
+
+def _parquet_batch_rows(meta, group: int, text_field: str) -> int:
+    """Rows per batch of row group ``group`` for about ``_BATCH_BYTES`` of text, from the sizes the footer records
+    (the text column's, else the whole group's): a batch of 8,192 book-length rows would be gigabytes."""
+    rg = meta.row_group(group)
+    size = rg.total_byte_size
+    for j in range(rg.num_columns):
+        if rg.column(j).path_in_schema == text_field:
+            size = rg.column(j).total_uncompressed_size
+            break
+    return max(1, min(_MAX_BATCH_ROWS, _BATCH_BYTES * rg.num_rows // max(size, 1)))
 
 
 def _read_parquet(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
     pa = _pyarrow()
     pf = _parquet_file(path)
     _text_column(path, pf.schema_arrow, text_field)
-    size, rows, done = path.stat().st_size, max(pf.metadata.num_rows, 1), 0
+    meta = pf.metadata
+    size, rows, done = path.stat().st_size, max(meta.num_rows, 1), 0
     try:
-        for batch in pf.iter_batches(batch_size=8192, columns=[text_field]):
-            done += batch.num_rows
-            position = size * done // rows
-            for t in _texts(batch.column(0)):
-                yield t, position
+        for group in range(meta.num_row_groups):
+            batch_rows = _parquet_batch_rows(meta, group, text_field)
+            for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=[text_field]):
+                texts = _texts(batch.column(0), path, done)
+                done += batch.num_rows
+                position = size * done // rows
+                for t in texts:
+                    yield t, position
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"cannot read {path}: damaged Parquet data ({first_line(exc)})") from None
 
@@ -656,12 +719,18 @@ def _read_arrow(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
     reader = _arrow_reader(path)
     _text_column(path, reader.schema, text_field)
     size = path.stat().st_size
-    done = 0
+    done = row = 0
     for batch in _arrow_batches(path, reader):
         column = batch.column(batch.schema.get_field_index(text_field))
+        # A batch is memory-mapped, its texts as strings are not: converted about _BATCH_BYTES at a time.
+        step = max(1, _BATCH_BYTES * len(column) // max(column.nbytes, 1))
+        for start in range(0, len(column), step):
+            texts = _texts(column.slice(start, step), path, row + start)
+            position = min(done + batch.nbytes * min(start + step, len(column)) // len(column), size)
+            for t in texts:
+                yield t, position
         done += batch.nbytes
-        for t in _texts(column):
-            yield t, min(done, size)
+        row += len(column)
 
 
 # ----------------------------------------------------------------------------- the Hugging Face hub
@@ -713,7 +782,8 @@ def _read_hub(source: Source) -> Iterator[tuple[str, int]]:
                 value = f"{type(text).__name__} {repr(text)[:40]}"
                 raise DataError(f"{source.spec}: row {n}: '{field_}' holds the {value}, not text; "
                                 f"choose another field with --text-field")
-            if not text.isascii():  # isascii is a flag lookup; only other text can hold a lone surrogate
+            # isascii is a flag lookup; only other text can hold a surrogate, and only the rare row that does pays
+            if not text.isascii() and _SURROGATE.search(text):
                 text = _without_surrogates(text)
             if text.strip():
                 yield text, 0

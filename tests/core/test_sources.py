@@ -264,9 +264,10 @@ def test_lone_surrogates_in_jsonl_become_replacement_characters(tmp_path, name, 
 def test_lone_surrogates_in_hub_rows_become_replacement_characters(monkeypatch):
     import core.sources
 
-    monkeypatch.setattr(core.sources, "_hub_dataset", lambda source: iter([{"text": "a \udc00 b"}, {"text": "ok"}]))
+    rows = [{"text": "a \udc00 b"}, {"text": "ok"}, {"text": "pair \ud83d\ude00"}]
+    monkeypatch.setattr(core.sources, "_hub_dataset", lambda source: iter(rows))
     source = resolve_source("hf:someone/corpus")
-    assert [d for batch, _ in source.iter_documents() for d in batch] == ["a \ufffd b", "ok"]
+    assert [d for batch, _ in source.iter_documents() for d in batch] == ["a \ufffd b", "ok", "pair \U0001f600"]
 
 
 def test_a_byte_order_mark_opening_a_text_file_is_no_text(tmp_path):
@@ -304,3 +305,89 @@ def test_the_look_reads_only_the_start_and_judges_no_line_cut_at_its_limit(tmp_p
     monkeypatch.setattr(sources, "_CHECKED_BYTES", len(line) * 10 + 20)  # the broken line straddles the limit
     assert describe_source(DataConfig(source=str(path))).kind == "jsonl"
     assert "c.jsonl:11: invalid JSON" in one_line_error(lambda: load_corpus(str(path)))  # judged when read
+
+
+def test_raw_surrogate_bytes_in_jsonl_are_read_as_their_escapes_are(tmp_path, monkeypatch):
+    """Bytes ED A0-BF xx encode a surrogate (CESU-8, WTF-8: a scraper's half emoji); json.loads decodes them
+    (surrogatepass), so hashing and tokenizing the line failed with a traceback. A lone one is U+FFFD, as its
+    escape is; a pair is the character it encodes; Hangul (ED 80-9F) is text and stays."""
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "half an emoji \xed\xa0\xbd here"}\n'
+                     b'{"text": "low half \xed\xb8\x80, pair \xed\xa0\xbd\xed\xb8\x80"}\n'
+                     + '{"text": "한국어 텍스트"}\n'.encode() + json.dumps({"text": DOCS[0]}).encode())
+    expected = ["half an emoji \ufffd here", "low half \ufffd, pair \U0001f600", "한국어 텍스트", DOCS[0]]
+    assert load_corpus(str(path)).documents == expected
+    data = prepare_data(DataConfig(source=str(path), layout="document", seq_len=16, vocab_size=300))
+    store = data.store  # a tokenizer was trained on the documents (their hash failed) and encoded them
+    ends = store.offsets.tolist()
+    docs = [store.tokens[a + 1: b - 1].tolist() for a, b in zip(ends[:-1], ends[1:], strict=True)]
+    assert [data.tokenizer.decode(ids) for ids in docs] == expected
+
+
+def _string_column(values: list[bytes | None]):
+    """A string column holding exactly these bytes: Arrow does not check them, and other writers do not either."""
+    raw = pa.array(values, pa.binary())
+    return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), null_count=raw.null_count)
+
+
+def _write_table(path: Path, column) -> Path:
+    table = pa.table({"text": column})
+    if path.suffix == ".parquet":
+        pq.write_table(table, path, row_group_size=4)
+    else:
+        with pa.ipc.new_file(path, table.schema) as writer:
+            writer.write_table(table, max_chunksize=4)
+    return path
+
+
+@pytest.mark.parametrize("name", ["c.parquet", "c.arrow"])
+def test_bytes_that_are_no_utf8_in_a_text_column_are_one_line_naming_the_row(tmp_path, name):
+    good = [d.encode() for d in DOCS[:9]]
+    path = _write_table(tmp_path / name, _string_column(good + [b"caf\xe9 au lait"] + good))
+    assert f"{name}: row 10: not UTF-8 text (bad byte at offset 3" in one_line_error(lambda: load_corpus(str(path)))
+    # A surrogate's bytes are read as in JSONL, beside a null (no document).
+    path.unlink()
+    _write_table(path, _string_column(good[:5] + [b"cut \xed\xa0\xbd", None, b"\xed\xa0\xbd\xed\xb8\x80"] + good[5:]))
+    assert load_corpus(str(path)).documents == DOCS[:5] + ["cut \ufffd", "\U0001f600"] + DOCS[5:9]
+
+
+@pytest.mark.parametrize("name", ["c.parquet", "c.arrow"])
+def test_long_rows_are_turned_into_strings_a_few_at_a_time_in_the_same_order(tmp_path, name, monkeypatch):
+    """8,192 rows at a time held gigabytes of text for book-length rows: a batch is bounded in bytes."""
+    from core import sources
+
+    path = tmp_path / name  # Parquet in row groups of 16, Arrow in record batches of 4
+    write_parquet(path) if name.endswith(".parquet") else _write_table(path, pa.array(DOCS, pa.string()))
+    converted: list[int] = []
+    texts = sources._texts
+    monkeypatch.setattr(sources, "_texts", lambda column, *a: converted.append(len(column)) or texts(column, *a))
+    monkeypatch.setattr(sources, "_BATCH_BYTES", 3 * max(len(d) for d in DOCS))
+    assert load_corpus(str(path)).documents == DOCS
+    assert sum(converted) == len(DOCS) and max(converted) <= 4
+
+
+def test_spark_job_markers_beside_parquet_shards_are_skipped_and_named(tmp_path):
+    spark = tmp_path / "spark"
+    spark.mkdir()
+    write_parquet(spark / "part-00000-abc.snappy.parquet")
+    (spark / "_SUCCESS").write_bytes(b"")
+    (spark / "_committed_8051").write_text('{"added": ["part-00000-abc.snappy.parquet"], "removed": []}')
+    (spark / "_started_8051").write_bytes(b"")
+    source = resolve_source(str(spark))
+    assert [f.rel for f in source.files] == ["part-00000-abc.snappy.parquet"]
+    assert source.ignored == ("_SUCCESS", "_committed_8051", "_started_8051")
+    assert load_corpus(str(spark)).documents == DOCS
+
+
+@pytest.mark.parametrize("state, expected", [
+    ({"_data_files": [{"filename": 5}]}, "unreadable state.json (a data file's name is 5, not a string)"),
+    ({"_data_files": [{"filename": ["a.arrow"]}]}, "a data file's name is ['a.arrow'], not a string"),
+    ({"_data_files": "data.arrow"}, "unreadable state.json"),
+    ([{"filename": "data.arrow"}], "unreadable state.json"),
+    ({"_data_files": [{"filename": "x" * 300}]}, "its data file 'xxx"),
+    ({"_data_files": [{"filename": "a\nb.arrow"}]}, "its data file 'a\\nb.arrow' is missing"),
+])
+def test_a_malformed_dataset_state_is_one_line(tmp_path, state, expected):
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert expected in one_line_error(lambda: resolve_source(str(tmp_path)))
