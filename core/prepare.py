@@ -25,11 +25,18 @@ from pathlib import Path
 
 from core.config import DataConfig
 from core.errors import CheckpointError, DataError
-from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event
+from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event, WarningRaised
 from core.paths import why_write_failed
 from core.sources import Source, resolve_source
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
-from core.tokenizer import BPETokenizer, cache_dir, check_special_tokens, get_tokenizer, load_tokenizer_file
+from core.tokenizer import (
+    BPETokenizer,
+    cache_dir,
+    check_special_tokens,
+    drops_unknown_text,
+    get_tokenizer,
+    load_tokenizer_file,
+)
 
 _TOKENIZER_KEY_FORMAT = "speedboard-source-tokenizer-1"
 
@@ -223,6 +230,9 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
             def progress(done: int, docs: int, tokens: int) -> None:
                 report.progress("tokens", done, total, docs, source.documents, tokens)
 
+            if drops_unknown_text(tok):
+                report.emit(WarningRaised, message=f"tokenizer {origin} has no unknown token: a character it has no "
+                                                   f"token for is left out of the tokens, without a trace")
             report.begin("tokens")
             store = write_store(source, tok, fingerprint, tokenizer_origin=origin, progress=progress,
                                 should_stop=should_stop)

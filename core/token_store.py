@@ -33,17 +33,17 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.errors import Cancelled, DataError
+from core.errors import Cancelled, DataError, first_line
 from core.json_text import parse_json
 from core.paths import fsync, why_write_failed
 from core.sources import Source, sampled_sha256, source_location
-from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, pieces_of
+from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, iter_pieces
 
 STORE_FORMAT = "speedboard-token-store"
 STORE_VERSION = 2
@@ -241,50 +241,109 @@ def plain_text_tokenizer(tokenizer: BPETokenizer):
     return tok
 
 
-_PIECES_AT_ONCE = 4
+@dataclass
+class _Unit:
+    """One encoding job: texts that are whole documents or pieces of a long one, each with its document's number in
+    the corpus (from 0), whether it opens the document (BOS before it) and closes it (EOS after it)."""
+
+    texts: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    opens: list[bool] = field(default_factory=list)
+    closes: list[bool] = field(default_factory=list)
+    heads: list[str] = field(default_factory=list)
+    """A long document's start, to name it in a message ("" for a whole document: the text is its start)."""
+    done_bytes: int = 0
+    """Bytes of the source read once it is written (in proportion to the characters within a batch)."""
+    chars: int = 0
 
 
-def _encoder(tokenizer: BPETokenizer) -> Callable[[list[str]], list[list[int]]]:
-    """Each document's ids, through HF tokenizers' batch encoding (Rust threads, the GIL released; the variant
-    without offsets when the installed version has it: same ids, less work). A long document is encoded in
-    pieces (``core.tokenizer.PIECE_CHARS``), a few at a time, so memory does not grow with how a text is broken."""
+def _parts(docs: list[str]) -> Iterator[tuple[str, bool, bool, str]]:
+    """(text, opens, closes, head) of each document: whole, or its pieces cut one at a time."""
+    for doc in docs:
+        pieces = iter_pieces(doc)
+        text, opens = next(pieces), True
+        for following in pieces:
+            yield text, opens, False, doc[:60]
+            text, opens = following, False
+        yield text, opens, True, "" if opens else doc[:60]
+
+
+def _units(batches: Iterator[tuple[list[str], int]], chars: int) -> Iterator[_Unit]:
+    """Each batch of the source as one encoding job, a long document's pieces (``core.tokenizer.iter_pieces``)
+    in jobs of about ``chars`` characters as well, so memory does not grow with how a text is broken into
+    documents, and the pieces of one document are encoded side by side (one Rust thread each)."""
+    number = before = 0
+    for docs, done in batches:
+        total, through = max(sum(map(len, docs)), 1), 0
+        unit = _Unit()
+        for text, opens, closes, head in _parts(docs):
+            unit.texts.append(text)
+            unit.numbers.append(number)
+            unit.opens.append(opens)
+            unit.closes.append(closes)
+            unit.heads.append(head)
+            unit.chars += len(text)
+            through += len(text)
+            number += closes
+            if unit.chars >= chars and through < total:
+                unit.done_bytes = before + (done - before) * through // total
+                yield unit
+                unit = _Unit()
+        if unit.texts:
+            unit.done_bytes = done
+            yield unit
+        before = done
+
+
+def _encoder(tokenizer: BPETokenizer, origin: str, spec: str) -> Callable[[_Unit], list[list[int]]]:
+    """The ids of each text of a unit, through HF tokenizers' batch encoding (Rust threads, the GIL released; the
+    variant without offsets when the installed version has it: same ids, less work). Text the tokenizer cannot
+    encode (a Unigram vocabulary without an unknown token) is a DataError naming the document."""
     tok = plain_text_tokenizer(tokenizer)
     fast = getattr(tok, "encode_batch_fast", None)
 
-    def batch(docs: list[str]) -> list:
-        return fast(docs, add_special_tokens=False) if fast is not None else \
-            tok.encode_batch(docs, add_special_tokens=False)
+    def batch(texts: list[str]) -> list:
+        return fast(texts, add_special_tokens=False) if fast is not None else \
+            tok.encode_batch(texts, add_special_tokens=False)
 
-    def encode(docs: list[str]) -> list[list[int]]:
-        cut = [pieces_of(d) for d in docs]
-        short = [i for i, pieces in enumerate(cut) if len(pieces) == 1]
-        out: list[list[int]] = [[] for _ in docs]
-        for i, e in zip(short, batch([docs[i] for i in short]) if short else [], strict=True):
-            out[i] = e.ids
-        for i, pieces in enumerate(cut):
-            if len(pieces) == 1:
-                continue
-            for k in range(0, len(pieces), _PIECES_AT_ONCE):
-                for e in batch(pieces[k:k + _PIECES_AT_ONCE]):
-                    out[i].extend(e.ids)
-        return out
+    def fails(text: str) -> bool:
+        try:
+            batch([text])
+        except Exception:  # tokenizers raises a bare Exception
+            return True
+        return False
+
+    def encode(unit: _Unit) -> list[list[int]]:
+        try:
+            return [e.ids for e in batch(unit.texts)]
+        except Exception as exc:  # found again one text at a time: only on this way out
+            i = next((i for i, t in enumerate(unit.texts) if fails(t)), 0)
+            text = unit.texts[i]
+            char = next((c for c in dict.fromkeys(text) if fails(c)), None)
+            what = f", which holds {char!r} (U+{ord(char):04X})" if char is not None else ""
+            raise DataError(f"tokenizer {origin} cannot encode document {unit.numbers[i] + 1:,} of {spec} (it begins "
+                            f"{unit.heads[i] or text[:60]!r}){what}: {first_line(exc)}; nothing was kept",
+                            "tokenizer") from None
 
     return encode
 
 
-def _pack(ids: list[list[int]], dtype: np.dtype, bos: int, eos: int) -> tuple[np.ndarray, np.ndarray]:
-    """``[BOS] doc [EOS]`` of every document's ids, concatenated; and each document's start in it."""
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)) + 2
+def _pack(ids: list[list[int]], opens: list[bool], closes: list[bool], dtype: np.dtype, bos: int,
+          eos: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each text's ids, with BOS before the texts that open a document and EOS after those that close one,
+    concatenated; and where each opened document starts in it."""
+    first, last = np.array(opens, dtype=bool), np.array(closes, dtype=bool)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)) + first + last
     ends = np.cumsum(lengths)
-    starts = ends - lengths
+    begins = ends - lengths
     out = np.empty(int(ends[-1]), dtype=dtype)
     body = np.ones(len(out), dtype=bool)
-    body[starts] = False
-    body[ends - 1] = False
+    body[begins[first]] = False
+    body[ends[last] - 1] = False
     out[body] = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(body.sum()))
-    out[starts] = bos
-    out[ends - 1] = eos
-    return out, starts
+    out[begins[first]] = bos
+    out[ends[last] - 1] = eos
+    return out, begins[first]
 
 
 def _check_unchanged(source: Source) -> None:
@@ -306,9 +365,9 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
                 should_stop: Callable[[], bool] | None = None, batch_chars: int = 1 << 22) -> TokenStore:
     """Tokenize ``source`` into its store and open it; call under ``preparation_lock``.
 
-    ``progress(bytes_done, documents_done, tokens_done)`` follows each batch;
-    ``should_stop()`` is polled between batches (a stop raises Cancelled).
-    Memory stays bounded: two batches of text and their tokens at a time.
+    ``progress(bytes_done, documents_done, tokens_done)`` follows each batch (and each part of a long document);
+    ``should_stop()`` is polled between them (a stop raises Cancelled). Memory stays bounded: two batches of
+    about ``batch_chars`` characters (whole documents or pieces of a long one) and their tokens at a time.
     """
     if tokenizer.eos_id is None or tokenizer.bos_id is None:
         raise DataError("the tokenizer has no end-of-text token")
@@ -320,7 +379,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
     sweep_stale(folder)
     tmp = folder / f".tmp-{key}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
     documents = tokens = text_bytes = 0
-    encode = _encoder(tokenizer)
+    encode = _encoder(tokenizer, tokenizer_origin, source.spec)
     try:
         tmp.mkdir(parents=True)
         with open(tmp / TOKENS, "wb") as tf, open(tmp / OFFSETS, "wb") as of, \
@@ -329,21 +388,23 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
 
             def flush(job) -> None:
                 nonlocal documents, tokens
-                future, done_bytes, count = job
-                packed, starts = _pack(future.result(), dtype, tokenizer.bos_id, tokenizer.eos_id)
+                future, unit = job
+                packed, starts = _pack(future.result(), unit.opens, unit.closes, dtype, tokenizer.bos_id,
+                                       tokenizer.eos_id)
                 (starts + tokens).astype(np.uint64).tofile(of)
                 packed.tofile(tf)
-                documents += count
+                documents += sum(unit.closes)
                 tokens += len(packed)
                 if progress is not None:
-                    progress(done_bytes, documents, tokens)
+                    progress(unit.done_bytes, documents, tokens)
 
-            # Encoding batch k+1 (Rust threads, no GIL) overlaps reading and writing batch k.
-            for docs, done_bytes in source.iter_documents(batch_chars):
+            # Encoding unit k+1 (Rust threads, no GIL) overlaps reading and writing unit k. A long document spans
+            # several units: its start is written with its first piece, its EOS with its last.
+            for unit in _units(source.iter_documents(batch_chars), batch_chars):
                 if should_stop is not None and should_stop():
                     raise Cancelled("data preparation stopped; nothing was kept")
-                text_bytes += sum(map(len, docs))
-                job = (pool.submit(encode, docs), done_bytes, len(docs))
+                text_bytes += unit.chars
+                job = (pool.submit(encode, unit), unit)
                 if pending is not None:
                     flush(pending)
                 pending = job

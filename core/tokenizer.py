@@ -12,7 +12,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -132,27 +132,68 @@ class BPETokenizer:
         return cls(tok, **special)
 
 
-PIECE_CHARS = 1 << 20
-"""A document longer than this is encoded in pieces cut after a line break (a text without blank lines is one
-document: encoded whole, 18 MB of it took 1.9 GB; in pieces, a third of that)."""
+LONG_DOCUMENT_CHARS = 1 << 20
+"""A document longer than this is encoded (and trains a tokenizer) in pieces, made one at a time: encoded whole, a
+text without blank lines (one document) took memory in proportion to its length, 1.9 GB for 98 MB."""
+PIECE_CHARS = 1 << 17
+"""A piece's length at most, and half of it at least where a cut keeps the ids (``iter_pieces``): what one Rust
+thread encodes at a time, whose working memory grows with it."""
+# Where a cut gives the ids of the whole text. Before a space between two non-spaces ("a| b"): the pre-tokenizers
+# of GPT-2/ByteLevel (with or without add_prefix_space), Llama 3, BERT, Whitespace and Metaspace all end a word
+# there and start the next with that space, and a piece that starts with a space gets no prefix space. After a
+# line break between two non-spaces ("a\n|b"): the same for those without a prefix space (one would be added to
+# "b"). Not after a line break before indentation: ByteLevel's "\s+(?!\S)" joins "\n" with the spaces after it.
+# No cut is exact for a normalizer that prepends to every text (Prepend, in Llama 2's and Mistral's tokenizer.json),
+# nor where nothing splits at spaces and the vocabulary holds a token across one (Metaspace with split=False).
+_EXACT_CUTS = (re.compile(r"(?<=\S)(?= \S)"), re.compile(r"(?<=\S\n)(?=\S)"))
+_SEARCH_BLOCK = 1 << 12
 
 
-def pieces_of(doc: str) -> list[str]:
-    """``doc`` cut into pieces of at most ``PIECE_CHARS``, each after a line break where there is one (a byte-level
-    tokenizer gives the same ids then: its words never span a line break), else after any space, else anywhere."""
-    if len(doc) <= PIECE_CHARS:
-        return [doc]
-    out, start = [], 0
+def _last_match(pattern: re.Pattern, doc: str, lo: int, hi: int) -> int:
+    """The last position in ``[lo, hi]`` where the zero-width ``pattern`` matches, or -1; searched backwards a
+    block at a time (the cut is nearly always within the last few characters), each block twice the last."""
+    block = _SEARCH_BLOCK
+    while hi >= lo:
+        a = max(lo, hi - block)
+        last = -1
+        # Two characters past hi: the patterns look ahead that far.
+        for m in pattern.finditer(doc, a, min(hi + 2, len(doc))):
+            if m.start() > hi:
+                break
+            last = m.start()
+        if last >= 0:
+            return last
+        hi, block = a - 1, block * 2
+    return -1
+
+
+def iter_pieces(doc: str) -> Iterator[str]:
+    """``doc`` whole, or when longer than ``LONG_DOCUMENT_CHARS`` in pieces of at most ``PIECE_CHARS``, made one at
+    a time (a long document is not copied whole).
+
+    Each cut is one of ``_EXACT_CUTS`` in the piece's second half where there is one, so that encoding the
+    pieces gives the ids of the whole document (see ``_EXACT_CUTS`` for which tokenizers); else, in a text
+    without such a place (a base64 blob, Chinese without spaces), after the last line break, else after the last
+    space, else anywhere, which changes an id or two at that cut."""
+    if len(doc) <= LONG_DOCUMENT_CHARS:
+        yield doc
+        return
+    start = 0
     while len(doc) - start > PIECE_CHARS:
         end = start + PIECE_CHARS
-        cut = doc.rfind("\n", start + 1, end)
-        if cut < 0:
-            cut = doc.rfind(" ", start + 1, end)
-        cut = cut + 1 if cut >= 0 else end
-        out.append(doc[start:cut])
+        cut = -1
+        for pattern in _EXACT_CUTS:
+            cut = _last_match(pattern, doc, start + PIECE_CHARS // 2, end)
+            if cut > start:
+                break
+        if cut <= start:
+            cut = doc.rfind("\n", start + 1, end)
+            if cut < 0:
+                cut = doc.rfind(" ", start + 1, end)
+            cut = cut + 1 if cut >= 0 else end
+        yield doc[start:cut]
         start = cut
-    out.append(doc[start:])
-    return out
+    yield doc[start:]
 
 
 _LONG_RUN = re.compile(rf"\S{{{MAX_TRAINING_RUN + 1},}}")
@@ -170,8 +211,9 @@ def _short_runs(text: str) -> str:
 def train_bpe(documents: Sequence[str], vocab_size: int) -> BPETokenizer:
     # BPE training costs more than linearly in a word's length: one 2 MB run without a space (a base64 blob
     # in a scraped page) kept it busy for over ten minutes. No merge worth learning is that long.
-    # A long document (a text without blank lines) trains in pieces too: whole, 18 MB of it took 1.9 GB.
-    documents = [piece for d in documents for piece in pieces_of(_short_runs(d))]
+    # A long document (a text without blank lines) trains in pieces too: whole, 18 MB of it took 1.9 GB. The
+    # pieces are made as training reads them: the sample is not held twice.
+    pieces = (piece for d in documents for piece in iter_pieces(_short_runs(d)))
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -181,7 +223,7 @@ def train_bpe(documents: Sequence[str], vocab_size: int) -> BPETokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(documents, trainer=trainer, length=len(documents))
+    tok.train_from_iterator(pieces, trainer=trainer, length=len(documents))
     return BPETokenizer(tok)
 
 
@@ -242,6 +284,26 @@ def check_special_tokens(tok: BPETokenizer, origin: str) -> None:
     if tok.eos_id is None:
         names = ", ".join(dict.fromkeys(_ALIASES["eos"]))  # each name once
         raise DataError(f"tokenizer {origin} has no end-of-text token (looked for {names})", "tokenizer")
+
+
+def _has_byte_level(part: object) -> bool:
+    """Whether a tokenizer.json component (a pre-tokenizer, a normalizer, a Sequence of them) holds ByteLevel."""
+    if isinstance(part, dict):
+        return part.get("type") == "ByteLevel" or any(_has_byte_level(v) for v in part.values())
+    return isinstance(part, list) and any(_has_byte_level(v) for v in part)
+
+
+def drops_unknown_text(tok: BPETokenizer) -> bool:
+    """Whether ``tok`` leaves text out of its ids without a word: a BPE model without an unknown token or byte
+    fallback drops every character it has no token for, unless it is byte-level with all 256 bytes in its
+    vocabulary (Speedboard's own, GPT-2's). Read from its tokenizer.json: no text is encoded."""
+    spec = json.loads(tok.to_str())
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or model.get("unk_token") is not None or model.get("byte_fallback"):
+        return False
+    if _has_byte_level(spec.get("pre_tokenizer")) or _has_byte_level(spec.get("normalizer")):
+        return not set(pre_tokenizers.ByteLevel.alphabet()) <= tok.tok.get_vocab().keys()
+    return True
 
 
 def require_checkpoint_tokenizer(path: str, own: BPETokenizer, source: str) -> None:

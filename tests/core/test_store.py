@@ -493,21 +493,3 @@ def test_a_file_written_to_while_it_is_prepared_keeps_no_store(tmp_path, cache, 
     assert appended and store_folders(cache) == []
     prepare_data(DataConfig(source=str(path), seq_len=32, vocab_size=300))  # once written, it prepares
     assert len(store_folders(cache)) == 1
-
-
-def test_a_long_document_is_encoded_in_pieces_with_the_ids_of_a_whole(monkeypatch):
-    from core.token_store import _encoder, plain_text_tokenizer
-    from core.tokenizer import pieces_of as _pieces
-
-    monkeypatch.setattr("core.tokenizer.PIECE_CHARS", 200)
-    text = "\n".join(f"line {i} of a text without blank lines, one sentence per line" for i in range(300))
-    pieces = _pieces(text)
-    assert len(pieces) > 50 and "".join(pieces) == text and max(map(len, pieces)) <= 200
-    assert all(p.endswith("\n") for p in pieces[:-1])  # cut after a line break
-    from core.tokenizer import train_bpe
-
-    tok = train_bpe([text], 300)
-    whole = plain_text_tokenizer(tok).encode(text, add_special_tokens=False).ids
-    assert _encoder(tok)(["short", text]) == [plain_text_tokenizer(tok).encode("short", add_special_tokens=False).ids,
-                                             whole]
-    assert _pieces("x" * 450) == ["x" * 200, "x" * 200, "x" * 50]  # no break at all: cut anywhere

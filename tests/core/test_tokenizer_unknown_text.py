@@ -1,0 +1,88 @@
+"""A tokenizer that cannot encode a document's text is one line naming the document; one that leaves such text
+out silently (a BPE without an unknown token) is a warning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from core.cli import main
+from core.config import DataConfig
+from core.events import ListSink, WarningRaised
+from core.prepare import prepare_corpus
+from core.tokenizer import BPETokenizer, drops_unknown_text, train_bpe
+
+ENGLISH = ["plain english text", "some more words of it", "the quick brown fox jumps over the lazy dog"] * 5
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
+    return folder
+
+
+def one_line(capsys, code: int) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def stores(cache: Path) -> list[Path]:
+    folder = cache / "stores"
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".lock-")) if folder.is_dir() else []
+
+
+def jsonl(path: Path, docs: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
+def unigram_without_unk(folder: Path) -> Path:
+    """A SentencePiece-style tokenizer with no unknown token: text outside its vocabulary cannot be encoded."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.train_from_iterator(ENGLISH, trainers.UnigramTrainer(vocab_size=60, special_tokens=["<s>", "</s>", "<pad>"],
+                                                             show_progress=False))
+    path = folder / "unigram.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_text_a_tokenizer_cannot_encode_is_one_line_naming_the_document(long, tmp_path, cache, capsys, monkeypatch):
+    monkeypatch.setattr("core.tokenizer.LONG_DOCUMENT_CHARS", 100)
+    monkeypatch.setattr("core.tokenizer.PIECE_CHARS", 100)
+    bad = ("some text " * 30 if long else "") + "with 日本語 characters"
+    data = jsonl(tmp_path / "c.jsonl", ["plain english text", bad, "more plain text"])
+    code = main(["prepare", str(data), "--tokenizer", str(unigram_without_unk(tmp_path)), "--no-progress"])
+    err = one_line(capsys, code)
+    assert f"tokenizer {tmp_path / 'unigram.json'} cannot encode document 2 of {data}" in err, err
+    assert f"it begins {bad[:60]!r}" in err and "which holds '日' (U+65E5)" in err, err
+    assert stores(cache) == []
+
+
+def _whitespace_bpe(unk: str | None) -> BPETokenizer:
+    tok = Tokenizer(models.BPE(unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(ENGLISH, trainers.BpeTrainer(vocab_size=80, special_tokens=["<unk>", "<s>", "</s>"],
+                                                         show_progress=False))
+    return BPETokenizer(tok)
+
+
+def test_a_tokenizer_that_drops_unknown_text_is_a_warning(tmp_path, cache):
+    dropping = _whitespace_bpe(None)
+    assert dropping.encode("plain 日本語") == dropping.encode("plain")  # what the warning is about
+    assert drops_unknown_text(dropping) and not drops_unknown_text(_whitespace_bpe("<unk>"))
+    assert not drops_unknown_text(train_bpe(ENGLISH, 300))  # byte-level over all 256 bytes: nothing to drop
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
+    for tok, warned in ((dropping, True), (train_bpe(ENGLISH, 300), False)):
+        sink = ListSink()
+        prepare_corpus(DataConfig(source=data), tok, tokenizer_origin="the given one", sink=sink)
+        messages = [e.message for e in sink.of(WarningRaised)]
+        assert messages == (["tokenizer the given one has no unknown token: a character it has no token for is left "
+                             "out of the tokens, without a trace"] if warned else [])
