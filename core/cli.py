@@ -569,6 +569,10 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
         if not stores:
             print(f"no token stores of {args.data}" if args.data else f"no token stores in {stores_dir()}")
         for m in stores:
+            if "damaged" in m:  # its manifest says nothing more: named by its path
+                print(f"{m['path']}: damaged ({m['damaged']}), {m['bytes'] / 2**30:.2f} GiB; preparing its corpus "
+                      f"again replaces it, --remove all removes it")
+                continue
             tok, source = m.get("tokenizer") or {}, m.get("source") or {}
             field = f" --text-field {source['text_field']}" if source.get("kind") not in ("text", "builtin", None) \
                 else ""

@@ -107,11 +107,17 @@ class TokenStore:
             manifest = parse_json((path / MANIFEST).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise DataError(f"token store {path} has no readable manifest ({exc})") from None
-        if manifest.get("format") != STORE_FORMAT or manifest.get("version") != STORE_VERSION:
+        damage = _damage(manifest)
+        if damage is None and (manifest.get("format") != STORE_FORMAT or manifest.get("version") != STORE_VERSION):
             raise DataError(f"token store {path} has another format ({manifest.get('format')} "
                             f"{manifest.get('version')}); remove it to prepare the corpus again")
+        if damage is None and any(manifest.get(k) is None for k in ("dtype", "documents", "tokens")):
+            damage = "its manifest has no dtype, documents or tokens"
+        if damage is not None:
+            raise DataError(f"token store {path} is damaged ({damage}); remove it (speedboard prepare --remove) "
+                            f"to prepare the corpus again")
         dtype = np.dtype(manifest["dtype"])
-        docs, toks = int(manifest["documents"]), int(manifest["tokens"])
+        docs, toks = manifest["documents"], manifest["tokens"]
         for name, expected in ((TOKENS, toks * dtype.itemsize), (OFFSETS, (docs + 1) * 8)):
             size = (path / name).stat().st_size if (path / name).is_file() else -1
             if size != expected:
@@ -126,6 +132,29 @@ class TokenStore:
 
     def tokenizer(self) -> BPETokenizer:
         return BPETokenizer.load(self.path / TOKENIZER)
+
+
+_MANIFEST_TYPES = {"created": str, "fingerprint": str, "digest": str, "dtype": str, "documents": int, "tokens": int,
+                   "source": dict, "tokenizer": dict}
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _damage(manifest: Any) -> str | None:
+    """What keeps a parsed manifest from describing a store (a hand edit, a damaged disk), or None: a manifest is
+    written whole, so another shape or a field of another type is never one this code wrote."""
+    if not isinstance(manifest, dict):
+        return "its manifest is no JSON object"
+    for key, kind in _MANIFEST_TYPES.items():
+        value = manifest.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
+                                  or key == "dtype" and value not in ("uint16", "uint32")
+                                  or kind is int and value < 0):
+            return f"its manifest's {key} is {_shown(value)}"
+    return None
 
 
 def _digest(path: Path, documents: int, tokens: int) -> str:
@@ -442,10 +471,11 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             os.rename(tmp, final)
             fsync(folder)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         # numpy's tofile reports a short write without an error number ("N requested and M written"):
-        # why_write_failed asks the disk (free space, the file-size limit) for a reason a person can act on.
+        # why_write_failed asks the disk (free space, the file-size limit) for a reason a person can act on,
+        # before the half-written store is removed and the disk has room again.
         reason = why_write_failed(exc, folder)
+        shutil.rmtree(tmp, ignore_errors=True)
         # About 0.3 tokens per byte of text for a BPE vocabulary of a few thousand tokens or more.
         need = f" (the store needs about {_size(0.3 * dtype.itemsize * source.bytes)})" if source.bytes else ""
         raise DataError(f"cannot write the token store in {folder} ({reason}); nothing was kept{need}") from None
@@ -467,8 +497,11 @@ def list_stores() -> list[dict[str, Any]]:
             continue
         try:
             manifest = parse_json((entry / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            manifest = {}
+            damage = _damage(manifest)
+        except (OSError, ValueError) as exc:
+            damage = f"its manifest cannot be read: {first_line(exc, 80)}"
+        if damage is not None:  # listed (and removable) by its path alone
+            manifest = {"damaged": damage}
         manifest["path"] = str(entry)
         manifest["bytes"] = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
         out.append(manifest)
@@ -480,5 +513,9 @@ def remove_store(path: str | Path) -> None:
     it memory-mapped keeps reading its pages until it ends (POSIX)."""
     path = Path(path)
     aside = path.parent / f".removed-{path.name}-{secrets.token_hex(3)}"
-    os.rename(path, aside)
+    try:
+        os.rename(path, aside)
+    except OSError as exc:  # a read-only cache, or another user's
+        raise DataError(f"cannot remove the token store {path} ({exc.strerror or exc}); its folder "
+                        f"{path.parent} cannot be written") from None
     shutil.rmtree(aside, ignore_errors=True)

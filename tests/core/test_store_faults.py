@@ -1,0 +1,112 @@
+"""Faults around the token store: a cache that cannot be written to remove a store, a disk that fills up, a
+damaged manifest. Each is one line, never a traceback."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import core.token_store as ts
+from core.cli import main
+from core.config import DataConfig
+from core.errors import DataError
+from core.prepare import prepare_corpus
+from core.token_store import MANIFEST, TokenStore, list_stores
+
+ENGLISH = ["plain english text", "some more words of it", "the quick brown fox jumps over the lazy dog"] * 5
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
+    return folder
+
+
+def stores(cache: Path) -> list[Path]:
+    folder = cache / "stores"
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".lock-")) if folder.is_dir() else []
+
+
+def one_line(capsys, code: int) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def jsonl(path: Path, docs: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
+def test_remove_on_a_cache_that_cannot_be_written_is_one_line(tmp_path, cache, capsys, monkeypatch):
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    capsys.readouterr()
+    real = os.rename
+
+    def read_only(src, dst, *args, **kwargs):  # as on a read-only mount (root may write anywhere else)
+        if Path(src).parent == cache / "stores":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(src))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", read_only)
+    err = one_line(capsys, main(["prepare", "--remove", data]))
+    (store,) = stores(cache)
+    assert f"cannot remove the token store {store} (Read-only file system)" in err, err
+    monkeypatch.setattr(os, "rename", real)
+    assert TokenStore.open(store).num_documents == len(ENGLISH)
+
+
+def test_a_full_disk_is_named_before_the_half_written_store_is_removed(tmp_path, cache, monkeypatch):
+    """numpy reports a short write without an error number; the disk, asked before the half-written store is
+    removed (which gives its space back), says that it is full."""
+    calls = []
+    real_pack = ts._pack
+
+    def short_write(*args):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError("1527711 requested and 1043161 written")
+        return real_pack(*args)
+
+    real_usage = shutil.disk_usage
+
+    def usage(path):  # no room while a half-written store is there
+        full = any(p.name.startswith(".tmp-") for p in (cache / "stores").iterdir())
+        return real_usage(path)._replace(free=0) if full else real_usage(path)
+
+    monkeypatch.setattr(ts, "_pack", short_write)
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+    monkeypatch.setattr("core.sources.Source.iter_documents",
+                        lambda self, batch_chars=0, real=ts.Source.iter_documents: real(self, 200))
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH * 4))
+    with pytest.raises(DataError, match=r"\(the disk is full \(0 bytes free\)\); nothing was kept"):
+        prepare_corpus(DataConfig(source=data, vocab_size=300))
+    assert stores(cache) == []
+
+
+@pytest.mark.parametrize("edit", [{"documents": "x"}, {"dtype": "nonsense"}, {"tokens": -3}, {"created": 5},
+                                  {"source": "x"}, [1]])
+def test_a_manifest_with_values_of_other_types_is_a_damaged_store(edit, tmp_path, cache, capsys):
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
+    cfg = DataConfig(source=data, vocab_size=300)
+    prepare_corpus(cfg)
+    (store,) = stores(cache)
+    manifest = json.loads((store / MANIFEST).read_text())
+    (store / MANIFEST).write_text(json.dumps({**manifest, **edit} if isinstance(edit, dict) else edit))
+    with pytest.raises(DataError, match=f"token store {store} is damaged"):
+        TokenStore.open(store)
+    assert main(["prepare", "--list"]) == 0  # named in one line
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{store}: damaged (its manifest") and "--remove all removes it" in line, line
+    assert list_stores()[0]["damaged"]
+    prepared = prepare_corpus(cfg)  # counts as missing: prepared again, in its place
+    assert not prepared.from_store and prepared.store.path == store and prepared.store.num_documents == len(ENGLISH)
+    assert main(["prepare", "--remove", "all"]) == 0 and stores(cache) == []
