@@ -21,6 +21,7 @@ from core.prepare import describe_source
 from core.token_store import MANIFEST, TOKENS, list_stores, stores_dir, sweep_stale, token_dtype
 from core.tokenizer import BPETokenizer
 from core.trainer import Trainer
+from tests.core.store_helpers import store_folders
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
 
@@ -32,19 +33,6 @@ def corpus(folder: Path, n: int = 60, name: str = "c.txt") -> Path:
     path = folder / name
     path.write_text("\n\n".join(docs), encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    """A cache folder of this test alone: stores and tokenizers start empty."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
-    return folder
-
-
-def store_folders(cache: Path) -> list[Path]:
-    return sorted(p for p in (cache / "stores").iterdir() if not p.name.startswith(".lock-")) \
-        if (cache / "stores").is_dir() else []
 
 
 def test_prepared_once_then_read_from_the_store(tmp_path, cache):

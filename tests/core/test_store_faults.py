@@ -17,32 +17,7 @@ from core.config import DataConfig
 from core.errors import DataError
 from core.prepare import prepare_corpus
 from core.token_store import MANIFEST, TokenStore, list_stores
-
-ENGLISH = ["plain english text", "some more words of it", "the quick brown fox jumps over the lazy dog"] * 5
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
-    return folder
-
-
-def stores(cache: Path) -> list[Path]:
-    folder = cache / "stores"
-    return sorted(p for p in folder.iterdir() if not p.name.startswith(".lock-")) if folder.is_dir() else []
-
-
-def one_line(capsys, code: int) -> str:
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
-
-
-def jsonl(path: Path, docs: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
-    return path
+from tests.core.store_helpers import ENGLISH, jsonl, one_line, store_folders
 
 
 def test_remove_on_a_cache_that_cannot_be_written_is_one_line(tmp_path, cache, capsys, monkeypatch):
@@ -58,7 +33,7 @@ def test_remove_on_a_cache_that_cannot_be_written_is_one_line(tmp_path, cache, c
 
     monkeypatch.setattr(os, "rename", read_only)
     err = one_line(capsys, main(["prepare", "--remove", data]))
-    (store,) = stores(cache)
+    (store,) = store_folders(cache)
     assert f"cannot remove the token store {store} (Read-only file system)" in err, err
     monkeypatch.setattr(os, "rename", real)
     assert TokenStore.open(store).num_documents == len(ENGLISH)
@@ -89,7 +64,7 @@ def test_a_full_disk_is_named_before_the_half_written_store_is_removed(tmp_path,
     data = str(jsonl(tmp_path / "c.jsonl", ENGLISH * 4))
     with pytest.raises(DataError, match=r"\(the disk is full \(0 bytes free\)\); nothing was kept"):
         prepare_corpus(DataConfig(source=data, vocab_size=300))
-    assert stores(cache) == []
+    assert store_folders(cache) == []
 
 
 @pytest.mark.parametrize("edit", [{"documents": "x"}, {"dtype": "nonsense"}, {"tokens": -3}, {"created": 5},
@@ -98,7 +73,7 @@ def test_a_manifest_with_values_of_other_types_is_a_damaged_store(edit, tmp_path
     data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
     cfg = DataConfig(source=data, vocab_size=300)
     prepare_corpus(cfg)
-    (store,) = stores(cache)
+    (store,) = store_folders(cache)
     manifest = json.loads((store / MANIFEST).read_text())
     (store / MANIFEST).write_text(json.dumps({**manifest, **edit} if isinstance(edit, dict) else edit))
     with pytest.raises(DataError, match=f"token store {store} is damaged"):
@@ -109,4 +84,4 @@ def test_a_manifest_with_values_of_other_types_is_a_damaged_store(edit, tmp_path
     assert list_stores()[0]["damaged"]
     prepared = prepare_corpus(cfg)  # counts as missing: prepared again, in its place
     assert not prepared.from_store and prepared.store.path == store and prepared.store.num_documents == len(ENGLISH)
-    assert main(["prepare", "--remove", "all"]) == 0 and stores(cache) == []
+    assert main(["prepare", "--remove", "all"]) == 0 and store_folders(cache) == []

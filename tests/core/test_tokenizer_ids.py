@@ -20,14 +20,6 @@ from tests.conftest import micro_config
 from tests.core.checkpoint_helpers import make_model, make_tokenizer, micro_model_config
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    """A cache folder of this test alone: stores and tokenizers start empty."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
-    return folder
-
-
 def holed_tokenizer(tok: BPETokenizer, path: Path, shift: int = 0) -> Path:
     """``tok`` without <|pad|> (id 0) and <|bos|> (id 1), <|eos|> renamed <|endoftext|>, every id + ``shift``:
     fewer entries than its highest id + 1, as GPT-2-style files cut from a larger vocabulary have."""

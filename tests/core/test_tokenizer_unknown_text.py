@@ -3,7 +3,6 @@ out silently (a BPE without an unknown token) is a warning."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,32 +13,7 @@ from core.config import DataConfig
 from core.events import ListSink, WarningRaised
 from core.prepare import prepare_corpus
 from core.tokenizer import BPETokenizer, drops_unknown_text, train_bpe
-
-ENGLISH = ["plain english text", "some more words of it", "the quick brown fox jumps over the lazy dog"] * 5
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(folder))
-    return folder
-
-
-def one_line(capsys, code: int) -> str:
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
-
-
-def stores(cache: Path) -> list[Path]:
-    folder = cache / "stores"
-    return sorted(p for p in folder.iterdir() if not p.name.startswith(".lock-")) if folder.is_dir() else []
-
-
-def jsonl(path: Path, docs: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
-    return path
+from tests.core.store_helpers import ENGLISH, jsonl, one_line, store_folders
 
 
 def unigram_without_unk(folder: Path) -> Path:
@@ -63,7 +37,7 @@ def test_text_a_tokenizer_cannot_encode_is_one_line_naming_the_document(long, tm
     err = one_line(capsys, code)
     assert f"tokenizer {tmp_path / 'unigram.json'} cannot encode document 2 of {data}" in err, err
     assert f"it begins {bad[:60]!r}" in err and "which holds '日' (U+65E5)" in err, err
-    assert stores(cache) == []
+    assert store_folders(cache) == []
 
 
 def _whitespace_bpe(unk: str | None) -> BPETokenizer:
