@@ -224,19 +224,25 @@ def _format_of(path: Path) -> str | None:
     return None
 
 
+def _not_text(head: bytes, whole: bool) -> str | None:
+    """Why ``head``, a file's first bytes (``whole``: all of it), is no UTF-8 text, or None."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=whole)  # a character cut at the end is fine
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 text (bad byte at offset {exc.start})"
+    nul = head.find(b"\x00")
+    if nul >= 0:  # valid UTF-8, but no text file holds NUL: a binary file named .txt
+        return f"is not text (a NUL byte at offset {nul})"
+    return None
+
+
 def _looks_binary(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
             head = f.read(8192)
     except OSError:
         return False
-    if b"\x00" in head:
-        return True
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return True
-    return False
+    return _not_text(head, whole=False) is not None
 
 
 def _more(names: list[str], shown: int = 3) -> str:
@@ -557,13 +563,9 @@ def _check_text_start(path: Path) -> None:
             head = f.read(_CHECKED_BYTES)
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < _CHECKED_BYTES)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text (bad byte at offset {exc.start})") from None
-    nul = head.find(b"\x00")
-    if nul >= 0:  # valid UTF-8, but no text file holds NUL: a binary file named .txt
-        raise DataError(f"{path} is not text (a NUL byte at offset {nul})")
+    problem = _not_text(head, whole=len(head) < _CHECKED_BYTES)
+    if problem is not None:
+        raise DataError(f"{path} {problem}")
 
 
 def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
