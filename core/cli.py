@@ -459,7 +459,7 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     exit code can follow the run's outcome (see ``core.launch.run_torchrun``).
     """
     from core.control import Control
-    from core.errors import ConfigError
+    from core.errors import Cancelled, ConfigError
     from core.launch import check_before_launch, check_nproc, run_torchrun, worker_env
     from core.runs import check_run_root, plan_run_dir
 
@@ -478,6 +478,8 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
             check_before_launch(config, args.nproc, sink=sink, should_stop=lambda: control.stop_requested)
     finally:
         sink.close()
+    if control.stop_requested:  # a stop that came while the checks ran no step of theirs could poll
+        raise Cancelled("stopped before training began; nothing was started or kept")
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
     return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
                         env=worker_env(args.nproc, config.train.device))

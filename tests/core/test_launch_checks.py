@@ -182,6 +182,23 @@ def test_sigterm_while_the_launcher_checks_is_one_line_and_exit_143(tmp_path, ca
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_stop_that_comes_while_the_launcher_checks_starts_no_processes(tmp_path, capsys, monkeypatch):
+    """Ctrl-C (the dashboard's Stop) during a check that polls no stop of its own (a store already prepared,
+    a tokenizer being trained): nothing is launched once the checks return; exit 130 and no run folder."""
+    import os
+    import signal
+
+    def stopped_meanwhile(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr("core.launch.check_before_launch", stopped_meanwhile)
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    assert main(["train", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "runs"), "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "speedboard: stopped before training began; nothing was started or kept")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_tokens_of_all_processes_must_fit_the_counters_before_anything_is_read(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
     code = main(["train", "--nproc", "2", "--device", "cpu", "--micro-batch", str(2**55), "--seq-len", "128",
