@@ -959,16 +959,20 @@ class Trainer:
     # ------------------------------------------------------------------ eval, sample, save
     @torch.no_grad()
     def _validate(self) -> float | None:
-        """Mean loss over the first ``eval_batches`` validation batches, shared out over the ranks.
+        """Mean loss over ``eval_batches`` global batches of validation samples, shared out over the ranks.
 
         Every rank runs the same number of forward passes (FSDP gathers weights
         in each); a rank without a batch of its own in the last round repeats
         one and leaves it out of the sum.
         """
         tc, val, world, rank = self.cfg.train, self.data.val, self.dist.world_size, self.dist.rank
-        n = min(len(val), tc.eval_batches * tc.micro_batch)
-        batches = [list(range(start, min(n, start + tc.micro_batch))) for start in range(0, n, tc.micro_batch)]
-        count = val.num_targets(range(n))  # on the CPU, the same on every rank
+        # The samples depend on the global batch only, never on its split into micro-batches, accumulation
+        # and ranks (nor on a split halved after running out of memory): one curve for every split. They are
+        # spread evenly over the held-out samples, which follow the corpus' order, not its first part.
+        n = min(len(val), tc.eval_batches * tc.sequences_per_step(world))
+        chosen = [i * len(val) // n for i in range(n)]
+        batches = [chosen[start:start + tc.micro_batch] for start in range(0, n, tc.micro_batch)]
+        count = val.num_targets(chosen)  # on the CPU, the same on every rank
         total = torch.zeros((), device=self.device)
         for i in range(rank, math.ceil(len(batches) / world) * world, world):
             batch = val.batch(batches[min(i, len(batches) - 1)]).to(self.device)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from core.data import IGNORE_INDEX, prepare_data
-from core.events import ListSink, StepMetrics
+from core.events import ListSink, StepMetrics, ValidationDone
 from core.model import LlamaForCausalLM
 from core.trainer import Trainer
 
@@ -48,6 +48,21 @@ def test_micro_batch_split_gives_the_same_parameters(micro, uneven_corpus, layou
         params, loss = one_step(micro, layout, uneven_corpus, mb, accum)
         assert_same_params(ref, params)
         assert loss == pytest.approx(ref_loss, rel=1e-5)  # the logged loss is the true window mean
+
+
+@pytest.mark.parametrize("layout", ["packed", "document"])
+def test_validation_reads_the_same_samples_for_every_split(micro, uneven_corpus, layout):
+    """Splits of one global batch train the same weights, so they report the same validation loss: the
+    held-out samples follow the global batch, not the micro-batch (also once one is halved after an OOM)."""
+    losses = []
+    for mb, accum in ((8, 1), (2, 4), (1, 8)):
+        cfg = micro(data={"layout": layout, "source": uneven_corpus, "vocab_size": 300},
+                    train={"micro_batch": mb, "accum_steps": accum, "budget": 1, "warmup_ratio": 0.0,
+                           "eval_batches": 1})
+        sink = ListSink()
+        Trainer(cfg, sink=sink).run()
+        losses.append(sink.of(ValidationDone)[-1].loss)
+    assert losses == pytest.approx([losses[0]] * 3, rel=1e-5)
 
 
 def test_dividing_by_accumulation_steps_would_be_wrong(micro, uneven_corpus):
