@@ -88,17 +88,33 @@ class BPETokenizer:
     def to_str(self) -> str:
         return self.tok.to_str()
 
-    def save(self, folder: str | Path) -> Path:
-        """Write ``tokenizer.json`` (and the HF ``tokenizer_config.json``) into ``folder``."""
+    def save(self, folder: str | Path, for_hf: bool = False) -> Path:
+        """Write ``tokenizer.json`` (and the HF ``tokenizer_config.json``) into ``folder``.
+
+        ``for_hf``: as a Hugging Face model's tokenizer, which puts BOS before a text itself (every training
+        sample here begins with one): a post-processor adds it, so ``AutoTokenizer(text)`` gives the ids the
+        model was trained on. Speedboard's own files leave it out: the engine adds BOS and EOS itself.
+        """
         folder = Path(folder)
         path = folder / TOKENIZER_FILE
-        path.write_text(self.to_str(), encoding="utf-8")
-        (folder / "tokenizer_config.json").write_text(json.dumps(self.hf_config(), indent=2), encoding="utf-8")
+        adds_bos = for_hf and self.bos_token is not None and self.tok.post_processor is None
+        path.write_text(self._with_bos().to_str() if adds_bos else self.to_str(), encoding="utf-8")
+        (folder / "tokenizer_config.json").write_text(json.dumps(self.hf_config(add_bos=adds_bos), indent=2),
+                                                      encoding="utf-8")
         return path
 
-    def hf_config(self) -> dict:
+    def _with_bos(self) -> Tokenizer:
+        from tokenizers.processors import TemplateProcessing
+
+        tok = Tokenizer.from_str(self.to_str())
+        bos = (self.bos_token, self.bos_id)
+        tok.post_processor = TemplateProcessing(single=f"{bos[0]} $A", pair=f"{bos[0]} $A {bos[0]} $B:1",
+                                                special_tokens=[bos])
+        return tok
+
+    def hf_config(self, add_bos: bool = False) -> dict:
         cfg: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
-                     "add_bos_token": False, "add_eos_token": False}
+                     "add_bos_token": add_bos, "add_eos_token": False}
         for role in ("bos", "eos", "pad"):
             token = getattr(self, f"{role}_token")
             if token is not None:

@@ -69,6 +69,8 @@ def test_export_loads_in_transformers_with_the_same_logits_and_tokens(arch, micr
         expected = loaded.tokenizer.encode(text)
         assert hf_tok(text, add_special_tokens=False)["input_ids"] == expected
         assert hf_tok.decode(expected) == loaded.tokenizer.decode(expected)
+        # As every training sample, and ``speedboard generate``'s prompt, the text comes after BOS.
+        assert hf_tok(text)["input_ids"] == [loaded.tokenizer.bos_id, *expected]
     assert (hf_tok.bos_token_id, hf_tok.eos_token_id, hf_tok.pad_token_id) == \
         (loaded.tokenizer.bos_id, loaded.tokenizer.eos_id, loaded.tokenizer.pad_id)
     assert hf.config.tie_word_embeddings == ours.config.tie_word_embeddings
