@@ -306,11 +306,7 @@ def failure_summary(report: str) -> str | None:
     def how(rank: int, code: int) -> str:
         if code >= 0:
             return f"rank {rank} exited with code {code}"
-        try:
-            name = f", {signal.Signals(-code).name}"
-        except ValueError:
-            name = ""
-        return f"rank {rank} died (signal {-code}{name})"
+        return f"rank {rank} died ({_signal_name(-code)})"
 
     order = sorted(failed, key=lambda rank: (failed[rank] >= 0, rank))
     return "speedboard: " + "; ".join(how(rank, failed[rank]) for rank in order)
@@ -370,6 +366,13 @@ class TorchrunOutput:
 # ----------------------------------------------------------------------------- the launcher
 _STOPS = (signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGINT))
 """Signals whose first arrival asks the run to stop after its current step."""
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number}, {signal.Signals(number).name}"
+    except ValueError:
+        return f"signal {number}"
+
+
 _ENDINGS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
 if hasattr(signal, "SIGHUP"):
     _ENDINGS[signal.SIGHUP] = "the terminal was closed (SIGHUP)"
@@ -432,6 +435,10 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
     if ending is not None:
         _say(f"speedboard: {_ENDINGS.get(ending, 'ended by a signal')}")
         return 128 + ending
+    if code < 0:  # torchrun itself was ended by a signal another process sent (kill -9): its workers follow
+        name = _signal_name(-code)
+        _say(f"speedboard: torchrun, the launcher of the processes, was ended by {name}; the run ended with it")
+        return 128 - code
     return code or 1  # failed, or no ending of this job: it did not succeed
 
 

@@ -155,3 +155,15 @@ def test_a_killed_rank_0_is_one_line_and_its_ending_is_recorded(start_job):
     last = read_events(run_dir)[-1]
     assert isinstance(last, RunFailed) and "rank 0 ended without recording an ending" in last.message
     assert not (run_dir / HEARTBEAT_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_killed_torchrun_is_one_line_and_the_exit_code_of_its_signal(start_job):
+    proc, run_dir = start_job()
+    torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch" in p.cmdline())
+    torchrun.kill()
+    err = finish(proc)
+    assert proc.returncode == 128 + signal.SIGKILL, err
+    assert err[-1] == ("speedboard: torchrun, the launcher of the processes, was ended by signal 9, SIGKILL; "
+                       "the run ended with it"), err
+    assert not any("Traceback" in line for line in err), err
