@@ -716,6 +716,8 @@ def _check_readable(report: dict[str, Any]) -> None:
     budget = plan.get("budget_seconds")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
         raise TypeError(f"budget_seconds is {budget!r}")
+    if budget is not None and not (math.isfinite(budget) and budget >= 0):
+        raise ValueError(f"budget_seconds is {budget!r}")
     not_tried(plan)
     rows = report["summary"]["rows"]
     if not all(isinstance(row, dict) and isinstance(row["name"], str) and isinstance(row["current"], bool)

@@ -510,15 +510,19 @@ class MainWindow(QMainWindow):
         valid = self.config_panel.config is not None
         can_continue = valid and not session.tuning and (
             running or session.continue_source(self.table.selected_keys()) is not None)
+        # The advisor's trials hold the torch thread, which saves and loads: both would wait for them unseen.
+        # A torchrun job's weights are in its processes, never in this one: it saves its own checkpoints.
         self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
-                                can_continue=can_continue, can_save=session.can_save, stopping=session.stopping)
+                                can_continue=can_continue, stopping=session.stopping,
+                                can_save=session.can_save and not session.tuning and not session.in_processes)
+        self.controls.load.setEnabled(not session.tuning)
         if session.in_processes:
             self.controls.pause.setEnabled(False)  # torchrun ranks are stopped, not paused
         self.tune_action.setEnabled(not running)
         # The Run menu offers what the buttons offer, enabled alike.
         for text, button in (("Start", self.controls.start), ("Pause", self.controls.pause),
                              ("Stop", self.controls.stop), ("Continue with these settings", self.controls.continue_),
-                             ("Save model…", self.controls.save)):
+                             ("Save model…", self.controls.save), ("Load weights…", self.controls.load)):
             self.actions[text].setEnabled(button.isEnabled())
         self.actions["Pause"].setText("Resume" if session.paused else "Pause")
 

@@ -74,13 +74,15 @@ def apply_settings(panel: QWidget, settings: dict) -> list[str]:
             missed.append(key)
         else:
             combo.setCurrentIndex(index)
-    # Micro-batch first, then accumulation: the effective batch is the same at the end.
-    for key, name in PANEL_SPINS.items():
-        spin = panel.findChild(QSpinBox, name)
-        if spin is None or key not in settings:
-            missed.append(key)
-        else:
+    # Micro-batch and accumulation together or neither (never clamped): either alone, or a value the field
+    # would clamp, changes the effective batch. Micro-batch first: the effective batch is the same at the end.
+    spins = {key: panel.findChild(QSpinBox, name) for key, name in PANEL_SPINS.items()}
+    if all(spin is not None and key in settings and spin.minimum() <= int(settings[key]) <= spin.maximum()
+           for key, spin in spins.items()):
+        for key, spin in spins.items():
             spin.setValue(int(settings[key]))
+    else:
+        missed.extend(spins)
     return missed
 
 
@@ -266,7 +268,7 @@ class TuneDialog(QDialog):
         missed = apply_settings(self._panel, rec["settings"])
         if missed:
             dialogs.show_error(self, "Not all settings applied",
-                               f"The settings panel has no place for: {', '.join(missed)}.")
+                               f"Not set (the panel does not offer the value): {', '.join(missed)}.")
         self.applied.emit(dict(rec["settings"]))
 
     def open_report(self, path: str | None = None) -> bool:
@@ -282,7 +284,9 @@ class TuneDialog(QDialog):
             dialogs.show_error(self, "Cannot open the report", str(exc))
             return False
         self._show_plan(report["plan"])
-        self.budget.setValue(int(round(report["plan"].get("budget_seconds", self.budget.value()))))
+        seconds = report["plan"].get("budget_seconds")  # finite and ≥ 0 (load_report); the field's range bounds it
+        if seconds is not None:
+            self.budget.setValue(int(min(max(seconds, self.budget.minimum()), self.budget.maximum())))
         self._show_summary(report["summary"], report)
         self._show_finished(report, path)
         return True
@@ -381,6 +385,10 @@ class TuneDialog(QDialog):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.cancel()  # closing the dialog ends the trials; the report keeps what they measured
         super().closeEvent(event)
+
+    def reject(self) -> None:
+        self.cancel()  # Escape hides a dialog without a close event: it ends the trials as closing does
+        super().reject()
 
 
 def _minutes(seconds: float) -> str:

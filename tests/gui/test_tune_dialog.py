@@ -33,7 +33,7 @@ def wait_done(qtbot, dialog):
     qtbot.waitUntil(lambda: dialog.report is not None and not dialog.tuning, timeout=RUN_TIMEOUT_MS)
 
 
-def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, window, tmp_path):
+def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, window, dialogs, tmp_path):
     dialog = open_dialog(window)
     dialog.budget.setValue(120)
     click(dialog, "tuneRunButton")
@@ -67,6 +67,18 @@ def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, wind
     assert (cfg.train.micro_batch, cfg.train.accum_steps, cfg.train.compile_mode, cfg.train.compile_scope,
             cfg.train.precision) == (2, 2, "default", "block", "bf16")
 
+    # A budget past the field's range is its bound; a micro-batch the panel does not offer is not clamped
+    # (that would change the effective batch): neither it nor the accumulation is set, and a dialog says so.
+    report["plan"]["budget_seconds"] = 1e15
+    report["recommendation"]["settings"] = {"micro_batch": 100_000, "accum_steps": 1, "compile_mode": "off",
+                                            "compile_scope": "model", "precision": "fp32"}
+    path.write_text(json.dumps(report))
+    assert dialog.open_report(str(path)) and dialog.budget.value() == dialog.budget.maximum()
+    click(dialog, "tuneApplyButton")
+    assert child(panel, "microBatchSpin").value() == 2 and child(panel, "accumStepsSpin").value() == 2
+    kind, title, text = dialogs.messages[-1]
+    assert title == "Not all settings applied" and "micro_batch, accum_steps" in text
+
 
 def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
     dialog = open_dialog(window)
@@ -77,6 +89,24 @@ def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
     assert dialog.report["cancelled"] and 1 <= len(dialog.report["trials"]) < 6
     assert "Cancelled" in child(dialog, "tuneProgressLabel").text()
     assert child(dialog, "tuneRunButton").isEnabled() and child(window, "startButton").isEnabled()
+
+
+def test_escape_ends_the_trials_as_closing_does_and_save_and_load_wait_for_them(qtbot, window):
+    """The trials hold the torch thread: Save and Load are not offered meanwhile (they would wait unseen);
+    Escape, which hides the dialog without a close event, cancels them as closing does."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    qtbot.waitUntil(lambda: dialog.finished_events >= 1, timeout=RUN_TIMEOUT_MS)
+    assert not child(window, "saveButton").isEnabled() and not child(window, "loadButton").isEnabled()
+    assert not window.actions["Load weights…"].isEnabled()
+    QTest.keyClick(dialog, Qt.Key.Key_Escape)
+    assert not dialog.isVisible()
+    wait_done(qtbot, dialog)
+    assert dialog.report["cancelled"] and len(dialog.report["trials"]) < 6
+    assert child(window, "startButton").isEnabled() and child(window, "loadButton").isEnabled()
 
 
 def test_a_failing_cell_is_a_row_with_its_reason(qtbot, window, monkeypatch):
