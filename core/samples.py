@@ -61,8 +61,7 @@ class StoreSamples(abc.ABC):
             positions = torch.arange(self.width - 1)
             real = torch.from_numpy(lengths)[:, None]
             targets[positions[None, :] + 1 >= real] = IGNORE_INDEX
-            # The document layout always carries a mask, padded or not, so a compiled
-            # model sees one graph signature and never recompiles mid-run.
+            # For inspection and left-padding callers: training needs none (core.trainer, _TRAINING_MASK).
             mask = (positions[None, :] < real).long()
         count = int((np.minimum(lengths, self.width) - 1).sum())
         return Batch(inputs.contiguous(), targets, mask, count)

@@ -108,6 +108,12 @@ from core.tokenizer import require_checkpoint_tokenizer
 
 DEFAULT_PROMPT = "The"
 
+# _TRAINING_MASK: training and validation pass no attention mask, in either layout. The document layout pads
+# on the right only, so causal attention already keeps every padding key from every real query, and the
+# padding's own queries are left out of the loss: the same loss and gradients as with the mask, while SDPA
+# can take its causal kernels (Flash attention on CUDA) and share K/V among query heads (GQA) without copies.
+# A batch's mask stays for inspection and for callers that pad on the left.
+
 
 @dataclass
 class RunResult:
@@ -919,7 +925,7 @@ class Trainer:
                     return None
             with sync_ctx:
                 with autocast(self.device, self.precision):  # the loss itself is fp32 (core.loss)
-                    loss = self.compiled(micro.inputs, micro.attention_mask, targets=micro.targets)
+                    loss = self.compiled(micro.inputs, targets=micro.targets)  # no mask: see _TRAINING_MASK
                 self.scaler.scale(loss * scale).backward()
             loss_sum += loss.detach()
         return loss_sum
@@ -977,7 +983,7 @@ class Trainer:
         for i in range(rank, math.ceil(len(batches) / world) * world, world):
             batch = val.batch(batches[min(i, len(batches) - 1)]).to(self.device)
             with autocast(self.device, self.precision):
-                loss = self.model(batch.inputs, batch.attention_mask, targets=batch.targets)  # uncompiled handle
+                loss = self.model(batch.inputs, targets=batch.targets)  # uncompiled handle; no mask (_TRAINING_MASK)
             if i < len(batches):
                 total += loss
         all_reduce_sum(total, self.dist)

@@ -65,6 +65,26 @@ def test_validation_reads_the_same_samples_for_every_split(micro, uneven_corpus,
     assert losses == pytest.approx([losses[0]] * 3, rel=1e-5)
 
 
+def test_right_padding_needs_no_mask_for_the_loss_and_its_gradients(micro, uneven_corpus):
+    """The trainer passes no attention mask (causal kernels, no K/V copies): with right padding, causal
+    attention keeps padding from every real query, so the loss and every gradient are those with the mask."""
+    data = prepare_data(micro(data={"layout": "document", "source": uneven_corpus, "vocab_size": 300}).data)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(dataclasses.replace(micro().model, vocab_size=data.tokenizer.vocab_size))
+    batch = data.train.batch(list(range(8)))
+    assert (batch.attention_mask == 0).any()  # some rows are padded
+    results = []
+    for mask in (batch.attention_mask, None):
+        model.zero_grad()
+        loss = model(batch.inputs, mask, targets=batch.targets)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (with_mask, grads), (without, grads_without) = results
+    assert torch.allclose(with_mask, without, rtol=1e-6, atol=0)
+    for name, grad in grads.items():
+        assert torch.allclose(grad, grads_without[name], rtol=1e-4, atol=1e-6), name
+
+
 def test_dividing_by_accumulation_steps_would_be_wrong(micro, uneven_corpus):
     """Negative control: per-micro-batch means / accum differ from the window mean when token counts differ."""
     data = prepare_data(micro(data={"layout": "document", "source": uneven_corpus, "vocab_size": 300}).data)
