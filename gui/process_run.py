@@ -73,10 +73,13 @@ class ProcessRun(QObject):
         del self.output[:-200]  # keep the tail: enough for the last error line
 
     def error_line(self) -> str:
-        for line in reversed(self.output):
+        """The launcher's last word: a refusal (``speedboard: error: …``), else its own line on how the job
+        ended (which ranks died and how, a signal), else nothing."""
+        lines = [line for line in self.output if line.startswith("speedboard: ")]
+        for line in reversed(lines):
             if line.startswith("speedboard: error:"):
                 return line.removeprefix("speedboard: error:").strip()
-        return ""
+        return lines[-1].removeprefix("speedboard: ").strip() if lines else ""
 
     def _on_finished(self, code: int, status: QProcess.ExitStatus) -> None:
         self._read_output()

@@ -26,7 +26,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from core.config import ModelConfig, RunConfig
 from core.errors import ConfigError, SpeedboardError
-from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics
+from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics, WarningRaised
 from core.launch import prepare_launch
 from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, run_state, writer_alive
 from gui.controller import Controller, RunJobEnded
@@ -417,6 +417,10 @@ class RunSession(QObject):
             # No final event in the folder (bad settings, or a crash before rank 0 wrote one).
             reason = message or f"the training processes exited with code {code}"
             self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))
+        elif record is not None and record.state == "failed" and message:
+            # Rank 0 recorded its own failure, often only that another process went away: the launcher's
+            # line says which rank died and how.
+            self._route(record, WarningRaised(record.run_id or process.spec.run_id, 0.0, f"launcher: {message}"))
         if process is not None:
             process.deleteLater()
         self._run_ended()

@@ -15,9 +15,11 @@ from core.errors import CheckpointError
 from core.events import (
     CheckpointFailed,
     Event,
+    RunFailed,
     RunFinished,
     RunStarted,
     StepMetrics,
+    WarningRaised,
 )
 from core.launch import LaunchSpec
 from core.trainer import Trainer
@@ -183,9 +185,11 @@ def _event_lines(events: list[Event]) -> str:
     return "".join(json.dumps(e.to_dict()) + "\n" for e in events)
 
 
-def _fake_launch(tmp_path: Path, before: list[Event], on_stop: list[Event], exit_code: int = 0, error: str = ""):
+def _fake_launch(tmp_path: Path, before: list[Event], on_stop: list[Event], exit_code: int = 0, error: str = "",
+                 last_line: str = ""):
     """A ``prepare_launch`` whose command writes ``before`` into the run folder, waits for the stop signal
-    (SIGINT, as the launcher gets it), writes ``on_stop`` and exits; or, with ``error``, fails at once."""
+    (SIGINT, as the launcher gets it), writes ``on_stop``, prints ``last_line`` and exits; or, with ``error``,
+    fails at once."""
     run_dir = tmp_path / "runs" / "job"
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(f"""
@@ -205,6 +209,8 @@ def _fake_launch(tmp_path: Path, before: list[Event], on_stop: list[Event], exit
             time.sleep(0.02)
         with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write({_event_lines(on_stop)!r})
+        if {last_line!r}:
+            print({last_line!r}, flush=True)
         sys.exit({exit_code})
     """))
 
@@ -263,6 +269,25 @@ def test_a_torchrun_job_that_dies_without_a_final_event_is_a_failed_run(qtbot, s
         pass
     assert record.state == "failed" and record.message == "the corpus is too small"
     assert record.step == 1 and not session.running
+
+
+def test_the_launchers_line_on_which_rank_died_reaches_the_log(qtbot, session, tmp_path, monkeypatch):
+    """Rank 0 records only that another process went away; the launcher says which rank died and how."""
+    run_dir = tmp_path / "runs" / "job"
+    failed = RunFailed("job", 2.0, "rank 0: another process of this job failed or stopped")
+    monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
+        tmp_path, [_started(run_dir), _step(1)], [failed], exit_code=1,
+        last_line="speedboard: rank 1 died (signal 9, SIGKILL); rank 0 exited with code 1"))
+    applied = []
+    session.event_applied.connect(lambda record, event: applied.append(event))
+    record = session.start(micro_config(tmp_path), nproc=2)
+    qtbot.waitUntil(lambda: record.step == 1, timeout=RUN_TIMEOUT_MS)
+    session.stop()  # the fake job "fails" once it gets the signal
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
+        pass
+    assert record.state == "failed" and record.message == failed.message
+    assert applied[-1] == WarningRaised("job", 0.0, "launcher: rank 1 died (signal 9, SIGKILL); rank 0 exited "
+                                                    "with code 1")
 
 
 # --------------------------------------------------------------------------- source 3: opened run folders
