@@ -72,9 +72,11 @@ class TrainingResumed:
 
 @dataclass(frozen=True)
 class WriterGone:
-    """A run folder opened from disk records no ending, and no process writes it any more (``core.runs.run_state``)."""
+    """A run folder opened from disk records no ending, and no process writes it any more (``core.runs.run_state``),
+    or the folder itself was moved or deleted while shown (``folder_gone``: its writer may live on)."""
 
     message: str
+    folder_gone: bool = False
 
 
 RunNote = StopRequested | TrainingPaused | TrainingResumed | WriterGone
@@ -91,7 +93,8 @@ def describe(event: Event | RunNote) -> EventLine | None:
     if isinstance(event, TrainingResumed):
         return EventLine("resumed")
     if isinstance(event, WriterGone):
-        return EventLine(f"not running: {event.message}", "warning")
+        return EventLine(f"{'no longer followed' if event.folder_gone else 'not running'}: {event.message}",
+                         "warning")
     return event_line(event)
 
 

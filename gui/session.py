@@ -305,6 +305,12 @@ class RunSession(QObject):
         """A followed folder without an ending whose writer is gone (killed, its machine stopped) says so."""
         if record.state != "following" or not record.folder:
             return
+        if not Path(record.folder).is_dir():
+            # Moved or deleted while shown: its heartbeat went with it, so whether a process still writes
+            # elsewhere is unknown; say what is known.
+            self._route(record, WriterGone(f"its folder {record.folder} was moved or deleted; what was read "
+                                           f"stays shown", folder_gone=True))
+            return
         state = run_state(record.folder, events=[])  # no ending among its events: only the heartbeat tells
         if state.state == "not running":
             self._route(record, WriterGone(state.message))

@@ -316,6 +316,20 @@ def test_an_opened_folder_is_followed_until_its_run_ends(qtbot, session, tmp_pat
     assert again is record and not new and len(session.records) == 1
 
 
+def test_a_followed_folder_moved_away_says_so_not_that_its_process_is_gone(qtbot, session, tmp_path):
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(_event_lines([_started(folder, "cli-run", 1), _step(1, "cli-run")]))
+    applied = []
+    session.event_applied.connect(lambda record, event: applied.append(event))
+    record, _ = session.follow_folder(str(folder))
+    assert record.state == "following"
+    folder.rename(tmp_path / "renamed")
+    qtbot.waitUntil(lambda: record.state == "not running", timeout=RUN_TIMEOUT_MS)
+    assert "moved or deleted" in record.message and applied[-1].folder_gone
+    assert record.step == 1 and session.removable(record.key)  # what was read stays, and can be removed
+
+
 def test_a_folder_written_by_a_live_trainer_reaches_the_same_record_state(qtbot, session, tmp_path):
     """The folder route and the thread route end in the same record: a real trainer writes, the session reads."""
     control = Control()
