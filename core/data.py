@@ -73,10 +73,12 @@ class Batch:
         targets = self.targets[start:stop]
         return Batch(self.inputs[start:stop], targets, mask, int((targets != IGNORE_INDEX).sum()))
 
-    def to(self, device: torch.device) -> Batch:
+    def to(self, device: torch.device, with_mask: bool = True) -> Batch:
+        """On ``device``; ``with_mask=False`` leaves the mask behind (training needs none: core.trainer)."""
         # non_blocking: host-to-device copies overlap with compute on CUDA.
         nb = device.type == "cuda"
-        mask = None if self.attention_mask is None else self.attention_mask.to(device, non_blocking=nb)
+        moved = with_mask and self.attention_mask is not None
+        mask = self.attention_mask.to(device, non_blocking=nb) if moved else None
         return Batch(self.inputs.to(device, non_blocking=nb), self.targets.to(device, non_blocking=nb),
                      mask, self.num_targets)
 

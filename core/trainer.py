@@ -910,7 +910,7 @@ class Trainer:
             start = (j * world + dist.rank) * mb
             # Micro-step j of rank r is slice j·world + r of the global batch, read from the
             # store's memory map only now, in its compact dtype: one micro-batch in memory at a time.
-            micro = self.data.train.batch(self.order.take(self.samples + start, mb)).to(self.device)
+            micro = self.data.train.batch(self.order.take(self.samples + start, mb)).to(self.device, with_mask=False)
             last = j == accum - 1
             # no_sync must be entered before the forward pass: DDP decides then. The first step
             # of a split syncs by hand, after the ranks agreed that none ran out of memory.
@@ -981,7 +981,7 @@ class Trainer:
         count = val.num_targets(chosen)  # on the CPU, the same on every rank
         total = torch.zeros((), device=self.device)
         for i in range(rank, math.ceil(len(batches) / world) * world, world):
-            batch = val.batch(batches[min(i, len(batches) - 1)]).to(self.device)
+            batch = val.batch(batches[min(i, len(batches) - 1)]).to(self.device, with_mask=False)
             with autocast(self.device, self.precision):
                 loss = self.model(batch.inputs, targets=batch.targets)  # uncompiled handle; no mask (_TRAINING_MASK)
             if i < len(batches):
