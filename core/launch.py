@@ -293,6 +293,14 @@ _ECHO_ERRORS = re.compile(r"^[\w.]*\b(SignalException|ChildFailedError)\b", re.M
 _FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
 
 
+def _signal_name(number: int) -> str:
+    """``signal 9, SIGKILL`` (the number alone for one Python does not name)."""
+    try:
+        return f"signal {number}, {signal.Signals(number).name}"
+    except ValueError:
+        return f"signal {number}"
+
+
 def failure_summary(report: str) -> str | None:
     """One line for torchrun's report of failed workers (``ChildFailedError``): each rank that failed, and how.
 
@@ -366,13 +374,6 @@ class TorchrunOutput:
 # ----------------------------------------------------------------------------- the launcher
 _STOPS = (signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGINT))
 """Signals whose first arrival asks the run to stop after its current step."""
-def _signal_name(number: int) -> str:
-    try:
-        return f"signal {number}, {signal.Signals(number).name}"
-    except ValueError:
-        return f"signal {number}"
-
-
 _ENDINGS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
 if hasattr(signal, "SIGHUP"):
     _ENDINGS[signal.SIGHUP] = "the terminal was closed (SIGHUP)"
@@ -436,8 +437,8 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
         _say(f"speedboard: {_ENDINGS.get(ending, 'ended by a signal')}")
         return 128 + ending
     if code < 0:  # torchrun itself was ended by a signal another process sent (kill -9): its workers follow
-        name = _signal_name(-code)
-        _say(f"speedboard: torchrun, the launcher of the processes, was ended by {name}; the run ended with it")
+        _say(f"speedboard: torchrun, the launcher of the processes, was ended by {_signal_name(-code)}; the run "
+             f"ended with it")
         return 128 - code
     return code or 1  # failed, or no ending of this job: it did not succeed
 

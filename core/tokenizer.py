@@ -106,10 +106,9 @@ class BPETokenizer:
     def _with_bos(self) -> Tokenizer:
         from tokenizers.processors import TemplateProcessing
 
-        tok = Tokenizer.from_str(self.to_str())
-        bos = (self.bos_token, self.bos_id)
-        tok.post_processor = TemplateProcessing(single=f"{bos[0]} $A", pair=f"{bos[0]} $A {bos[0]} $B:1",
-                                                special_tokens=[bos])
+        tok, bos = Tokenizer.from_str(self.to_str()), self.bos_token  # a copy: this tokenizer stays as it is
+        tok.post_processor = TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1",
+                                                special_tokens=[(bos, self.bos_id)])
         return tok
 
     def hf_config(self, add_bos: bool = False) -> dict:

@@ -514,8 +514,8 @@ class MainWindow(QMainWindow):
         # A torchrun job's weights are in its processes, never in this one: it saves its own checkpoints.
         self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
                                 can_continue=can_continue, stopping=session.stopping,
-                                can_save=session.can_save and not session.tuning and not session.in_processes)
-        self.controls.load.setEnabled(not session.tuning)
+                                can_save=session.can_save and not session.tuning and not session.in_processes,
+                                can_load=not session.tuning)
         if session.in_processes:
             self.controls.pause.setEnabled(False)  # torchrun ranks are stopped, not paused
         self.tune_action.setEnabled(not running)

@@ -59,7 +59,7 @@ class RunControls(QWidget):
         (self.resume_clicked if self._paused else self.pause_clicked).emit()
 
     def set_state(self, *, running: bool, paused: bool, can_start: bool, can_continue: bool,
-                  can_save: bool, stopping: bool = False) -> None:
+                  can_save: bool, can_load: bool = True, stopping: bool = False) -> None:
         self._paused = paused
         self.start.setEnabled(can_start and not running)
         self.pause.setEnabled(running and not stopping)
@@ -67,4 +67,4 @@ class RunControls(QWidget):
         self.stop.setEnabled(running and not stopping)
         self.continue_.setEnabled(can_continue and not stopping)
         self.save.setEnabled(can_save)
-        self.load.setEnabled(True)  # during a run it explains why it cannot load
+        self.load.setEnabled(can_load)  # during a run it explains why it cannot load
