@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     app.setDesktopFileName("speedboard")  # matches assets/speedboard.desktop (Wayland and task bars)
     app.setWindowIcon(QIcon(str(ICON)))
     window = MainWindow()
+    screen = app.primaryScreen()
+    if screen is not None:
+        window.fit_on(screen.availableGeometry())
     window.show()
     # Ctrl-C in the terminal closes the window like its close button (asking first during a run).
     signal.signal(signal.SIGINT, lambda *_: window.close())

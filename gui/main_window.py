@@ -11,7 +11,7 @@ at 10 Hz (the plots paced by gui/redraw_pacer.py).
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QRect, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QMainWindow,
@@ -61,6 +61,7 @@ class MainWindow(QMainWindow):
         self.session = RunSession(out_dir, self)
         self.store = self.session.store
         self.folders = RecentFolders(self.settings)
+        self.geometry_restored = False  # a size and place the user left, kept by fit_on
 
         devices = available_devices()
         self.config_panel = ConfigPanel(presets_with(extra_presets, devices), devices)
@@ -232,13 +233,24 @@ class MainWindow(QMainWindow):
         self.config_panel.restore_state(s)
         self.plots.restore_state(s)
         geometry = s.value("window/geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
+        self.geometry_restored = geometry is not None and self.restoreGeometry(geometry)
         for name in SPLITTERS:
             state = s.value(f"window/{name}")
             if state is not None:
                 getattr(self, name).restoreState(state)
         self.settings_button.sync()  # the settings column may come back collapsed
+
+    def fit_on(self, available: QRect) -> None:
+        """On a first start the default size shrinks to the screen's free area (a laptop's 1366 × 768 holds no
+        1500 × 950 window) and the window is centred there; a size and place the user left are kept."""
+        if self.geometry_restored:
+            return
+        frame = self.frameGeometry().size() - self.size()  # title bar and borders, once the window was shown
+        self.resize(min(self.width(), available.width() - frame.width()),
+                    min(self.height(), available.height() - frame.height()))
+        placed = self.frameGeometry()
+        placed.moveCenter(available.center())
+        self.move(placed.topLeft())
 
     def save_settings(self) -> None:
         s = self.settings

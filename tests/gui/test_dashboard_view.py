@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QKeySequence
 
 from core.events import (
@@ -172,6 +172,22 @@ def test_window_is_usable_at_1024_by_640(qtbot, window, tmp_path):
 
 
 # --------------------------------------------------------------------------- bug 6: long messages elide
+def test_a_first_start_fits_the_window_on_a_small_screen_and_a_later_one_keeps_its_size(qtbot, make_window):
+    laptop = QRect(0, 24, 1366, 744)  # a 1366 × 768 screen less its top bar
+    first = make_window()
+    assert not first.geometry_restored and first.width() > laptop.width()
+    first.fit_on(laptop)
+    assert laptop.contains(first.frameGeometry()) and first.width() > 1300 and first.height() > 700
+    assert first.frameGeometry().center() == laptop.center()
+    first.resize(1100, 700)
+    first.save_settings()
+    later = make_window()  # the same settings file: the size the user left
+    assert later.geometry_restored and later.height() == 700  # (Qt fits a restored width to the screen)
+    left = later.geometry()
+    later.fit_on(QRect(0, 0, 1024, 600))
+    assert later.geometry() == left
+
+
 def test_long_failure_message_elides_before_the_state_label(qtbot, window):
     window.resize(1024, 640)
     reason = "RuntimeError: " + "a very long failure message that goes on " * 12
