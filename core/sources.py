@@ -711,6 +711,32 @@ def _arrow_batches(path: Path, reader):
         raise DataError(f"cannot read {path}: damaged Arrow data ({first_line(exc)})") from None
 
 
+def _as_bytes(array):
+    """``array`` (a text column) with its buffers viewed as bytes, so that a full validation checks its offsets
+    and sizes but not its UTF-8, which ``_decoded`` repairs or refuses by row."""
+    pa = _pyarrow()
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        return pa.DictionaryArray.from_arrays(array.indices, _as_bytes(array.dictionary))
+    binary = (pa.large_binary() if pa.types.is_large_string(kind)
+              else pa.binary_view() if pa.types.is_string_view(kind) else pa.binary())
+    return pa.Array.from_buffers(binary, len(array), array.buffers(), null_count=array.null_count,
+                                 offset=array.offset)
+
+
+def _checked_column(batch, text_field: str, path: Path, first_row: int):
+    """The text column of a memory-mapped batch, its offsets and sizes checked first: Arrow trusts what it maps,
+    and a damaged offset read as it stands crashes the process (a segfault) instead of raising."""
+    pa = _pyarrow()
+    column = batch.column(batch.schema.get_field_index(text_field))
+    try:
+        _as_bytes(column).validate(full=True)  # O(rows): reads the offsets, not the text
+    except (pa.ArrowException, ValueError) as exc:
+        raise DataError(f"cannot read {path}: damaged Arrow data in rows {first_row + 1:,}–"
+                        f"{first_row + len(column):,} ({first_line(exc)})") from None
+    return column
+
+
 def _arrow_rows(path: Path, text_field: str) -> int:
     reader = _arrow_reader(path)
     _text_column(path, reader.schema, text_field)
@@ -723,7 +749,7 @@ def _read_arrow(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
     size = path.stat().st_size
     done = row = 0
     for batch in _arrow_batches(path, reader):
-        column = batch.column(batch.schema.get_field_index(text_field))
+        column = _checked_column(batch, text_field, path, row)
         # A batch is memory-mapped, its texts as strings are not: converted about _BATCH_BYTES at a time.
         step = max(1, _BATCH_BYTES * len(column) // max(column.nbytes, 1))
         for start in range(0, len(column), step):

@@ -352,6 +352,46 @@ def test_bytes_that_are_no_utf8_in_a_text_column_are_one_line_naming_the_row(tmp
     assert load_corpus(str(path)).documents == DOCS[:5] + ["cut \ufffd", "\U0001f600"] + DOCS[5:9]
 
 
+def _damaged_offsets(offsets: list[int], data: bytes, kind=None):
+    """A text column whose offsets are what bit rot left: Arrow maps them from disk as they stand."""
+    import struct
+
+    kind = kind or pa.string()
+    width = "q" if kind == pa.large_string() else "i"
+    raw = struct.pack(f"<{len(offsets)}{width}", *offsets)
+    return pa.Array.from_buffers(kind, len(offsets) - 1, [None, pa.py_buffer(raw), pa.py_buffer(data)])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+@pytest.mark.parametrize("column", [
+    _damaged_offsets([0, 12, 4, 30], b"good text \xff here and more text!"),  # a negative length
+    _damaged_offsets([0, 4, 2_139_062_143, 30], b"x" * 30),  # far past the data: read, it segfaulted
+    _damaged_offsets([0, 4, 1 << 40, 30], b"x" * 30, pa.large_string()),
+    pa.DictionaryArray.from_arrays(pa.array([0, 1, 7], pa.int32()), pa.array(["a b", "c d"]), safe=False),
+], ids=["negative-length", "past-the-data", "large-past-the-data", "dictionary-index"])
+def test_damaged_offsets_in_an_arrow_file_are_one_line_not_a_crash(tmp_path, stream, column):
+    table = pa.table({"text": column})
+    path = tmp_path / "c.arrow"
+    with (pa.ipc.new_stream if stream else pa.ipc.new_file)(str(path), table.schema) as writer:
+        writer.write_table(table)
+    message = one_line_error(lambda: load_corpus(str(path)))
+    assert message.startswith(f"cannot read {path}: damaged Arrow data in rows 1–3 (")
+
+
+def test_a_damaged_batch_is_named_by_its_rows_and_text_columns_of_every_kind_still_load(tmp_path):
+    docs = DOCS[:8]
+    for kind in (pa.large_string(), pa.string_view(), pa.dictionary(pa.int8(), pa.string())):
+        path = _write_table(tmp_path / f"{kind}.arrow".replace(" ", ""), pa.array(docs, pa.string()).cast(kind))
+        assert load_corpus(str(path)).documents == docs
+    good = pa.array(docs[:4], pa.string())
+    bad = _damaged_offsets([0, 3, 1, 5, 9], b"123456789")
+    table = pa.Table.from_batches([pa.record_batch([good], ["text"]), pa.record_batch([bad], ["text"])])
+    path = tmp_path / "two.arrow"
+    with pa.ipc.new_file(str(path), table.schema) as writer:
+        writer.write_table(table)
+    assert "damaged Arrow data in rows 5–8 (" in one_line_error(lambda: load_corpus(str(path)))
+
+
 @pytest.mark.parametrize("name", ["c.parquet", "c.arrow"])
 def test_long_rows_are_turned_into_strings_a_few_at_a_time_in_the_same_order(tmp_path, name, monkeypatch):
     """8,192 rows at a time held gigabytes of text for book-length rows: a batch is bounded in bytes."""
