@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from core.cli import EXIT_USAGE, OneLineParser
+from core.cli import EXIT_USAGE, OneLineParser, honour_kill_int
 from core.config import MAX_COUNT
 
 
@@ -522,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.errors import SpeedboardError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    honour_kill_int()
     try:
         args = build_parser().parse_args(argv)
         with _sigterm_as_interrupt():

@@ -874,13 +874,20 @@ def run_command(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
+def honour_kill_int() -> None:
+    """Let SIGINT raise KeyboardInterrupt even where the command was started ignoring it.
+
+    A shell ignores SIGINT in background jobs (`… &`), shielding them from the terminal's Ctrl-C; ``kill -INT``
+    is still how a script asks any command (train, bench, …) to stop.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     from core.errors import Cancelled, JobTerminated, SpeedboardError
 
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # A shell ignores SIGINT in background jobs (`… &`), shielding them from the terminal's Ctrl-C;
-        # ``kill -INT`` is still how a script asks any command to stop, as train's own handler honours.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    honour_kill_int()
     try:
         return COMMANDS[args.command](args, argv)
     except Cancelled as exc:
