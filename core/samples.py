@@ -51,9 +51,16 @@ class StoreSamples(abc.ABC):
     def row_lengths(self, indices: np.ndarray) -> np.ndarray:
         """Real tokens of each sample (before truncation to ``width``)."""
 
+    def checked_rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``rows``, their ids checked against the vocabulary: a damaged store is one line here, not an index
+        error inside the model or training on wrong tokens."""
+        rows, lengths = self.rows(indices)
+        self.store.check_ids(rows)
+        return rows, lengths
+
     def batch(self, indices) -> Batch:
         idx = np.asarray(indices, dtype=np.int64)
-        rows, lengths = self.rows(idx)
+        rows, lengths = self.checked_rows(idx)
         tokens = torch.from_numpy(np.array(rows, dtype=np.int64))  # a plain array, widened here
         inputs, targets = tokens[:, :-1], tokens[:, 1:].clone()
         mask = None
@@ -77,7 +84,7 @@ class StoreSamples(abc.ABC):
     @property
     def samples(self) -> torch.Tensor:
         """Every sample as one int32 tensor (rows of ``seq_len + 1``): for small corpora and inspection only."""
-        rows, _ = self.rows(np.arange(len(self), dtype=np.int64))
+        rows, _ = self.checked_rows(np.arange(len(self), dtype=np.int64))
         return torch.from_numpy(np.array(rows, dtype=np.int32))
 
 
@@ -165,5 +172,5 @@ class SplitView:
     @property
     def samples(self) -> torch.Tensor:
         """Every sample as one int32 tensor: for small corpora and inspection only."""
-        rows, _ = self.base.rows(self.base_indices(np.arange(self.n)))
+        rows, _ = self.base.checked_rows(self.base_indices(np.arange(self.n)))
         return torch.from_numpy(np.array(rows, dtype=np.int32))

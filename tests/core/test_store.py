@@ -18,7 +18,16 @@ from core.errors import Cancelled, DataError
 from core.event_text import data_progress_line
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, ListSink, RunFailed
 from core.prepare import describe_source
-from core.token_store import MANIFEST, TOKENS, list_stores, stores_dir, sweep_stale, token_dtype
+from core.token_store import (
+    MANIFEST,
+    OFFSETS,
+    TOKENS,
+    TokenStore,
+    list_stores,
+    stores_dir,
+    sweep_stale,
+    token_dtype,
+)
 from core.tokenizer import BPETokenizer
 from core.trainer import Trainer
 from tests.core.store_helpers import store_folders
@@ -284,6 +293,50 @@ def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
     (dead / TOKENS).write_bytes(b"half")
     assert sweep_stale() == [dead] and not dead.exists()
     assert token_dtype(65_536) == np.uint16 and token_dtype(65_537) == np.uint32
+
+
+def _damage_unseen(store: Path, name: str, change) -> None:
+    """Change ``name`` of ``store`` and record its digest again: damage that the digest's samples (16 blocks of a
+    large file) would not see."""
+    from core.token_store import _digest
+
+    array = np.memmap(store / name, dtype=np.uint64 if name == OFFSETS else np.uint16, mode="r+")
+    change(array)
+    array.flush()
+    manifest = json.loads((store / MANIFEST).read_text())
+    manifest["digest"] = _digest(store, manifest["documents"], manifest["tokens"])
+    (store / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_document_offsets_out_of_order_are_damage_and_the_store_is_prepared_again(tmp_path, cache):
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300, layout="document")
+    prepare_data(cfg)
+    (store,) = store_folders(cache)
+    _damage_unseen(store, OFFSETS, lambda offsets: offsets.__setitem__(slice(10, 20), 0))  # zeroed by bit rot
+    with pytest.raises(DataError, match=r"is damaged \(document 10 ends before it starts\); remove it"):
+        TokenStore.open(store)
+    again = prepare_data(cfg)
+    assert not again.corpus.from_store and (np.diff(again.store.offsets.astype(np.int64)) > 0).all()
+    _damage_unseen(store, OFFSETS, lambda offsets: offsets.__setitem__(-1, 7))
+    with pytest.raises(DataError, match="its offsets run from 0 to 7, not from 0 to "):
+        TokenStore.open(store)
+
+
+@pytest.mark.parametrize("layout", ["packed", "document"])
+def test_a_token_id_beyond_the_vocabulary_is_one_line_when_its_batch_is_read(tmp_path, cache, layout):
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300, layout=layout)
+    prepare_data(cfg)
+    (store,) = store_folders(cache)
+    _damage_unseen(store, TOKENS, lambda tokens: tokens.__setitem__(5, 65_535))
+    data = prepare_data(cfg)
+    assert data.corpus.from_store  # sizes, offsets and the digest agree: the damage shows only when read
+    samples = data.train.base  # sample 0 holds token 5 in either layout
+    assert samples.batch([1]).inputs.max() < data.tokenizer.vocab_size  # a batch without it is read
+    with pytest.raises(DataError) as err:
+        samples.batch([0, 1])
+    assert str(err.value) == (f"token store {store} is damaged (token id 65,535 is beyond its vocabulary of "
+                              f"{data.tokenizer.vocab_size:,}); remove it (speedboard prepare --remove) to "
+                              f"prepare the corpus again")
 
 
 def test_describe_source_says_what_a_picker_shows(tmp_path, cache):
