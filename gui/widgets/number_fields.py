@@ -6,8 +6,8 @@ at learning rate 1.0), and the tenth digit of a token budget was dropped.
 ``NumberField`` accepts any number that reads as one, in a range far wider than
 sensible settings, shows it in its shortest form, and leaves the judgement to
 the config's validation, whose message the settings panel shows under the
-field; a number past even that range (or a negative one) becomes the bound
-nearest to it. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
+field (a negative seed or learning rate too, sign kept); a number past even that
+range becomes the bound nearest to it. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
 takes a number typed past it as its bound, not as its first digits.
 """
 
@@ -52,15 +52,16 @@ def parse_number(text: str, counts: bool = True) -> float | None:
 
 
 class NumberField(QDoubleSpinBox):
-    """A non-negative number typed freely. ``integer``: a count (budget, seed), shown with comma groups;
-    else a rate (the learning rate), shown in its shortest form and stepped along 1-2-5 per decade."""
+    """A number typed freely, within ±``maximum``. ``integer``: a count (budget, seed), shown with comma groups;
+    else a rate (the learning rate), shown in its shortest form and stepped along 1-2-5 per decade. Its arrows
+    stop at 0; a negative number typed is kept, for the config to refuse under the field, never taken as 0."""
 
-    def __init__(self, name: str, maximum: float, integer: bool, minimum: float = 0.0) -> None:
+    def __init__(self, name: str, maximum: float, integer: bool) -> None:
         super().__init__()
         self.setObjectName(name)
         self._integer = integer
         self.setDecimals(30)  # value() rounds to this many decimals: a rate of 1e-12 must stay itself
-        self.setRange(minimum, maximum)
+        self.setRange(-maximum, maximum)
         # A number past the range becomes its nearest bound once the field is left (fixup), as the field then
         # shows: never the value of the digits typed so far (2000 in a field of at most 1000 was once 200).
         self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
@@ -118,7 +119,7 @@ class NumberField(QDoubleSpinBox):
         flags = QAbstractSpinBox.StepEnabledFlag.StepNone
         if self.value() < self.maximum():
             flags |= QAbstractSpinBox.StepEnabledFlag.StepUpEnabled
-        if self.value() > self.minimum() and (self._integer or self.value() > 0):
+        if self.value() > 0:
             flags |= QAbstractSpinBox.StepEnabledFlag.StepDownEnabled
         return flags
 

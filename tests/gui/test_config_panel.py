@@ -213,7 +213,17 @@ def test_a_number_typed_past_a_fields_range_is_its_bound_never_its_first_digits(
     assert widget.value() == value and widget.text() == widget.textFromValue(value)
 
 
-@pytest.mark.parametrize(("field", "typed"), [("lr", "-1"), ("budget", "-5"), ("lr", "-3e-4")])
-def test_a_negative_number_is_refused_under_its_field_not_taken_without_its_sign(qtbot, panel, field, typed):
-    type_into(qtbot, getattr(panel, field), typed)
+@pytest.mark.parametrize(("field", "typed", "says"), [
+    ("lr", "-1", "learning rate must be positive, got -1"), ("budget", "-5", "budget must be positive, got -5"),
+    ("lr", "-3e-4", "learning rate must be positive, got -0.0003"),
+    ("seed", "-7", "seed must be between 0 and 2**63 - 1, got -7"),  # 0 is a seed: -7 was silently seed 0
+])
+def test_a_negative_number_is_refused_under_its_field_not_taken_without_its_sign(qtbot, panel, field, typed, says):
+    widget = getattr(panel, field)
+    type_into(qtbot, widget, typed)
     assert panel.config is None and shown(panel) == [f"{field}Error"]
+    assert widget.value() < 0 and says in child(panel, f"{field}Error").text()
+    type_into(qtbot, widget, "5")
+    assert panel.config is not None and shown(panel) == []
+    widget.setValue(0)
+    assert not widget.stepEnabled() & widget.StepEnabledFlag.StepDownEnabled  # the arrows stop at 0
