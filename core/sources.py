@@ -407,6 +407,9 @@ def _read_text(path: Path) -> Iterator[tuple[str, int]]:
                 except UnicodeDecodeError as exc:
                     bad = position - pending + exc.start
                     raise DataError(f"{path} is not UTF-8 text (bad byte at offset {max(bad, 0)})") from None
+                nul = raw.find(b"\x00")  # as at the start (_not_text), wherever it lies: memchr, cheap
+                if nul >= 0:
+                    raise DataError(f"{path} is not text (a NUL byte at offset {position + nul})")
                 if position == 0:
                     text = text.removeprefix("\ufeff")  # a byte-order mark is no text (JSONL lines lose it too)
                 position += len(raw)

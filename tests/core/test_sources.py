@@ -111,6 +111,19 @@ def test_text_is_streamed_in_chunks_with_the_same_paragraphs(tmp_path, monkeypat
     assert "bad byte at offset 100" in one_line_error(lambda: load_corpus(str(path)))
 
 
+def test_a_nul_byte_anywhere_in_a_text_file_is_refused_as_at_its_start(tmp_path, monkeypatch):
+    """Past the 64 KiB looked at first, a NUL was tokenized into the corpus, where a bad UTF-8 byte was refused."""
+    from core import sources
+
+    monkeypatch.setattr(sources, "_CHECKED_BYTES", 64)
+    monkeypatch.setattr(sources, "_READ_CHUNK", 50)  # the NUL in the third chunk
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"words and words\n\n" * 6 + b"ab\x00cd\n\nmore")
+    source = resolve_source(str(path))
+    source.check()  # the start is text
+    assert one_line_error(lambda: load_corpus(str(path))) == f"{path} is not text (a NUL byte at offset 104)"
+
+
 @pytest.mark.parametrize("make, expected", [
     (lambda p: write_parquet(p / "c.parquet", [], column="text"), "is empty"),
     (lambda p: (p / "c.parquet").write_bytes(b"PAR1 this is not parquet PAR1"), "not a valid Parquet file"),
