@@ -402,6 +402,7 @@ def _read_text(path: Path) -> Iterator[tuple[str, int]]:
                 raw = f.read(_READ_CHUNK)
                 final = not raw
                 pending = len(decoder.getstate()[0])  # bytes of a character cut by the previous chunk
+                origin = len(carry)  # characters of ``text`` read with earlier chunks
                 try:
                     text = carry + decoder.decode(raw, final=final)
                 except UnicodeDecodeError as exc:
@@ -412,16 +413,24 @@ def _read_text(path: Path) -> Iterator[tuple[str, int]]:
                     raise DataError(f"{path} is not text (a NUL byte at offset {position + nul})")
                 if position == 0:
                     text = text.removeprefix("\ufeff")  # a byte-order mark is no text (JSONL lines lose it too)
-                position += len(raw)
-                parts = _PARAGRAPH_BREAK.split(text)
-                carry = "" if final else parts.pop()
-                if len(carry) > MAX_PARAGRAPH_CHARS:
+                before, position = position, position + len(raw)
+                parts, ends, start = [], [], 0
+                for m in _PARAGRAPH_BREAK.finditer(text):
+                    parts.append(text[start:m.start()])
+                    ends.append(m.start())
+                    start = m.end()
+                carry = text[start:]
+                if final or len(carry) > MAX_PARAGRAPH_CHARS:
                     parts.append(carry)
+                    ends.append(len(text))
                     carry = ""
-                for p in parts:
+                # Where each paragraph ends in the file, in proportion within this chunk: the chunk's end would run
+                # a chunk ahead of the text handed on (a full disk's estimate of the store was half its size).
+                per_char = len(raw) / max(len(text) - origin, 1)
+                for p, end in zip(parts, ends, strict=True):
                     p = p.strip()
                     if p:
-                        yield p, position
+                        yield p, min(position, before + int(max(0, end - origin) * per_char))
                 if final:
                     return
     except OSError as exc:
@@ -577,12 +586,15 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
         with open(path, "rb") as raw:
             counter = _CountingReader(raw)
             lines = _open_lines(path, counter)
+            # A plain file's lines say where they end; a compressed one's position is what was read (1 MiB ahead).
+            plain, through = not path.name.lower().endswith((".gz", ".zst")), 0
             for n, line in enumerate(lines, start=1):  # noqa: B007 - n names the line in errors
+                through += len(line)
                 if not line.strip():
                     continue
                 text = _jsonl_text(line, path, n, text_field)
                 if text is not None and text.strip():
-                    yield text, counter.count
+                    yield text, through if plain else counter.count
     except DataError:
         raise
     except Exception as exc:  # a truncated or damaged .gz/.zst (OSError, EOFError, ZstdError), or a read error
@@ -627,13 +639,14 @@ def _parquet_rows(path: Path, text_field: str) -> int:
     return pf.metadata.num_rows
 
 
-def _texts(column, path: Path, first_row: int) -> list[str]:
-    """The non-blank texts of ``column``, whose first value is row ``first_row`` (from 0) of ``path``."""
+def _texts(column, path: Path, first_row: int) -> list[tuple[int, str]]:
+    """(row within ``column``, text) of its non-blank texts; its first value is row ``first_row`` (from 0) of
+    ``path``."""
     try:
         values = column.to_pylist()
     except UnicodeDecodeError:  # Arrow checks no UTF-8 on write or read: other writers' bytes arrive as they are
         values = _decoded(column, path, first_row)
-    return [t for t in values if t is not None and not t.isspace() and t]
+    return [(i, t) for i, t in enumerate(values) if t is not None and not t.isspace() and t]
 
 
 def _decoded(column, path: Path, first_row: int) -> list[str | None]:
@@ -675,11 +688,10 @@ def _read_parquet(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
         for group in range(meta.num_row_groups):
             batch_rows = _parquet_batch_rows(meta, group, text_field)
             for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=[text_field]):
-                texts = _texts(batch.column(0), path, done)
+                # Each row's position, not its batch's end: a full disk's estimate of the store scales by it.
+                for i, t in _texts(batch.column(0), path, done):
+                    yield t, size * (done + i + 1) // rows
                 done += batch.num_rows
-                position = size * done // rows
-                for t in texts:
-                    yield t, position
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"cannot read {path}: damaged Parquet data ({first_line(exc)})") from None
 
@@ -756,10 +768,8 @@ def _read_arrow(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
         # A batch is memory-mapped, its texts as strings are not: converted about _BATCH_BYTES at a time.
         step = max(1, _BATCH_BYTES * len(column) // max(column.nbytes, 1))
         for start in range(0, len(column), step):
-            texts = _texts(column.slice(start, step), path, row + start)
-            position = min(done + batch.nbytes * min(start + step, len(column)) // len(column), size)
-            for t in texts:
-                yield t, position
+            for i, t in _texts(column.slice(start, step), path, row + start):
+                yield t, min(done + batch.nbytes * (start + i + 1) // len(column), size)
         done += batch.nbytes
         row += len(column)
 

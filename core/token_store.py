@@ -446,6 +446,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
     sweep_stale(folder)
     tmp = folder / f".tmp-{key}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
     documents = tokens = text_bytes = 0
+    seen = (0, 0, 0)  # (bytes of the source, documents, tokens) encoded so far, written or not: a full disk's rate
     encode = _encoder(tokenizer, tokenizer_origin, source.spec)
     try:
         tmp.mkdir(parents=True)
@@ -454,10 +455,11 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             pending = None
 
             def flush(job) -> None:
-                nonlocal documents, tokens
+                nonlocal documents, tokens, seen
                 future, unit = job
                 packed, starts = _pack(future.result(), unit.opens, unit.closes, dtype, tokenizer.bos_id,
                                        tokenizer.eos_id)
+                seen = (unit.done_bytes, documents + sum(unit.closes), tokens + len(packed))
                 (starts + tokens).astype(np.uint64).tofile(of)
                 packed.tofile(tf)
                 documents += sum(unit.closes)
@@ -514,8 +516,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
         # before the half-written store is removed and the disk has room again.
         reason = why_write_failed(exc, folder)
         shutil.rmtree(tmp, ignore_errors=True)
-        # About 0.3 tokens per byte of text for a BPE vocabulary of a few thousand tokens or more.
-        need = f" (the store needs about {_size(0.3 * dtype.itemsize * source.bytes)})" if source.bytes else ""
+        need = _space_needed(source.bytes, *seen, dtype)
         raise DataError(f"cannot write the token store in {folder} ({reason}); nothing was kept{need}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -524,6 +525,18 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
 
 
 # ----------------------------------------------------------------------------- listing and removing
+def _space_needed(source_bytes: int | None, done_bytes: int, documents: int, tokens: int, dtype: np.dtype) -> str:
+    """What a store whose writing failed would take, as a clause: from the tokens per byte of the source encoded
+    so far (compressed bytes for Parquet or .gz: tokens per byte vary five-fold between sources), or nothing."""
+    if not source_bytes or not done_bytes or not tokens:
+        return ""
+    scale = source_bytes / done_bytes
+    size = tokens * scale * dtype.itemsize + (documents * scale + 1) * 8
+    if done_bytes >= source_bytes:
+        return f" (the store needs {_size(size)})"
+    return f" (the store needs about {_size(size)}, at the rate of its first {_size(done_bytes)} of data)"
+
+
 def list_stores() -> list[dict[str, Any]]:
     """Manifests of the complete stores (with ``path`` and ``bytes`` on disk), newest first."""
     out = []

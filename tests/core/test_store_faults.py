@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -62,9 +63,16 @@ def test_a_full_disk_is_named_before_the_half_written_store_is_removed(tmp_path,
     monkeypatch.setattr("core.sources.Source.iter_documents",
                         lambda self, batch_chars=0, real=ts.Source.iter_documents: real(self, 200))
     data = str(jsonl(tmp_path / "c.jsonl", ENGLISH * 4))
-    with pytest.raises(DataError, match=r"\(the disk is full \(0 bytes free\)\); nothing was kept"):
+    with pytest.raises(DataError, match=r"\(the disk is full \(0 bytes free\)\); nothing was kept") as err:
         prepare_corpus(DataConfig(source=data, vocab_size=300))
     assert store_folders(cache) == []
+    # The space it asks for is what the store takes, from the rate of the text encoded before the disk filled
+    # (a fixed 0.3 tokens a byte asked for 60% of it on random words).
+    monkeypatch.setattr(ts, "_pack", real_pack)
+    needed = re.search(r"the store needs about ([\d.]+) kB, at the rate of its first", str(err.value))
+    store = prepare_corpus(DataConfig(source=data, vocab_size=300)).store
+    taken = sum((store.path / name).stat().st_size for name in (ts.TOKENS, ts.OFFSETS))
+    assert needed and float(needed.group(1)) * 1e3 == pytest.approx(taken, rel=0.15), (needed, taken)
 
 
 @pytest.mark.parametrize("edit", [{"documents": "x"}, {"dtype": "nonsense"}, {"tokens": -3}, {"created": 5},
