@@ -49,6 +49,7 @@ STORE_FORMAT = "speedboard-token-store"
 STORE_VERSION = 2
 """2: the names of special tokens inside a document are text (1 turned them into the tokens)."""
 MANIFEST, TOKENS, OFFSETS, TOKENIZER = "manifest.json", "tokens.bin", "offsets.bin", TOKENIZER_FILE
+_REMOVED = ".removed-"
 _TMP = re.compile(r"\.tmp-(?P<key>[0-9a-f]+)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+")
 
 
@@ -279,7 +280,8 @@ def _process_alive(pid: int) -> bool:
 
 
 def sweep_stale(folder: Path | None = None) -> list[Path]:
-    """Remove hidden folders of preparations whose process on this machine is gone (killed, crashed)."""
+    """Remove hidden folders of preparations whose process on this machine is gone (killed, crashed), and of
+    removals cut short (``remove_store`` renames a store aside, then deletes it: what is aside is never used)."""
     folder = folder or stores_dir()
     removed = []
     if not folder.is_dir():
@@ -287,7 +289,8 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
     host = socket.gethostname()
     for entry in folder.iterdir():
         m = _TMP.fullmatch(entry.name)
-        if m and entry.is_dir() and m["host"] == host and not _process_alive(int(m["pid"])):
+        if (m and entry.is_dir() and m["host"] == host and not _process_alive(int(m["pid"]))
+                or entry.name.startswith(_REMOVED) and entry.is_dir()):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
@@ -563,7 +566,7 @@ def remove_store(path: str | Path) -> None:
     """Rename the store aside (it stops looking complete at once), then delete it. A process that has
     it memory-mapped keeps reading its pages until it ends (POSIX)."""
     path = Path(path)
-    aside = path.parent / f".removed-{path.name}-{secrets.token_hex(3)}"
+    aside = path.parent / f"{_REMOVED}{path.name}-{secrets.token_hex(3)}"
     try:
         os.rename(path, aside)
     except OSError as exc:  # a read-only cache, or another user's

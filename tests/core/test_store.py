@@ -291,7 +291,10 @@ def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
     dead = stores_dir() / f".tmp-{'0' * 32}-{socket.gethostname()}-999999999-abcdef"
     dead.mkdir()
     (dead / TOKENS).write_bytes(b"half")
-    assert sweep_stale() == [dead] and not dead.exists()
+    aside = stores_dir() / f".removed-{'0' * 32}-abcdef"  # a removal killed between its rename and its delete
+    aside.mkdir()
+    (aside / TOKENS).write_bytes(b"gigabytes")
+    assert sorted(sweep_stale()) == sorted([dead, aside]) and not dead.exists() and not aside.exists()
     assert token_dtype(65_536) == np.uint16 and token_dtype(65_537) == np.uint32
 
 
