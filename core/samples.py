@@ -30,6 +30,9 @@ _CHUNK = 1 << 20
 class StoreSamples(abc.ABC):
     """The samples of one layout over a store; subclasses say how sample i is cut."""
 
+    more_samples = "use more text or a shorter sequence length"
+    """What gives this layout more samples, for a message."""
+
     def __init__(self, store: TokenStore, seq_len: int, pad_id: int | None) -> None:
         self.store = store
         self.width = seq_len + 1
@@ -107,6 +110,7 @@ class PackedWindows(StoreSamples):
 
 
 class DocumentRows(StoreSamples):
+    more_samples = "use more documents (a sample is a document in this layout)"
     def __init__(self, store: TokenStore, seq_len: int, pad_id: int) -> None:
         super().__init__(store, seq_len, pad_id)
 
@@ -137,7 +141,7 @@ class SplitView:
         n = len(base)
         if n < 2:
             raise DataError(f"corpus yields {n} sample; at least 2 are needed (one for validation); "
-                            f"use more text or a shorter sequence length")
+                            f"{base.more_samples}")
         self.base = base
         self.period = max(2, round(1 / val_fraction))
         self.validation = validation

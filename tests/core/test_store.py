@@ -537,3 +537,16 @@ def test_a_file_written_to_while_it_is_prepared_keeps_no_store(tmp_path, cache, 
     assert appended and store_folders(cache) == []
     prepare_data(DataConfig(source=str(path), seq_len=32, vocab_size=300))  # once written, it prepares
     assert len(store_folders(cache)) == 1
+
+
+@pytest.mark.parametrize("layout, says", [
+    ("packed", "use more text or a shorter sequence length"),
+    ("document", "use more documents (a sample is a document in this layout)"),  # a shorter one cannot help
+])
+def test_a_corpus_of_one_sample_says_what_gives_its_layout_more(tmp_path, cache, layout, says):
+    path = tmp_path / "one.txt"
+    path.write_text(" ".join(WORDS * 2), encoding="utf-8")  # one document of ~30 tokens
+    cfg = DataConfig(source=str(path), seq_len=16 if layout == "packed" else 8, vocab_size=300, layout=layout)
+    with pytest.raises(DataError) as err:
+        prepare_data(cfg)
+    assert str(err.value) == f"corpus yields 1 sample; at least 2 are needed (one for validation); {says}"
