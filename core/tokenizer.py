@@ -44,6 +44,21 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("speedboard"))
 
 
+def _why_not_a_tokenizer(text: str, exc: Exception) -> str:
+    """Why ``text`` is no tokenizer.json, in words: JSON of another shape is said as such, where the library's
+    own message ("expected `,` or `}` at line 1 column 5" for ``{"a":1}``) names a place in valid JSON."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return f"it is not JSON ({str(exc).splitlines()[0]})"
+    if not isinstance(value, dict):
+        return f"it holds a JSON {type(value).__name__}, not a tokenizer's object"
+    if "model" not in value:
+        keys = ", ".join(list(value)[:5]) or "none"
+        return f"it is JSON without a tokenizer's \"model\" (its keys: {keys})"
+    return str(exc).splitlines()[0]
+
+
 class BPETokenizer:
     """A thin wrapper that knows the special tokens' ids."""
 
@@ -129,11 +144,12 @@ class BPETokenizer:
         try:
             # Read here, parsed from the text: tokenizers' from_file takes a str path, which cannot hold a
             # folder name that is not UTF-8 (a run saved under one could never be read back).
-            tok = Tokenizer.from_str(file.read_text(encoding="utf-8"))
+            text = file.read_text(encoding="utf-8")
+            tok = Tokenizer.from_str(text)
         except UnicodeDecodeError:
             raise CheckpointError(f"cannot read tokenizer {file}: it is not UTF-8 text") from None
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-            raise CheckpointError(f"cannot read tokenizer {file}: {str(exc).splitlines()[0]}") from None
+            raise CheckpointError(f"cannot read tokenizer {file}: {_why_not_a_tokenizer(text, exc)}") from None
         special: dict[str, str | None] = {}
         cfg_file = folder / "tokenizer_config.json"
         if cfg_file.is_file():

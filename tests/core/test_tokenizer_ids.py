@@ -145,3 +145,16 @@ def test_a_tokenizer_in_a_folder_whose_name_is_not_utf8_reads_back(tmp_path):
     folder.mkdir()
     tok.save(folder)
     assert BPETokenizer.load(folder).to_str() == tok.to_str()
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"a": 1}', 'it is JSON without a tokenizer\'s "model" (its keys: a)'),  # the library named line 1 column 5
+    ("[1, 2]", "it holds a JSON list, not a tokenizer's object"),
+    ("not json", "it is not JSON ("),
+])
+def test_a_file_that_is_no_tokenizer_says_what_it_is(tmp_path, text, why):
+    path = tmp_path / "tokenizer.json"
+    path.write_text(text)
+    with pytest.raises(CheckpointError) as err:
+        BPETokenizer.load(path)
+    assert str(err.value).startswith(f"cannot read tokenizer {path}: {why}")
