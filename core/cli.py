@@ -92,7 +92,7 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_settings_flags(t: argparse.ArgumentParser) -> None:
     """The settings of a run: model, data, batch, speedups, schedule (``train`` and ``tune`` take them all)."""
-    from core.config import COMPILE_MODES, COMPILE_SCOPES, LAYOUTS, PRECISIONS, PRESETS
+    from core.config import COMPILE_MODES, COMPILE_SCOPES, LAYOUTS, PRECISIONS, PRESETS, TrainConfig
 
     t.add_argument("--preset", choices=list(PRESETS), help="model size (default: tiny on CPU, small on a GPU)")
     t.add_argument("--data", help=DATA_HELP)
@@ -118,7 +118,7 @@ def _add_settings_flags(t: argparse.ArgumentParser) -> None:
     t.add_argument("--compile-scope", choices=COMPILE_SCOPES)
     t.add_argument("--precision", choices=PRECISIONS)
     t.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
-    t.add_argument("--seed", type=_integer)
+    t.add_argument("--seed", type=_integer, help=f"weights and sample order (default {TrainConfig.seed})")
     t.add_argument("--out", type=_path, help="folder for run folders (default: the per-user data folder)")
     t.add_argument("--eval-every", type=_integer)
     t.add_argument("--eval-batches", type=_integer)
@@ -141,7 +141,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.safetensors weights to start a "
                             "new run from (fresh optimizer and schedule); a bare state dict's architecture is read "
                             "from its tensors, or given by --preset/--config")
-    t.add_argument("--log-every", type=_at_least_one, default=10, help="steps between printed lines")
+    t.add_argument("--log-every", type=_at_least_one, default=10, help="steps between printed lines (default 10)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--nproc", type=_integer, help="processes (GPUs, or CPU processes) via torchrun")
     t.add_argument("--fsdp", action="store_true", default=None,
