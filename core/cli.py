@@ -160,7 +160,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-size", type=_integer)
     _add_data_flags(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--list", action="store_true", help="list the prepared token stores")
+    p.add_argument("--list", action="store_true", help="list the prepared token stores (DATA's, when given)")
     p.add_argument("--remove", action="store_true",
                    help="remove the token stores of DATA (all its tokenizers and text fields, and those of its "
                         "earlier versions; only those of --text-field when given), or of every corpus with 'all'")

@@ -190,6 +190,19 @@ def _drop_claim(path: Path, token: str) -> bool:
     return True
 
 
+def run_id_taken(root: Path, run_id: str) -> bool:
+    """Whether the run folder ``root / run_id`` exists other than as this process's launcher's claim: checked
+    before a run prepares anything; creating the folder (``create_run_dir``) stays the check that counts."""
+    path = root / run_id
+    if not os.path.lexists(path):
+        return False
+    token = os.environ.get(CLAIM_ENV)
+    try:
+        return not token or (path / CLAIM_FILE).read_text(encoding="utf-8") != token
+    except (OSError, ValueError):
+        return True
+
+
 def _take_claim(path: Path) -> bool:
     """Whether ``path`` holds the claim named in ``CLAIM_ENV``; it is taken over (removed), once."""
     token = os.environ.get(CLAIM_ENV)

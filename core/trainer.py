@@ -91,6 +91,7 @@ from core.runs import (
     create_run_dir,
     library_versions,
     new_run_id,
+    run_id_taken,
     run_tag,
     write_json,
 )
@@ -394,9 +395,12 @@ class Trainer:
         return choice[0]
 
     def _check_output(self) -> None:
-        """Before anything is read or created: run folders can be created where this run is to write."""
+        """Before anything is read or created: run folders can be created where this run is to write, and a run id
+        asked for is free (found after a corpus' preparation, it cost minutes on a large one)."""
         if self.dist.is_main:
-            check_run_root(self.cfg.out_dir)
+            root = check_run_root(self.cfg.out_dir)
+            if self.requested_run_id is not None and run_id_taken(root, self.requested_run_id):
+                raise ConfigError(f"run folder {self.requested_run_id} already exists; choose another run id")
 
     def read_start_checkpoint(self) -> tuple[ckpt_io.LoadedCheckpoint | None, dict[str, Any] | None]:
         """The checkpoint to resume or start from, read once and whole: weights, tokenizer, trainer state.

@@ -641,7 +641,7 @@ def reports_dir() -> Path:
 
 
 def default_report_path(config: RunConfig) -> Path:
-    """``<data folder>/tune/<date>-<preset>.json``."""
+    """``<data folder>/tune/<date>-<time>-<preset>.json``."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return reports_dir() / f"{stamp}-{config.preset}.json"
 

@@ -124,3 +124,21 @@ def test_export_to_a_path_below_a_file_says_so(tmp_path, a_file, tok, capsys):
     err = one_error_line(capsys)
     assert err.endswith(f"cannot write the export to {a_file / 'exported'}: {a_file} is a file, not a folder"), err
     assert a_file.read_text() == "not a folder"
+
+
+def test_a_taken_run_id_is_one_line_before_the_corpus_is_prepared(tmp_path, capsys, monkeypatch):
+    """Found after the corpus' preparation, a taken --run-id cost minutes on a large corpus first."""
+    from core.runs import CLAIM_ENV, CLAIM_FILE, run_id_taken
+
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "runs"
+    (out / "taken").mkdir(parents=True)
+    assert main(["train", *small(tmp_path), "--out", str(out), "--run-id", "taken"]) == 2
+    assert one_error_line(capsys) == "speedboard: error: run folder taken already exists; choose another run id"
+    assert not (tmp_path / "cache").exists() and list((out / "taken").iterdir()) == []  # nothing prepared
+    # A launcher's claim is this run's own folder, not a taken one: its workers go on to take it over.
+    (out / "taken" / CLAIM_FILE).write_text("token")
+    monkeypatch.setenv(CLAIM_ENV, "token")
+    assert not run_id_taken(out, "taken") and not run_id_taken(out, "free")
+    monkeypatch.setenv(CLAIM_ENV, "another job's")
+    assert run_id_taken(out, "taken")
