@@ -472,12 +472,15 @@ class _ZstdReader(io.RawIOBase):
         self._frame = self._decompressor.decompressobj()
         self._inside = False  # bytes of the current frame were fed and its end is not reached yet
         self._out = memoryview(b"")
+        self._error: Exception | None = None  # met after text that is handed on first
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
         while not len(self._out):
+            if self._error is not None:
+                raise self._error
             data = self.raw.read(self._INPUT)
             if not data:
                 if self._inside:
@@ -493,7 +496,14 @@ class _ZstdReader(io.RawIOBase):
         out = []
         while data:
             self._inside = True
-            out.append(self._frame.decompress(data))
+            try:
+                out.append(self._frame.decompress(data))
+            except Exception as exc:  # zstandard.ZstdError: damage, or junk after the last frame
+                if not out:
+                    raise
+                # The frames before it are text to hand on first: the error then names the line after them.
+                self._error = exc
+                break
             if not self._frame.eof:
                 break
             data = self._frame.unused_data  # the next frame's first bytes, if any
@@ -501,12 +511,29 @@ class _ZstdReader(io.RawIOBase):
         return b"".join(out)
 
 
+class _OneReadAtATime(io.RawIOBase):
+    """A buffered stream read one underlying read at a time (``read1``): GzipFile's ``read(n)`` gathers n bytes
+    over several reads and loses them all when one fails (junk after the last member), so the error named a line
+    up to a megabyte before it."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+
+    def readinto(self, b) -> int:
+        data = self.f.read1(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def readable(self) -> bool:
+        return True
+
+
 def _open_lines(path: Path, counter: _CountingReader, buffer: int = 1 << 20):
     name = path.name.lower()
     if name.endswith(".gz"):
         import gzip
 
-        return io.BufferedReader(gzip.GzipFile(fileobj=counter, mode="rb"), buffer)
+        return io.BufferedReader(_OneReadAtATime(gzip.GzipFile(fileobj=counter, mode="rb")), buffer)
     if name.endswith(".zst"):
         return io.BufferedReader(_ZstdReader(counter), buffer)
     return io.BufferedReader(counter, buffer)
@@ -555,17 +582,26 @@ _CHECKED_BYTES = 1 << 16
 
 def _check_jsonl_start(path: Path, text_field: str) -> None:
     """The lines of ``path`` that end within its first ``_CHECKED_BYTES`` (decompressed) hold a text field."""
+    head, error = b"", None
     try:
         with open(path, "rb") as raw:
-            head = _open_lines(path, _CountingReader(raw), buffer=_CHECKED_BYTES).read(_CHECKED_BYTES)
+            reader = _open_lines(path, _CountingReader(raw), buffer=_CHECKED_BYTES)
+            while len(head) < _CHECKED_BYTES:
+                more = reader.read1(_CHECKED_BYTES - len(head))
+                if not more:
+                    break
+                head += more
     except Exception as exc:  # a damaged .gz/.zst (OSError, EOFError, ZstdError), or a read error
-        raise DataError(f"cannot read {path}: {first_line(exc)}") from None
+        error = exc  # the lines before it are judged first, and it names the last of them
     lines = head.split(b"\n")
-    if len(head) == _CHECKED_BYTES:
-        lines.pop()  # cut at the limit: judged when it is read whole
+    if len(head) == _CHECKED_BYTES or error is not None:
+        lines.pop()  # cut at the limit or by the error: judged when it is read whole
     for n, line in enumerate(lines, start=1):
         if line.strip():
             _jsonl_text(line, path, n, text_field)
+    if error is not None:
+        where = f" after line {len(lines)}" if lines else ""
+        raise DataError(f"cannot read {path}{where}: {first_line(error)}") from None
 
 
 def _check_text_start(path: Path) -> None:

@@ -154,6 +154,16 @@ def test_zstd_frames_are_read_one_after_another_and_a_cut_one_is_refused(tmp_pat
         assert "truncated" in one_line_error(lambda: load_corpus(str(path)))
 
 
+@pytest.mark.parametrize("name", ["c.jsonl.gz", "c.jsonl.zst"])
+@pytest.mark.parametrize("lines", [40, 4000])  # within the 64 KiB looked at first; past the 1 MiB read ahead
+def test_junk_after_the_last_compressed_frame_is_named_after_the_last_line(tmp_path, monkeypatch, name, lines):
+    """The text before the junk is read first: lost with the error, it was named a megabyte of lines early."""
+    docs = [f"line {i} " + "words " * 50 for i in range(lines)]
+    path = write_jsonl(tmp_path / name, docs + [""])  # a last line, without its newline: cut by the junk
+    path.write_bytes(path.read_bytes() + b"junk after the last frame")
+    assert f"cannot read {path} after line {lines}: " in one_line_error(lambda: load_corpus(str(path)))
+
+
 def test_folders_mixing_formats_or_holding_unread_files_are_refused(tmp_path):
     mixed = tmp_path / "mixed"
     mixed.mkdir()
