@@ -460,7 +460,14 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     """
     from core.control import Control
     from core.errors import Cancelled, ConfigError
-    from core.launch import check_before_launch, check_nproc, run_torchrun, worker_env
+    from core.launch import (
+        LAUNCH_EVENTS_ENV,
+        check_before_launch,
+        check_nproc,
+        event_line,
+        run_torchrun,
+        worker_env,
+    )
     from core.runs import check_run_root, plan_run_dir
 
     config = config_from_args(args)
@@ -472,12 +479,18 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     # Everything one process checks before it starts, checked here once: the corpus is prepared into
     # its token store (the workers then only map it), the samples, the model and its memory.
     control = Control()
-    sink = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
+    console = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
+
+    def sink(event) -> None:
+        console(event)
+        if os.environ.get(LAUNCH_EVENTS_ENV) == "1":  # the dashboard's launcher: its preparation's progress too
+            print(event_line(event), flush=True)
+
     try:
         with _interruptible(control):
             check_before_launch(config, args.nproc, sink=sink, should_stop=lambda: control.stop_requested)
     finally:
-        sink.close()
+        console.close()
     if control.stop_requested:  # a stop that came while the checks ran no step of theirs could poll
         raise Cancelled("stopped before training began; nothing was started or kept")
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")

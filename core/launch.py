@@ -196,6 +196,31 @@ class LaunchSpec:
         return self.run_dir / METRICS_FILE
 
 
+LAUNCH_EVENTS_ENV = "SPEEDBOARD_LAUNCH_EVENTS"
+"""Set (to 1) by the dashboard for the launcher it starts: the launcher's own events, from the checks before any
+process starts (preparing the corpus: minutes on a large one), are written to its stdout as well, one line each
+(``event_line``), as no run folder exists yet to write them into."""
+EVENT_LINE_PREFIX = "speedboard-event: "
+
+
+def event_line(event) -> str:
+    """``event`` as one line of the launcher's output: ``EVENT_LINE_PREFIX`` and its JSON."""
+    return EVENT_LINE_PREFIX + json.dumps(event.to_dict(), default=str)
+
+
+def event_from_line(line: str):
+    """The event of a line that ``event_line`` wrote, or None (any other line, or a damaged one)."""
+    from core.events import event_from_dict
+    from core.json_text import parse_json
+
+    if not line.startswith(EVENT_LINE_PREFIX):
+        return None
+    try:
+        return event_from_dict(parse_json(line[len(EVENT_LINE_PREFIX):]))
+    except (ValueError, TypeError):
+        return None
+
+
 def prepare_launch(config, nproc: int, *, run_id: str | None = None, python: str | None = None) -> LaunchSpec:
     """Write ``config`` (a RunConfig) to a file and return the command that trains it in ``nproc`` processes.
 
@@ -214,7 +239,8 @@ def prepare_launch(config, nproc: int, *, run_id: str | None = None, python: str
         json.dump(config.to_dict(), f, indent=2)
     argv = [python or sys.executable, "-m", "core.cli", "train", "--config", name, "--run-id", run_id,
             "--nproc", str(nproc), "--no-progress"]
-    return LaunchSpec(argv, worker_env(nproc, config.train.device), run_id, run_dir, Path(name), nproc)
+    env = {**worker_env(nproc, config.train.device), LAUNCH_EVENTS_ENV: "1"}
+    return LaunchSpec(argv, env, run_id, run_dir, Path(name), nproc)
 
 
 def stop_launch(pid: int) -> None:

@@ -3,18 +3,21 @@
 The dashboard starts ``python -m core.cli train --config … --nproc N`` with
 ``QProcess``; the CLI hands over to torchrun, rank 0 appends every event to the
 run folder's ``metrics.jsonl``, and this object tails that file on a timer and
-re-emits the events, the same plain dataclasses an in-process run sends. Stop
+re-emits the events, the same plain dataclasses an in-process run sends; the
+launcher's own events before the run folder exists (preparing the corpus) come
+as lines of its output (``core.launch.event_line``). Stop
 sends SIGINT to the launcher: every rank agrees to stop after the same step and
 rank 0 saves a final checkpoint.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from core.launch import LaunchSpec, stop_launch
+from core.launch import LaunchSpec, event_from_line, stop_launch
 from core.runs import EventTail
 
 POLL_MS = 100
@@ -31,6 +34,8 @@ class ProcessRun(QObject):
         self.spec = spec
         self.tail = EventTail(spec.metrics_file)
         self.output: list[str] = []
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""  # a line whose end has not arrived yet
         self.process = QProcess(self)
         self.process.setProgram(spec.argv[0])
         self.process.setArguments(spec.argv[1:])
@@ -67,9 +72,16 @@ class ProcessRun(QObject):
         for event in self.tail.poll():
             self.event.emit(event)
 
-    def _read_output(self) -> None:
-        text = bytes(self.process.readAllStandardOutput()).decode("utf-8", errors="replace")
-        self.output.extend(line for line in text.splitlines() if line.strip())
+    def _read_output(self, final: bool = False) -> None:
+        text = self._partial + self._decoder.decode(bytes(self.process.readAllStandardOutput()), final)
+        lines = text.split("\n")
+        self._partial = "" if final else lines.pop()
+        for line in lines:
+            event = event_from_line(line)
+            if event is not None:
+                self.event.emit(event)
+            elif line.strip():
+                self.output.append(line.rstrip("\r"))
         del self.output[:-200]  # keep the tail: enough for the last error line
 
     def error_line(self) -> str:
@@ -82,7 +94,7 @@ class ProcessRun(QObject):
         return lines[-1].removeprefix("speedboard: ").strip() if lines else ""
 
     def _on_finished(self, code: int, status: QProcess.ExitStatus) -> None:
-        self._read_output()
+        self._read_output(final=True)
         self.timer.stop()
         self.poll()  # the last events rank 0 wrote before exiting
         with contextlib.suppress(OSError):

@@ -272,6 +272,8 @@ class RunRecord:
             self.mem_baseline_gib = event.mem_baseline_gib
             source = self.config.get("resume") or self.config.get("init_from")
             self.started_from = str(source) if source else ""
+            # Its data is ready: a torchrun job's launcher said it prepared it, its rank 0 says nothing more.
+            self.preparing, self.preparation, self.preparation_share = False, "", None
             if self.state == "starting":
                 self.state = "training"
         elif isinstance(event, DataPreparationStarted):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core.events import RunFinished, RunStarted, StepMetrics
+from core.events import DataPreparationProgress, DataPreparationStarted, RunFinished, RunStarted, StepMetrics
 from core.launch import prepare_launch
 from core.runs import read_events
 from gui.process_run import ProcessRun
@@ -33,6 +33,11 @@ def test_two_processes_follow_live_and_stop_every_rank(qtbot, tmp_path):
     assert code == 0, "\n".join(run.output[-20:])
     finished = [e for e in seen if isinstance(e, RunFinished)]
     assert finished and finished[0].stopped and finished[0].checkpoint
-    # What the window saw is what the run folder holds.
-    assert [e.to_dict() for e in read_events(run.spec.run_dir)] == [e.to_dict() for e in seen]
+    # What the window saw is the launcher's preparation of the corpus (before any run folder), then what the run
+    # folder holds.
+    launcher = seen[:seen.index(started)]
+    assert isinstance(launcher[0], DataPreparationStarted) and launcher[0].run_id == ""
+    assert all(isinstance(e, (DataPreparationStarted, DataPreparationProgress)) for e in launcher), launcher
+    assert [e.to_dict() for e in read_events(run.spec.run_dir)] == [e.to_dict() for e in seen[len(launcher):]]
+    assert not any("speedboard-event" in line for line in run.output)
     assert not run.spec.config_file.exists() and not run.running

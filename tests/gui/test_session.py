@@ -14,6 +14,8 @@ from core.control import Control
 from core.errors import CheckpointError
 from core.events import (
     CheckpointFailed,
+    DataPreparationProgress,
+    DataPreparationStarted,
     Event,
     RunFailed,
     RunFinished,
@@ -186,17 +188,25 @@ def _event_lines(events: list[Event]) -> str:
 
 
 def _fake_launch(tmp_path: Path, before: list[Event], on_stop: list[Event], exit_code: int = 0, error: str = "",
-                 last_line: str = ""):
-    """A ``prepare_launch`` whose command writes ``before`` into the run folder, waits for the stop signal
-    (SIGINT, as the launcher gets it), writes ``on_stop``, prints ``last_line`` and exits; or, with ``error``,
-    fails at once."""
+                 last_line: str = "", printed: list[Event] = ()):
+    """A ``prepare_launch`` whose command prints ``printed`` as the launcher's event lines (its preparation,
+    before any run folder), writes ``before`` into the run folder, waits for the stop signal (SIGINT, as the
+    launcher gets it), writes ``on_stop``, prints ``last_line`` and exits; or, with ``error``, fails at once."""
+    from core.launch import event_line
+
     run_dir = tmp_path / "runs" / "job"
     script = tmp_path / "job.py"
+    lines = "".join(f"{event_line(e)}\n" for e in printed)
     script.write_text(textwrap.dedent(f"""
         import signal, sys, time
         from pathlib import Path
         stopped = []
         signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+        text = {lines!r}  # in two writes, the second starting mid-line: lines are whole when read
+        sys.stdout.write(text[:len(text) // 2]); sys.stdout.flush(); time.sleep(0.2)
+        sys.stdout.write(text[len(text) // 2:]); sys.stdout.flush()
+        while {bool(printed)!r} and not stopped and not Path({str(tmp_path / "go")!r}).exists():
+            time.sleep(0.02)
         run_dir = Path({str(run_dir)!r})
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
@@ -220,6 +230,26 @@ def _fake_launch(tmp_path: Path, before: list[Event], on_stop: list[Event], exit
         return LaunchSpec([sys.executable, str(script)], {}, "job", run_dir, config_file, nproc)
 
     return prepare
+
+
+def test_a_torchrun_jobs_preparation_shows_before_its_run_folder_exists(qtbot, session, tmp_path, monkeypatch):
+    """The launcher prepares the corpus before any process starts (minutes on a large one): its progress,
+    printed as event lines, shows as an in-process run's does; the run folder's events follow."""
+    run_dir = tmp_path / "runs" / "job"
+    progress = DataPreparationProgress("", 1.0, stage="tokens", bytes_done=50, bytes_total=100, documents_done=5,
+                                       documents_total=None, tokens_done=500, eta_seconds=1.0)
+    monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
+        tmp_path, [_started(run_dir), _step(1)], [_finished(1, stopped=True)],
+        printed=[DataPreparationStarted("", 0.5, source="big.jsonl", source_kind="jsonl", files=1,
+                                        bytes_total=100, documents_total=None, train_tokenizer=False), progress]))
+    record = session.start(micro_config(tmp_path), nproc=2)
+    qtbot.waitUntil(lambda: record.preparation_share == 0.5, timeout=RUN_TIMEOUT_MS)
+    assert record.preparing and record.preparation and not run_dir.exists()
+    (tmp_path / "go").touch()
+    qtbot.waitUntil(lambda: record.step == 1, timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
+        session.stop()
+    assert record.state == "stopped" and not record.preparing  # rank 0's DataPrepared or the end cleared it
 
 
 def _started(run_dir: Path, run_id: str = "job", world_size: int = 2) -> RunStarted:
