@@ -178,14 +178,21 @@ def claim_run_dir(path: Path) -> str:
     return token
 
 
+def _holds_claim(path: Path, token: str | None) -> bool:
+    """Whether ``path`` holds the claim ``token`` (none: no claim is this process's)."""
+    try:
+        return bool(token) and (path / CLAIM_FILE).read_text(encoding="utf-8") == token
+    except (OSError, ValueError):  # taken over already, gone, unreadable or not text
+        return False
+
+
 def _drop_claim(path: Path, token: str) -> bool:
     """Whether ``path`` holds the claim ``token``; its marker is removed then (a claim is dropped once)."""
-    marker = path / CLAIM_FILE
+    if not _holds_claim(path, token):
+        return False
     try:
-        if marker.read_text(encoding="utf-8") != token:
-            return False
-        marker.unlink()
-    except (OSError, ValueError):  # taken over already, gone, unreadable or not text
+        (path / CLAIM_FILE).unlink()
+    except OSError:  # taken over meanwhile
         return False
     return True
 
@@ -194,13 +201,7 @@ def run_id_taken(root: Path, run_id: str) -> bool:
     """Whether the run folder ``root / run_id`` exists other than as this process's launcher's claim: checked
     before a run prepares anything; creating the folder (``create_run_dir``) stays the check that counts."""
     path = root / run_id
-    if not os.path.lexists(path):
-        return False
-    token = os.environ.get(CLAIM_ENV)
-    try:
-        return not token or (path / CLAIM_FILE).read_text(encoding="utf-8") != token
-    except (OSError, ValueError):
-        return True
+    return os.path.lexists(path) and not _holds_claim(path, os.environ.get(CLAIM_ENV))
 
 
 def _take_claim(path: Path) -> bool:

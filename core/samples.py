@@ -111,6 +111,7 @@ class PackedWindows(StoreSamples):
 
 class DocumentRows(StoreSamples):
     more_samples = "use more documents (a sample is a document in this layout)"
+
     def __init__(self, store: TokenStore, seq_len: int, pad_id: int) -> None:
         super().__init__(store, seq_len, pad_id)
 

@@ -623,7 +623,7 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
             counter = _CountingReader(raw)
             lines = _open_lines(path, counter)
             # A plain file's lines say where they end; a compressed one's position is what was read (1 MiB ahead).
-            plain, through = not path.name.lower().endswith((".gz", ".zst")), 0
+            plain, through = lines.raw is counter, 0
             for n, line in enumerate(lines, start=1):  # noqa: B007 - n names the line in errors
                 through += len(line)
                 if not line.strip():

@@ -115,8 +115,7 @@ class TokenStore:
         if damage is None and any(manifest.get(k) is None for k in ("dtype", "documents", "tokens")):
             damage = "its manifest has no dtype, documents or tokens"
         if damage is not None:
-            raise DataError(f"token store {path} is damaged ({damage}); remove it (speedboard prepare --remove) "
-                            f"to prepare the corpus again")
+            raise damaged_store(path, damage)
         dtype = np.dtype(manifest["dtype"])
         docs, toks = manifest["documents"], manifest["tokens"]
         for name, expected in ((TOKENS, toks * dtype.itemsize), (OFFSETS, (docs + 1) * 8)):
@@ -125,14 +124,12 @@ class TokenStore:
                 raise DataError(f"token store {path} is damaged: {name} has {size} bytes, not {expected}; "
                                 f"remove it (speedboard prepare --remove) to prepare the corpus again")
         if _digest(path, docs, toks) != manifest.get("digest"):
-            raise DataError(f"token store {path} is damaged (its content does not match its manifest); "
-                            f"remove it (speedboard prepare --remove) to prepare the corpus again")
+            raise damaged_store(path, "its content does not match its manifest")
         tokens = np.memmap(path / TOKENS, dtype=dtype, mode="r", shape=(toks,))
         offsets = np.memmap(path / OFFSETS, dtype=np.uint64, mode="r", shape=(docs + 1,))
         damage = _offsets_damage(offsets, toks)
         if damage is not None:
-            raise DataError(f"token store {path} is damaged ({damage}); remove it (speedboard prepare --remove) "
-                            f"to prepare the corpus again")
+            raise damaged_store(path, damage)
         return cls(path, manifest, tokens, offsets)
 
     @property
@@ -149,11 +146,16 @@ class TokenStore:
             return
         top = int(rows.max())
         if top >= vocab:
-            raise DataError(f"token store {self.path} is damaged (token id {top:,} is beyond its vocabulary of "
-                            f"{vocab:,}); remove it (speedboard prepare --remove) to prepare the corpus again")
+            raise damaged_store(self.path, f"token id {top:,} is beyond its vocabulary of {vocab:,}")
 
     def tokenizer(self) -> BPETokenizer:
         return BPETokenizer.load(self.path / TOKENIZER)
+
+
+def damaged_store(path: Path, damage: str) -> DataError:
+    """The one-line error of a store found damaged, saying what is wrong and how to prepare it again."""
+    return DataError(f"token store {path} is damaged ({damage}); remove it (speedboard prepare --remove) to "
+                     f"prepare the corpus again")
 
 
 _MANIFEST_TYPES = {"created": str, "fingerprint": str, "digest": str, "dtype": str, "documents": int, "tokens": int,
@@ -527,7 +529,6 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
     return TokenStore.open(final)
 
 
-# ----------------------------------------------------------------------------- listing and removing
 def _space_needed(source_bytes: int | None, done_bytes: int, documents: int, tokens: int, dtype: np.dtype) -> str:
     """What a store whose writing failed would take, as a clause: from the tokens per byte of the source encoded
     so far (compressed bytes for Parquet or .gz: tokens per byte vary five-fold between sources), or nothing."""
@@ -540,6 +541,7 @@ def _space_needed(source_bytes: int | None, done_bytes: int, documents: int, tok
     return f" (the store needs about {_size(size)}, at the rate of its first {_size(done_bytes)} of data)"
 
 
+# ----------------------------------------------------------------------------- listing and removing
 def list_stores() -> list[dict[str, Any]]:
     """Manifests of the complete stores (with ``path`` and ``bytes`` on disk), newest first."""
     out = []
