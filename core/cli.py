@@ -163,7 +163,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the prepared token stores (DATA's, when given)")
     p.add_argument("--remove", action="store_true",
                    help="remove the token stores of DATA (all its tokenizers and text fields, and those of its "
-                        "earlier versions; only those of --text-field when given), or of every corpus with 'all'")
+                        "earlier versions; only those of --text-field when given) and the tokenizers trained on it, "
+                        "or those of every corpus with 'all'")
 
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
     g.add_argument("checkpoint", type=_path,
@@ -660,13 +661,30 @@ def _stores_of(data: str, text_field: str | None) -> list[dict]:
 
 
 def _remove_stores(data: str, text_field: str | None) -> int:
+    """The stores of DATA, then the tokenizers trained on it (kept so that its next start finds its store at once:
+    with no store left, they only hold a disk's room)."""
+    from core.errors import DataError
+    from core.sources import resolve_source
     from core.token_store import remove_store
+    from core.tokenizer_cache import remove_trained_tokenizers
 
     stores = _stores_of(data, text_field)
     for m in stores:
         remove_store(m["path"])
         print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {(m.get('source') or {}).get('spec', '?')})")
-    if not stores:
+    fingerprints = None
+    if data != "all":
+        fingerprints = {m["fingerprint"] for m in stores if m.get("fingerprint")}
+        try:
+            fingerprints.add(resolve_source(data, text_field or "text").fingerprint())
+        except DataError:
+            pass  # gone or unreadable now: its stores named what it was
+    tokenizers = remove_trained_tokenizers(fingerprints)
+    if tokenizers:
+        print(f"removed {len(tokenizers)} tokenizer{'s' * (len(tokenizers) > 1)} trained on "
+              f"{'the corpora' if data == 'all' else data} ({sum(size for _, size in tokenizers) / 2**20:.1f} MiB, "
+              f"{tokenizers[0][0].parent})")
+    if not stores and not tokenizers:
         print(f"no token store of {data}")
     return 0
 

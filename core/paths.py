@@ -22,6 +22,18 @@ def user_path(value: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(value))))
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process of this number runs on this machine (signal 0 only asks). One that belongs to
+    someone else, or that the OS will not say about, counts as alive: what it may own is left alone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def fsync(path: str | os.PathLike[str]) -> None:
     """Flush a file or folder to disk; a no-op where the platform cannot (folders on Windows)."""
     try:

@@ -15,8 +15,6 @@ so a later start finds it (and through it the store) without reading the corpus.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,21 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import DataConfig
-from core.errors import CheckpointError, DataError
+from core.errors import DataError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event, WarningRaised
-from core.paths import why_write_failed
 from core.sources import Source, resolve_source
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
-from core.tokenizer import (
-    BPETokenizer,
-    cache_dir,
-    check_special_tokens,
-    drops_unknown_text,
-    get_tokenizer,
-    load_tokenizer_file,
-)
-
-_TOKENIZER_KEY_FORMAT = "speedboard-source-tokenizer-1"
+from core.tokenizer import BPETokenizer, check_special_tokens, drops_unknown_text, load_tokenizer_file, train_bpe
+from core.tokenizer_cache import cached_trained_tokenizer, store_trained_tokenizer, tokenizers_dir
 
 
 @dataclass(frozen=True)
@@ -58,11 +47,6 @@ def trained_origin(cfg: DataConfig) -> str:
             f"({cfg.vocab_size} tokens asked)")
 
 
-def _source_tokenizer_path(fingerprint: str, cfg: DataConfig) -> Path:
-    key = f"{_TOKENIZER_KEY_FORMAT}:{fingerprint}:{cfg.vocab_size}:{cfg.tokenizer_train_docs}"
-    return cache_dir() / "tokenizers" / f"source-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
-
-
 def _find(fingerprint: str, tok: BPETokenizer) -> TokenStore | None:
     """The complete store of this corpus and tokenizer; a damaged one counts as missing (preparing replaces it)."""
     try:
@@ -72,13 +56,7 @@ def _find(fingerprint: str, tok: BPETokenizer) -> TokenStore | None:
 
 
 def _cached_trained_tokenizer(fingerprint: str, cfg: DataConfig) -> BPETokenizer | None:
-    path = _source_tokenizer_path(fingerprint, cfg)
-    if not path.is_file():
-        return None
-    try:
-        return BPETokenizer.load(path)
-    except CheckpointError:  # a damaged cache entry is trained again, never trusted
-        return None
+    return cached_trained_tokenizer(fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs)
 
 
 class _Reporter:
@@ -120,16 +98,16 @@ class _Reporter:
 
 
 def _trained_in_a_thread(docs: list[str], vocab_size: int, should_stop: Callable[[], bool] | None) -> BPETokenizer:
-    """``get_tokenizer`` (cached by the sample's own hash as well) in a worker thread: its Rust training releases
-    the GIL, so this thread keeps answering Ctrl-C, SIGTERM and a stop request (which leave the worker to finish
-    on its own, its result unused) instead of waiting for the training to return."""
+    """``train_bpe`` in a worker thread: its Rust training releases the GIL, so this thread keeps answering
+    Ctrl-C, SIGTERM and a stop request (which leave the worker to finish on its own, its result unused) instead
+    of waiting for the training to return."""
     from core.errors import Cancelled
 
     result: list = []
 
     def train() -> None:
         try:
-            result.append(get_tokenizer(docs, vocab_size))
+            result.append(train_bpe(docs, vocab_size))
         except BaseException as exc:  # handed to the caller's thread
             result.append(exc)
 
@@ -165,16 +143,7 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     # Training gives no progress of its own (tokenizers' bars draw to a terminal only): say that it runs.
     report.progress("tokenizer-training", done, None, len(docs), None, 0, final=True)
     tok = _trained_in_a_thread(docs, cfg.vocab_size, should_stop)
-    path = _source_tokenizer_path(fingerprint, cfg)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        tmp.write_text(tok.to_str(), encoding="utf-8")
-        os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"cannot write the tokenizer into the cache folder {path.parent} "
-                        f"({why_write_failed(exc, path.parent)}); set SPEEDBOARD_CACHE_DIR to a writable folder "
-                        f"with room") from None
+    store_trained_tokenizer(tok, fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs)
     return tok
 
 
@@ -210,7 +179,7 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
     source.check()
     ensure_writable(stores_dir())
     if tok is None:
-        ensure_writable(cache_dir() / "tokenizers")
+        ensure_writable(tokenizers_dir())
     report.emit(DataPreparationStarted, source=source.spec, source_kind=source.kind, files=len(source.files),
                 bytes_total=source.bytes, documents_total=source.documents, train_tokenizer=tok is None,
                 skipped=source.ignored)

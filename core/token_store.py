@@ -15,7 +15,7 @@ Writing is atomic: everything goes into a hidden ``.tmp-…`` folder, is flushed
 and the folder is renamed into place only when complete. A crash, a full disk
 or a cancelled preparation leaves at most that hidden folder (which no reader
 accepts, and the next preparation on this machine removes once its process is
-gone). One process prepares a given corpus at a time (a lock file per source);
+gone). One process prepares a given corpus at a time (a lock file per source, gone with its holder);
 the others wait for it, then memory-map the same files.
 """
 
@@ -41,7 +41,7 @@ import numpy as np
 
 from core.errors import Cancelled, DataError, first_line
 from core.json_text import parse_json
-from core.paths import fsync, why_write_failed
+from core.paths import fsync, process_alive, why_write_failed
 from core.sources import Source, sampled_sha256, source_location
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, iter_pieces
 
@@ -244,41 +244,54 @@ def _mkstemp(folder: Path) -> tuple[int, str]:
 def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None,
                      should_stop: Callable[[], bool] | None = None) -> Iterator[None]:
     """Hold the lock of this corpus (an ``flock`` on ``stores/.lock-<fingerprint>``); wait while another
-    process holds it (``on_wait`` once, ``should_stop`` polled: a stop request raises Cancelled)."""
+    process holds it (``on_wait`` once, ``should_stop`` polled: a stop request raises Cancelled).
+
+    The holder deletes the lock file as it lets go, so none piles up. A process that opened the file before it
+    was deleted holds a lock on a name nobody uses any more: it sees so (the name is gone or names another
+    file) and tries again on the file now there."""
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the atomic rename still keeps every store whole
         yield
         return
-    folder = stores_dir()
-    lock = folder / f".lock-{fingerprint[:32]}"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        waited = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock = stores_dir() / f".lock-{fingerprint[:32]}"
+    waited = False
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not waited and on_wait is not None:
+                        on_wait()
+                    waited = True
+                    if should_stop is not None and should_stop():
+                        raise Cancelled("stopped while waiting for another process preparing this corpus") from None
+                    time.sleep(0.2)
+            if _names_this_file(lock, fd):
                 break
-            except BlockingIOError:
-                if not waited and on_wait is not None:
-                    on_wait()
-                waited = True
-                if should_stop is not None and should_stop():
-                    raise Cancelled("stopped while waiting for another process preparing this corpus") from None
-                time.sleep(0.2)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the holder before this one deleted it: lock the file under that name now
+    try:
         yield
     finally:
-        os.close(fd)  # releases the lock
+        # Deleted while held, then closed (which lets go): nobody can lock this name's file in between.
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
 
 
-def _process_alive(pid: int) -> bool:
+def _names_this_file(path: Path, fd: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        st = os.stat(path)
+    except FileNotFoundError:
         return False
-    except OSError:
-        return True
-    return True
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def sweep_stale(folder: Path | None = None) -> list[Path]:
@@ -291,7 +304,7 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
     host = socket.gethostname()
     for entry in folder.iterdir():
         m = _TMP.fullmatch(entry.name)
-        if (m and entry.is_dir() and m["host"] == host and not _process_alive(int(m["pid"]))
+        if (m and entry.is_dir() and m["host"] == host and not process_alive(int(m["pid"]))
                 or entry.name.startswith(_REMOVED) and entry.is_dir()):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)

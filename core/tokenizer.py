@@ -7,7 +7,6 @@ target size, and saved into every run folder and checkpoint as
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,7 +22,6 @@ from core.paths import user_path
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2 in every trained tokenizer
-_FORMAT = "speedboard-bpe-1"
 TOKENIZER_FILE = "tokenizer.json"  # its name in a checkpoint and in a Hugging Face folder
 MAX_TRAINING_RUN = 100
 """Characters without a space that a tokenizer's training sees as one run at most (see ``train_bpe``)."""
@@ -256,34 +254,6 @@ def train_bpe(documents: Sequence[str], vocab_size: int) -> BPETokenizer:
     )
     tok.train_from_iterator(pieces, trainer=trainer, length=len(documents))
     return BPETokenizer(tok)
-
-
-def corpus_hash(documents: Sequence[str]) -> str:
-    h = hashlib.sha256()
-    for doc in documents:
-        h.update(doc.encode("utf-8"))
-        h.update(b"\x00")
-    return h.hexdigest()
-
-
-def get_tokenizer(documents: Sequence[str], vocab_size: int, fingerprint: str | None = None) -> BPETokenizer:
-    """The tokenizer for this corpus and size, from the cache or freshly trained."""
-    key = hashlib.sha256(f"{_FORMAT}:{fingerprint or corpus_hash(documents)}:{vocab_size}".encode()).hexdigest()[:32]
-    path = cache_dir() / "tokenizers" / f"{key}.json"
-    if path.is_file():
-        try:
-            return BPETokenizer(Tokenizer.from_str(path.read_text(encoding="utf-8")))
-        except Exception:  # a damaged cache entry is retrained, never trusted
-            pass
-    tokenizer = train_bpe(documents, vocab_size)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(tokenizer.to_str(), encoding="utf-8")
-        os.replace(tmp, path)  # atomic: concurrent runs never read half a file
-    except OSError:  # a full disk or a read-only cache: the tokenizer is still good, only not cached
-        tmp.unlink(missing_ok=True)
-    return tokenizer
 
 
 def load_tokenizer_file(path: str | Path) -> BPETokenizer:

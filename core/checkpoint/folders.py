@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CheckpointError, SpeedboardError
-from core.paths import fsync, user_path, why_not_writable, why_write_failed
+from core.paths import fsync, process_alive, user_path, why_not_writable, why_write_failed
 
 
 def _host_tag() -> str:
@@ -147,13 +147,7 @@ def _process_alive(pid: int, host: str | None) -> bool:
         return True  # another machine's process (shared storage): this one cannot tell, so never touches it
     if pid == os.getpid():
         return True  # this process: its own saves are never swept from under it
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, but belongs to someone else (or the OS will not say): leave it
-        return True
-    return True
+    return process_alive(pid)
 
 
 def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:

@@ -14,9 +14,9 @@ def jsonl(path: Path, docs: list[str]) -> Path:
 
 
 def store_folders(cache: Path) -> list[Path]:
-    """The stores in ``cache`` (their lock files aside)."""
+    """What the stores folder of ``cache`` holds (a preparation's lock file goes with it)."""
     folder = cache / "stores"
-    return sorted(p for p in folder.iterdir() if not p.name.startswith(".lock-")) if folder.is_dir() else []
+    return sorted(folder.iterdir()) if folder.is_dir() else []
 
 
 def one_line(capsys, code: int) -> str:

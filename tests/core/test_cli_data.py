@@ -52,10 +52,18 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     recorded = json.loads((run_dir / "config.json").read_text())
     assert recorded["tokenizer"]["bos"] == "<|bos|>" and recorded["tokenizer"]["eos"] == "<|eos|>"
     assert recorded["corpus"]["from_store"] and recorded["corpus"]["documents"] == 80
-    assert main(["prepare", "--remove", data]) == 0
-    assert "removed" in capsys.readouterr().out
+    assert main(["prepare", "--remove", data]) == 0  # its store, then the tokenizer trained on it
+    removed = capsys.readouterr().out.splitlines()
+    assert len(removed) == 2 and removed[1].startswith(f"removed 1 tokenizer trained on {data} (")
     assert main(["prepare", "--list"]) == 0
     assert "no token stores" in capsys.readouterr().out
+    assert not list((cache / "tokenizers").iterdir()) and not list((cache / "stores").iterdir())
+    assert main(["prepare", "--remove", data]) == 0 and capsys.readouterr().out == f"no token store of {data}\n"
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["prepare", "--remove", "all"]) == 0
+    assert "removed 1 tokenizer trained on the corpora" in capsys.readouterr().out
+    assert not list((cache / "tokenizers").iterdir()) and not list((cache / "stores").iterdir())
 
 
 def test_prepare_names_the_files_of_a_folder_it_does_not_read(tmp_path, cache, capsys):
@@ -80,9 +88,11 @@ def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
     assert main(["prepare", "--list", "--remove", str(data)]) == 2
     assert "give --list or --remove, not both" in capsys.readouterr().err
     assert main(["prepare", "--remove", str(data), "--text-field", "text"]) == 0  # that field's store alone
-    assert capsys.readouterr().out.count("removed") == 1
+    assert capsys.readouterr().out.count(f"removed {cache}") == 1
+    assert len(list((cache / "tokenizers").iterdir())) == 1  # the tokenizer trained on the field 'body' stays
     assert main(["prepare", "--remove", str(data)]) == 0  # the rest: the one of --text-field body
-    assert capsys.readouterr().out.count("removed") == 1
+    assert capsys.readouterr().out.count(f"removed {cache}") == 1
+    assert not list((cache / "tokenizers").iterdir())
     assert main(["prepare", "--list"]) == 0 and "no token stores" in capsys.readouterr().out
 
 
@@ -169,8 +179,7 @@ def test_a_full_disk_while_preparing_is_one_line_and_keeps_nothing(tmp_path, cac
     assert proc.returncode == 2 and "Traceback" not in err, err
     assert len(err.splitlines()) == 1 and message in err and "file-size limit" in err, err
     left = [p.relative_to(cache).as_posix() for p in cache.rglob("*")]
-    assert not [p for p in left if ".tmp" in p or (p.startswith("stores/") and not p.startswith("stores/.lock-"))], \
-        left
+    assert not [p for p in left if ".tmp" in p or p.startswith("stores/")], left
     assert main(["prepare", str(path), "--vocab-size", "300", "--no-progress"]) == 0  # room again: prepared whole
     assert "prepared in" in capsys.readouterr().out
 
@@ -182,12 +191,14 @@ def test_remove_finds_the_stores_of_earlier_versions_and_of_a_deleted_file(tmp_p
     assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["prepare", "--remove", str(data)]) == 0  # the store of the edited file and the one before
-    assert capsys.readouterr().out.count("removed") == 2
+    out = capsys.readouterr().out
+    assert out.count(f"removed {cache}") == 2 and "removed 2 tokenizers trained on" in out
     assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
     data.unlink()
     capsys.readouterr()
-    assert main(["prepare", "--remove", str(data)]) == 0  # its place still names its store
-    assert capsys.readouterr().out.count("removed") == 1
+    assert main(["prepare", "--remove", str(data)]) == 0  # its place still names its store and its tokenizer
+    out = capsys.readouterr().out
+    assert out.count(f"removed {cache}") == 1 and "removed 1 tokenizer trained on" in out
     assert main(["prepare", "--list"]) == 0
     assert "no token stores" in capsys.readouterr().out
     assert main(["prepare", "--remove", str(data)]) == 2  # nothing there and no store of it: the usual line
@@ -230,8 +241,7 @@ def test_the_document_layout_with_a_tokenizer_without_pad_is_refused_before_toke
                                  "--out", str(tmp_path / "runs")]))
     assert "the document layout needs a PAD token" in err
     assert not (tmp_path / "runs").exists()
-    assert not (cache / "stores").exists() or not [p for p in (cache / "stores").iterdir()
-                                                   if not p.name.startswith(".lock-")]
+    assert not (cache / "stores").exists() or not list((cache / "stores").iterdir())
 
 
 @pytest.mark.parametrize("flag", [["--vocab-size", "999"], ["--tokenizer-docs", "10"]])

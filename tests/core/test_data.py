@@ -11,7 +11,7 @@ import torch
 from core.config import DataConfig
 from core.data import IGNORE_INDEX, SampleOrder, TokenDataset, load_corpus, prepare_data, split_train_val
 from core.errors import DataError
-from core.tokenizer import BOS, EOS, PAD, BPETokenizer, get_tokenizer, train_bpe
+from core.tokenizer import BOS, EOS, PAD, BPETokenizer, train_bpe
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +30,6 @@ def test_tokenizer_round_trip_and_specials(builtin):
     text = "def f(x):\n    return x ** 2  # naïve ünïcode ✓"
     assert tok.decode(tok.encode(text)) == text
     assert tok.vocab_size <= 600
-
-
-def test_tokenizer_is_cached_by_corpus_hash(builtin, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path))
-    a = get_tokenizer(builtin.documents[:300], 500, builtin.fingerprint + "x")
-    files = list((tmp_path / "tokenizers").glob("*.json"))
-    assert len(files) == 1
-    b = get_tokenizer(builtin.documents[:300], 500, builtin.fingerprint + "x")
-    assert a.to_str() == b.to_str()
-    get_tokenizer(builtin.documents[:300], 520, builtin.fingerprint + "x")
-    assert len(list((tmp_path / "tokenizers").glob("*.json"))) == 2
 
 
 def test_tokenizer_save_and_load(tmp_path, builtin):

@@ -471,11 +471,11 @@ def test_a_stop_during_tokenizer_training_is_answered_while_it_trains(tmp_path, 
 
     release = threading.Event()
 
-    def slow_training(docs, vocab_size, fingerprint=None):
+    def slow_training(docs, vocab_size):
         release.wait(120)  # a training that takes long (it releases the GIL, as the Rust one does)
         raise AssertionError("the stop was not answered while the tokenizer trained")
 
-    monkeypatch.setattr("core.prepare.get_tokenizer", slow_training)
+    monkeypatch.setattr("core.prepare.train_bpe", slow_training)
     stopped = []
 
     def should_stop():
