@@ -8,6 +8,7 @@ that is not a ``JSONDecodeError`` for an integer of more than 4,300 digits: a re
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 
@@ -17,3 +18,9 @@ def parse_json(text: str | bytes) -> Any:
         return json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # Python's own words advise a call to its interpreter: say what is in the text
+        if "integer string conversion" not in str(exc):
+            raise
+        raise ValueError(f"an integer of more than {sys.get_int_max_str_digits():,} digits") from None

@@ -305,6 +305,8 @@ def test_a_byte_order_mark_opening_a_text_file_is_no_text(tmp_path):
     (lambda p: write_jsonl(p / "c.jsonl.gz", key="content"), "needs a string field 'text'"),
     (lambda p: write_jsonl(p / "c.jsonl.zst", key="content"), "needs a string field 'text'"),
     (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": oops}\n'), "c.jsonl:2: invalid JSON"),
+    (lambda p: (p / "c.jsonl").write_text('{"text": "a", "id": ' + "9" * 5000 + "}\n"),
+     "c.jsonl:1: invalid JSON (an integer of more than 4,300 digits)"),  # not Python's advice to call it
     (lambda p: (p / "c.txt").write_bytes(b"plain words " * 3 + b"\xff\xfe" + b"more"), "bad byte at offset 36"),
     (lambda p: (p / "c.txt").write_bytes(b"ELF\x00\x01\x02 header"), "is not text (a NUL byte at offset 3)"),
 ])
