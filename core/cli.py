@@ -527,15 +527,11 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
 
 
 @contextlib.contextmanager
-def _interruptible(control):
-    """Signals for a command that works toward a result it can cut short (prepare, tune, the launcher's checks).
-
-    Ctrl-C: the first asks ``control`` to stop at the next safe point, the second aborts (``_stop_on_first_sigint``).
-    SIGHUP (the terminal closed): as a first Ctrl-C, silently; one that ``nohup`` ignores stays ignored.
-    SIGTERM: ends the work now, as an exception (``JobTerminated``) that lets it remove what it had begun to
-    write; ``_run_command`` says so in one line, exit code 143. A watchdog ends the process should Python
-    swallow the exception (inside a weakref callback, as during torch.compile).
-    """
+def _terminable():
+    """SIGTERM ends the work now, as an exception (``JobTerminated``) that lets it remove what it had begun to
+    write (an export's temporary folder) and end what it printed (generate's line); ``_run_command`` says so in
+    one line, exit code 143. A watchdog ends the process should Python swallow the exception (inside a weakref
+    callback, as during torch.compile); a second SIGTERM ends it at once."""
     import threading
 
     from core.errors import JobTerminated
@@ -549,20 +545,36 @@ def _interruptible(control):
             os._exit(128 + signal.SIGTERM)
 
     def terminate(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
         raise JobTerminated("terminated (SIGTERM)")
 
-    handlers = {signal.SIGINT: _stop_on_first_sigint(control), signal.SIGTERM: terminate}
-    hangup = getattr(signal, "SIGHUP", None)
-    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
-        handlers[hangup] = lambda signum, frame: control.stop()
-    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         yield
     except JobTerminated:
         unwound.set()
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _interruptible(control):
+    """Signals for a command that works toward a result it can cut short (prepare, tune, the launcher's checks).
+
+    Ctrl-C: the first asks ``control`` to stop at the next safe point, the second aborts (``_stop_on_first_sigint``).
+    SIGHUP (the terminal closed): as a first Ctrl-C, silently; one that ``nohup`` ignores stays ignored.
+    SIGTERM: ends the work now (``_terminable``).
+    """
+    handlers = {signal.SIGINT: _stop_on_first_sigint(control)}
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
+        handlers[hangup] = lambda signum, frame: control.stop()
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    try:
+        with _terminable():
+            yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -801,6 +813,11 @@ def _prompt_ids(tok, prompt: str) -> list[int]:
 
 
 def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
+    with _terminable():  # the text printed so far ends its line, then one line says why it ended
+        return _generate(args)
+
+
+def _generate(args: argparse.Namespace) -> int:
     import torch
 
     from core.checkpoint import check_tokenizer_fits, load_weights, read_checkpoint
@@ -875,7 +892,8 @@ class _TextStream:
 def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:
     from core.checkpoint import export_hf
 
-    out = export_hf(args.checkpoint, args.out)  # a run folder means its newest checkpoint
+    with _terminable():  # the folder being written is removed (AtomicFolder), then one line says why
+        out = export_hf(args.checkpoint, args.out)  # a run folder means its newest checkpoint
     print(f"exported to {out}", flush=True)
     return 0
 
@@ -928,7 +946,7 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
         _error_line(f"speedboard: error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # nothing here may import torch: it may be half imported
-        code = 128 + signal.SIGTERM if isinstance(exc, JobTerminated) else 130  # SIGTERM: ``_interruptible``
+        code = 128 + signal.SIGTERM if isinstance(exc, JobTerminated) else 130  # SIGTERM: ``_terminable``
         _error_line(f"speedboard: {exc}" if isinstance(exc, JobTerminated) else "speedboard: interrupted")
         if _during_import(exc):
             # A module cut off while it was being imported (torch's C++ part, in the first second or so) can
