@@ -111,7 +111,8 @@ class TokenStore:
         damage = _damage(manifest)
         if damage is None and (manifest.get("format") != STORE_FORMAT or manifest.get("version") != STORE_VERSION):
             raise DataError(f"token store {path} has another format ({manifest.get('format')} "
-                            f"{manifest.get('version')}); remove it to prepare the corpus again")
+                            f"{manifest.get('version')}); remove it (speedboard prepare --remove) to prepare the "
+                            f"corpus again")
         if damage is None and any(manifest.get(k) is None for k in ("dtype", "documents", "tokens")):
             damage = "its manifest has no dtype, documents or tokens"
         if damage is not None:
@@ -119,10 +120,11 @@ class TokenStore:
         dtype = np.dtype(manifest["dtype"])
         docs, toks = manifest["documents"], manifest["tokens"]
         for name, expected in ((TOKENS, toks * dtype.itemsize), (OFFSETS, (docs + 1) * 8)):
-            size = (path / name).stat().st_size if (path / name).is_file() else -1
+            if not (path / name).is_file():
+                raise damaged_store(path, f"{name} is missing")
+            size = (path / name).stat().st_size
             if size != expected:
-                raise DataError(f"token store {path} is damaged: {name} has {size} bytes, not {expected}; "
-                                f"remove it (speedboard prepare --remove) to prepare the corpus again")
+                raise damaged_store(path, f"{name} has {size:,} bytes, not {expected:,}")
         if _digest(path, docs, toks) != manifest.get("digest"):
             raise damaged_store(path, "its content does not match its manifest")
         tokens = np.memmap(path / TOKENS, dtype=dtype, mode="r", shape=(toks,))

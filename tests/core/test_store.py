@@ -280,6 +280,20 @@ def test_one_process_prepares_and_the_others_wait_then_map_its_store(tmp_path, c
         prepare_corpus(DataConfig(source=str(other), seq_len=16, tokenizer=str(tok_file)), should_stop=lambda: True)
 
 
+def test_a_store_cut_short_or_missing_a_file_is_named_so(tmp_path, cache):
+    prepare_data(DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300))
+    (store,) = store_folders(cache)
+    with open(store / TOKENS, "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(DataError) as err:
+        TokenStore.open(store)
+    assert str(err.value).startswith(f"token store {store} is damaged (tokens.bin has 10 bytes, not ")
+    assert str(err.value).endswith("); remove it (speedboard prepare --remove) to prepare the corpus again")
+    (store / TOKENS).unlink()
+    with pytest.raises(DataError, match=r"is damaged \(tokens.bin is missing\); remove it"):
+        TokenStore.open(store)
+
+
 def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
     cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
     prepare_data(cfg)
