@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.cli import DESCRIPTION, EXIT_USAGE, OneLineParser, add_commands, run_command
+from core.cli import DESCRIPTION, EXIT_USAGE, OneLineParser, add_commands, honour_kill_int, run_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +34,7 @@ def _gui() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    honour_kill_int()  # first: a kill -INT of a background job counts from the process' start
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # the benchmark parses its own options, --help included
         return _bench(argv[1:])
