@@ -849,6 +849,7 @@ def _generate(args: argparse.Namespace) -> int:
     gen = torch.Generator(device=device).manual_seed(settings.seed)
     stream = _TextStream(tok, ids)  # the text as it grows, not all of it at the end
     try:
+        stream.add(None)  # the prompt, printed where a Ctrl-C after it still ends its line
         model.generate(torch.tensor([ids], device=device), settings.max_new_tokens,
                        temperature=settings.temperature, top_k=settings.top_k, eos_id=tok.eos_id, generator=gen,
                        on_token=stream.add)
@@ -864,7 +865,6 @@ class _TextStream:
 
     def __init__(self, tok, prompt_ids: list[int]) -> None:
         self.tok, self.pending = tok, list(prompt_ids)
-        self.add(None)
 
     def add(self, token: int | None) -> None:
         if token is not None:
