@@ -114,7 +114,8 @@ class Source:
         field counts where it selects the text (not for .txt/.md).
         """
         h = hashlib.sha256()
-        identity: dict = {"v": 1, "kind": self.kind}
+        # 2 for text files: their CR LF and CR are read as LF, where version 1 kept them in the tokens.
+        identity: dict = {"v": 2 if self.kind == "text" else 1, "kind": self.kind}
         if self.kind not in ("text", "builtin"):
             identity["text_field"] = self.text_field
         if self.kind == "builtin":
@@ -392,10 +393,15 @@ def _read(source: Source, f: SourceFile | None) -> Iterator[tuple[str, int]]:
 
 
 def _read_text(path: Path) -> Iterator[tuple[str, int]]:
-    """Paragraphs of a UTF-8 file, read 4 MiB at a time (the text after the last break carries over)."""
+    """Paragraphs of a UTF-8 file, read 4 MiB at a time (the text after the last break carries over).
+
+    Line ends are read as Python's ``open`` reads text, and as nanoGPT's prepare.py and Hugging Face's text
+    loader see them: Windows' CR LF and old Macs' lone CR become LF, so no document holds a CR and a blank line
+    between CRs ends a paragraph too."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     carry = ""
     position = 0
+    held_cr = False  # a chunk's last CR waits for the next chunk: it may start with the LF of the same line end
     try:
         with open(path, "rb") as f:
             while True:
@@ -404,10 +410,17 @@ def _read_text(path: Path) -> Iterator[tuple[str, int]]:
                 pending = len(decoder.getstate()[0])  # bytes of a character cut by the previous chunk
                 origin = len(carry)  # characters of ``text`` read with earlier chunks
                 try:
-                    text = carry + decoder.decode(raw, final=final)
+                    new = decoder.decode(raw, final=final)
                 except UnicodeDecodeError as exc:
                     bad = position - pending + exc.start
                     raise DataError(f"{path} is not UTF-8 text (bad byte at offset {max(bad, 0)})") from None
+                new = "\r" * held_cr + new
+                held_cr = not final and new.endswith("\r")
+                if held_cr:
+                    new = new[:-1]
+                if "\r" in new:  # a scan, where the replacing would copy every chunk of a file with none
+                    new = new.replace("\r\n", "\n").replace("\r", "\n")
+                text = carry + new
                 nul = raw.find(b"\x00")  # as at the start (_not_text), wherever it lies: memchr, cheap
                 if nul >= 0:
                     raise DataError(f"{path} is not text (a NUL byte at offset {position + nul})")

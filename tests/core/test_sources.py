@@ -111,6 +111,25 @@ def test_text_is_streamed_in_chunks_with_the_same_paragraphs(tmp_path, monkeypat
     assert "bad byte at offset 100" in one_line_error(lambda: load_corpus(str(path)))
 
 
+@pytest.mark.parametrize("chunk", [1 << 20, 7, 1, 2])
+def test_windows_and_old_mac_line_ends_are_read_as_python_reads_text(tmp_path, monkeypatch, chunk):
+    """CR LF and lone CR are LF (as ``open`` reads text, nanoGPT's prepare.py and HF's text loader included):
+    no CR in the tokens, and a blank line of CRs ends a paragraph; also where a chunk ends between CR and LF."""
+    lines = ["first line", "second line of the first paragraph", "", "a second paragraph", " ", "third"]
+    unix = tmp_path / "unix.txt"
+    unix.write_bytes("\n".join(lines).encode())
+    expected = load_corpus(str(unix)).documents
+    assert expected == ["first line\nsecond line of the first paragraph", "a second paragraph", "third"]
+    monkeypatch.setattr("core.sources._READ_CHUNK", chunk)
+    for name, end in (("windows.txt", "\r\n"), ("mac.txt", "\r")):
+        path = tmp_path / name
+        path.write_bytes(end.join(lines).encode())
+        assert load_corpus(str(path)).documents == expected, name
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_bytes(b"a\r\n\r\nb\r\rc\n\nd\r\n")
+    assert load_corpus(str(mixed)).documents == ["a", "b", "c", "d"]
+
+
 def test_a_nul_byte_anywhere_in_a_text_file_is_refused_as_at_its_start(tmp_path, monkeypatch):
     """Past the 64 KiB looked at first, a NUL was tokenized into the corpus, where a bad UTF-8 byte was refused."""
     from core import sources
