@@ -96,7 +96,7 @@ def remove_trained_tokenizers(fingerprints: set[str] | None) -> list[tuple[Path,
     prefixes = None if fingerprints is None else tuple(f"source-{fp[:32]}-" for fp in fingerprints)
     removed = []
     for entry in sorted(folder.iterdir()):
-        if not entry.name.endswith(".json") or entry.name.startswith("."):
+        if not entry.name.endswith(".json") or entry.name.startswith(".") or not entry.is_file():
             continue
         if prefixes is not None and not entry.name.startswith(prefixes):
             continue
