@@ -117,6 +117,7 @@ def measure_start(path: Path, env: dict[str, str], out_dir: Path) -> dict:
 
 
 def run(sizes: list[float], workdir: Path) -> list[dict]:
+    workdir.mkdir(parents=True, exist_ok=True)
     cache = workdir / "cache"
     os.environ["SPEEDBOARD_CACHE_DIR"] = str(cache)  # a fresh cache: every corpus is prepared here
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SPEEDBOARD_CACHE_DIR": str(cache)}

@@ -1,7 +1,7 @@
 """Corpora, sample layouts and a deterministic sample order.
 
 A corpus (see ``core.sources`` for what ``--data`` may name) is tokenized once
-into a token store (``core.token_store``) and read from its memory map
+into a token store (``core.token_store``) and read from its files
 (``core.samples``). Two layouts turn documents into samples of ``seq_len + 1`` tokens:
 - ``packed``: ``[BOS] doc [EOS]`` for every document, concatenated and cut into
   windows; every position is a real token;
@@ -270,7 +270,7 @@ def build_views(store: TokenStore, cfg: DataConfig, tokenizer: BPETokenizer) -> 
 def prepare_data(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, tokenizer_origin: str = "given",
                  sink: Callable[[Event], None] | None = None, clock: Callable[[], float] | None = None,
                  run_id: str = "", should_stop: Callable[[], bool] | None = None) -> Data:
-    """The corpus' token store (prepared once, memory-mapped after), its tokenizer (the one given, the
+    """The corpus' token store (prepared once, opened in place after), its tokenizer (the one given, the
     ``cfg.tokenizer`` file, or one trained and cached), and train/val samples read from the store."""
     from core.prepare import prepare_corpus
 

@@ -8,8 +8,9 @@
 - ``SplitView``: the training or validation samples of either, by arithmetic on
   the index (every k-th sample is held out), without an index array.
 
-A batch is gathered from the memory map in the store's compact dtype and only
-then widened to int64, one micro-batch at a time.
+A batch is read from the store's files (one positional read per row, see
+``core.token_store``) in the store's compact dtype and only then widened to
+int64, one micro-batch at a time.
 """
 
 from __future__ import annotations
@@ -101,9 +102,8 @@ class PackedWindows(StoreSamples):
 
     def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert len(indices) == 0 or (indices.min() >= 0 and indices.max() < self.n), "sample index out of range"
-        starts = indices * self.seq_len
-        rows = self.store.tokens[starts[:, None] + np.arange(self.width)[None, :]]
-        return rows, np.full(len(indices), self.width, dtype=np.int64)
+        lengths = np.full(len(indices), self.width, dtype=np.int64)
+        return self.store.read_rows(indices * self.seq_len, lengths, self.width), lengths
 
     def row_lengths(self, indices: np.ndarray) -> np.ndarray:
         return np.full(len(indices), self.width, dtype=np.int64)
@@ -119,18 +119,15 @@ class DocumentRows(StoreSamples):
         return self.store.num_documents
 
     def row_lengths(self, indices: np.ndarray) -> np.ndarray:
-        offsets = self.store.offsets
-        return (offsets[indices + 1] - offsets[indices]).astype(np.int64)
+        starts, ends = self.store.document_bounds(indices)
+        return ends - starts
 
     def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert len(indices) == 0 or (indices.min() >= 0 and indices.max() < len(self)), "sample index out of range"
-        starts = self.store.offsets[indices].astype(np.int64)
-        lengths = np.minimum(self.row_lengths(indices), self.width)
-        positions = np.arange(self.width)[None, :]
-        real = positions < lengths[:, None]
-        gather = np.where(real, starts[:, None] + positions, starts[:, None])  # in range everywhere
-        rows = self.store.tokens[gather]
-        rows[~real] = self.pad_id
+        starts, ends = self.store.document_bounds(indices)
+        lengths = np.minimum(ends - starts, self.width)
+        rows = self.store.read_rows(starts, lengths, self.width)
+        rows[np.arange(self.width)[None, :] >= lengths[:, None]] = self.pad_id
         return rows, lengths
 
 

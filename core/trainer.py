@@ -425,7 +425,7 @@ class Trainer:
         return loaded, loaded.trainer_state
 
     def _prepare_data(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
-        """``data``: tokenizer (the checkpoint's own when it has one) and samples memory-mapped from the
+        """``data``: tokenizer (the checkpoint's own when it has one) and samples read from the
         corpus' token store, which is prepared here if it has none yet (progress events through the sink;
         a stop request cancels it, keeping nothing). Under torchrun one process per machine prepares (a
         lock per corpus), the others wait for it; every rank maps the same files."""
@@ -913,7 +913,7 @@ class Trainer:
             self._micro_index = j
             start = (j * world + dist.rank) * mb
             # Micro-step j of rank r is slice j·world + r of the global batch, read from the
-            # store's memory map only now, in its compact dtype: one micro-batch in memory at a time.
+            # store's files only now, in its compact dtype: one micro-batch in memory at a time.
             micro = self.data.train.batch(self.order.take(self.samples + start, mb)).to(self.device, with_mask=False)
             last = j == accum - 1
             # no_sync must be entered before the forward pass: DDP decides then. The first step

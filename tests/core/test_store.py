@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from core import token_store
 from core.config import DataConfig
 from core.control import Control
 from core.data import SampleOrder, prepare_data
@@ -62,9 +63,13 @@ def test_prepared_once_then_read_from_the_store(tmp_path, cache):
     assert isinstance(data2.store.tokens, np.memmap)
 
 
+@pytest.mark.parametrize("read", ["pread", "seek and read"])
 @pytest.mark.parametrize("layout", ["packed", "document"])
-def test_samples_are_the_in_memory_layouts(tmp_path, cache, layout):
-    """Rows from the memory map equal what the in-memory builder made: [BOS] doc [EOS], packed or padded."""
+def test_samples_are_the_in_memory_layouts(tmp_path, cache, layout, read, monkeypatch):
+    """Rows read from the store equal what the in-memory builder made: [BOS] doc [EOS], packed or padded; also
+    where the system has no positional read (Windows) and the store seeks and reads."""
+    if read != "pread":
+        monkeypatch.setattr(token_store, "_pread", token_store._seek_read)
     cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300, layout=layout, val_fraction=0.1)
     data = prepare_data(cfg)
     tok = data.tokenizer
@@ -85,6 +90,49 @@ def test_samples_are_the_in_memory_layouts(tmp_path, cache, layout):
     batch = data.train.batch([0, 3, 5])
     assert batch.num_targets == data.train.num_targets([0, 3, 5]) == int((batch.targets != -100).sum())
     assert batch.inputs.dtype == torch.int64
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process' mappings from /proc")
+@pytest.mark.parametrize("layout", ["packed", "document"])
+def test_training_reads_the_store_without_mapping_it(tmp_path, cache, layout):
+    """Batches, target counts and validation read the store's files, not a memory map: a mapping's pages would
+    count in the process' resident set, which grew with every batch read (an epoch: the whole token file) and
+    made the CPU's training memory a measure of how much corpus was read."""
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300, layout=layout, val_fraction=0.1)
+    data = prepare_data(cfg)
+    for view in (data.train, data.val):
+        everything = list(range(len(view)))
+        assert view.batch(everything).num_targets == view.num_targets(everything) > 0
+    mapped = [line for line in Path("/proc/self/maps").read_text().splitlines() if str(data.store.path) in line]
+    assert mapped == []
+
+
+def test_a_store_cut_short_while_a_run_reads_it_is_one_line(tmp_path, cache):
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
+    data = prepare_data(cfg)
+    last, first = len(data.train) - 1, data.train.batch([0]).inputs
+    with open(data.store.path / TOKENS, "r+b") as f:
+        f.truncate(100)
+    assert torch.equal(data.train.batch([0]).inputs, first)  # the first 17 tokens (34 bytes) are still there
+    with pytest.raises(DataError, match=r"is damaged \(tokens\.bin ends before byte [\d,]+\); remove it"):
+        data.train.batch([last])
+
+
+def test_offsets_are_checked_across_the_chunks_they_are_read_in(tmp_path, cache, monkeypatch):
+    """A document that ends before it starts is named by its number wherever it falls: inside a chunk of the
+    offsets read at opening, or across two."""
+    monkeypatch.setattr(token_store, "_OFFSETS_CHUNK", 4)
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300, layout="document")
+    prepare_data(cfg)
+    (store,) = store_folders(cache)
+    TokenStore.open(store)  # 61 offsets in chunks of 4: whole
+    for zeroed, document in ((slice(8, 9), 8), (slice(6, 7), 6), (slice(9, 10), 9), (slice(12, 14), 12)):
+        original = np.fromfile(store / OFFSETS, dtype=np.uint64)
+        _damage_unseen(store, OFFSETS, lambda offsets, z=zeroed: offsets.__setitem__(z, 0))
+        with pytest.raises(DataError, match=rf"\(document {document} ends before it starts\)"):
+            TokenStore.open(store)
+        _damage_unseen(store, OFFSETS, lambda offsets, o=original: offsets.__setitem__(slice(None), o))
+        TokenStore.open(store)
 
 
 def test_special_token_names_inside_a_document_are_text(tmp_path, cache):
@@ -564,3 +612,18 @@ def test_a_corpus_of_one_sample_says_what_gives_its_layout_more(tmp_path, cache,
     with pytest.raises(DataError) as err:
         prepare_data(cfg)
     assert str(err.value) == f"corpus yields 1 sample; at least 2 are needed (one for validation); {says}"
+
+
+def test_a_store_that_cannot_be_read_is_one_line(tmp_path, cache, monkeypatch):
+    """A store removed or made unreadable between its checks and its opening (a prepare --remove elsewhere) is a
+    DataError, which a preparation takes for a missing store, never an OSError."""
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
+    prepare_data(cfg)
+    (store,) = store_folders(cache)
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(token_store.os, "open", refused)
+    with pytest.raises(DataError, match=r"token store .* cannot be read \(Permission denied\)$"):
+        TokenStore.open(store)
