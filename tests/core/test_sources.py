@@ -475,3 +475,24 @@ def test_spark_job_markers_beside_parquet_shards_are_skipped_and_named(tmp_path)
 def test_a_malformed_dataset_state_is_one_line(tmp_path, state, expected):
     (tmp_path / "state.json").write_text(json.dumps(state))
     assert expected in one_line_error(lambda: resolve_source(str(tmp_path)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process' mappings from /proc")
+@pytest.mark.parametrize("name", ["c.parquet", "stream.arrow", "file.arrow"])
+def test_parquet_and_arrow_are_read_not_mapped_while_they_are_prepared(tmp_path, name):
+    """A mapping's pages would stay in the process' resident set, which grew by the whole file as a preparation
+    read it (304 MB of Arrow: a peak of 788 MB, 518 MB read)."""
+    path, docs = tmp_path / name, DOCS * 50
+    if name.endswith(".parquet"):
+        write_parquet(path, docs, row_group_size=100)
+    else:
+        table = pa.table({"text": pa.array(docs, pa.string())})
+        with (pa.ipc.new_stream if name.startswith("stream") else pa.ipc.new_file)(path, table.schema) as w:
+            for batch in table.to_batches(max_chunksize=100):
+                w.write_batch(batch)
+    source = resolve_source(str(path))
+    read, mapped = [], []
+    for batch, _ in source.iter_documents(batch_chars=2_000):
+        read.extend(batch)
+        mapped += [line for line in Path("/proc/self/maps").read_text().splitlines() if str(path) in line]
+    assert read == docs and len(read) > 10 * 2_000 // max(map(len, docs)) and mapped == []
