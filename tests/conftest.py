@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,11 @@ os.environ.setdefault("SPEEDBOARD_HOME", str(_SESSION_HOME / "home"))
 os.environ.setdefault("SPEEDBOARD_CACHE_DIR", str(_SESSION_HOME / "cache"))
 # Inductor's disk cache is shared by the session's compile tests (warm after the first).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / "speedboard-inductor-cache"))
+# The tests send SIGHUP as a closed terminal does. A runner started under nohup (or by a CI service) hands SIGHUP
+# ignored to itself and every child, and Speedboard honours that as it should (tests/core/test_stopping.py):
+# restore a terminal's default here, so that the tests see what they model wherever they are run.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def micro_config(tmp_path: Path | None = None, **overrides):
