@@ -478,7 +478,7 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
     if run_dir.exists():
         raise ConfigError(f"run folder {run_dir} already exists; choose another run id", "run_id")
     # Everything one process checks before it starts, checked here once: the corpus is prepared into
-    # its token store (the workers then only map it), the samples, the model and its memory.
+    # its token store (the workers then only open it), the samples, the model and its memory.
     control = Control()
     console = ConsoleSink(1, progress=not args.no_progress and sys.stderr.isatty())
 

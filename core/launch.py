@@ -120,13 +120,13 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     checks (``Trainer.read_start_checkpoint``: a truncated or damaged file, a
     resume from weights without a trainer state). The corpus is prepared into
     its token store here (once, with progress through ``sink``; ``should_stop``
-    cancels it), so the workers only map it; then the samples, the model's
+    cancels it), so the workers only open it; then the samples, the model's
     positions and vocabulary, the memory of a micro-batch and, on resume, the
     budget left (``core.schedule.make_schedule``) are checked as the trainer would.
     Every failure is a one-line ``SpeedboardError``.
 
     The data's summary (``DataPrepared``: the "data …" and "tokenizer …" lines)
-    is not passed to ``sink``: the run's rank 0 reports it once it has mapped the store.
+    is not passed to ``sink``: the run's rank 0 reports it once it has opened the store.
     """
     import dataclasses
 

@@ -428,7 +428,7 @@ class Trainer:
         """``data``: tokenizer (the checkpoint's own when it has one) and samples read from the
         corpus' token store, which is prepared here if it has none yet (progress events through the sink;
         a stop request cancels it, keeping nothing). Under torchrun one process per machine prepares (a
-        lock per corpus), the others wait for it; every rank maps the same files."""
+        lock per corpus), the others wait for it; every rank reads the same files."""
         tokenizer, origin = None, "given"
         if loaded is not None and loaded.tokenizer is not None:
             tokenizer, origin = loaded.tokenizer, f"checkpoint {loaded.source}"

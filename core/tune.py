@@ -67,7 +67,7 @@ COLD_COMPILE_S = {"cpu": {"model": 30.0, "block": 20.0, "autotune": 90.0},
                   "cuda": {"model": 60.0, "block": 40.0, "autotune": 180.0}}
 WARM_COMPILE_S = {"cpu": 4.0, "cuda": 10.0}
 TRIAL_SETUP_S = 1.5
-"""Data mapped, model built, the run folder written and removed: per trial."""
+"""Data opened, model built, the run folder written and removed: per trial."""
 EXPECTED_MFU = {"cpu": 0.5, "cuda": 0.3}
 """Share of the matmul peak a training step reaches, for the estimate only."""
 STEP_FLOOR_S = {"cpu": 0.05, "cuda": 0.02}
