@@ -93,3 +93,29 @@ def test_the_out_of_memory_part_needs_cudas_allocator(tmp_path):
     p = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--part", "oom", "--part-device", "cpu",
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and '"skipped": "needs CUDA' in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", ["equivalence", "save_load"])
+def test_the_in_process_parts_pass_on_the_cpu(tmp_path, part):
+    """The parts' own code runs and passes here, so a lent GPU's minutes are not spent on their bugs."""
+    import json
+
+    p = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--part", part, "--part-device", "cpu",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    result = gpu_check._json_tail(p.stdout)
+    assert result["ok"] is True, json.dumps(result, indent=1)
+    if part == "equivalence":
+        checks = result["checks"]
+        assert len(checks) == 6 and all(c["ok"] for c in checks.values())
+        # gradients, not parameters after Adam's step: fp32 splits agree far inside the bound
+        assert all(c["max_grad_rel_diff"] < 1e-5 for name, c in checks.items() if "accumulation fp32" in name)
+
+
+def test_a_wrong_accumulation_would_fail_the_check():
+    """The gradient comparison sees a window divided by the accumulation steps (the classic bug)."""
+    g = [torch.randn(4, 4), torch.randn(8)]
+    assert gpu_check._grad_rel_diff(g, [x.clone() for x in g]) == 0.0
+    assert gpu_check._grad_rel_diff(g, [x / 4 for x in g]) > 0.5
+    assert gpu_check._grad_rel_diff(g, [x * (1 + 5e-3) for x in g]) <= gpu_check.GRAD_RTOL["bf16"]
