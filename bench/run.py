@@ -40,8 +40,9 @@ import threading
 import time
 from pathlib import Path
 
-from core.cli import EXIT_USAGE, OneLineParser, honour_kill_int
+from core.cli import EXIT_USAGE, OneLineParser
 from core.config import MAX_COUNT
+from core.interrupts import honour_kill_int
 
 
 def _int_at_least(low: int):

@@ -19,6 +19,7 @@ import signal
 import sys
 from typing import Any
 
+from core.interrupts import honour_kill_int
 from core.json_text import parse_json
 
 EXIT_USAGE = 2
@@ -923,16 +924,6 @@ def run_command(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
-def honour_kill_int() -> None:
-    """Let SIGINT raise KeyboardInterrupt even where the command was started ignoring it.
-
-    A shell ignores SIGINT in background jobs (`… &`), shielding them from the terminal's Ctrl-C; ``kill -INT``
-    is still how a script asks any command (train, bench, …) to stop.
-    """
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     from core.errors import Cancelled, JobTerminated, SpeedboardError
 
@@ -978,9 +969,20 @@ def _flush_and_exit(code: int) -> None:
     os._exit(code)
 
 
+def interrupted_before_the_command() -> int:
+    """A Ctrl-C while the command line is read (``main``'s imports and parsing): one line, exit 130."""
+    _error_line("speedboard: interrupted")
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    honour_kill_int()
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_command(build_parser().parse_args(argv), argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        return interrupted_before_the_command()
+    return run_command(args, argv)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.cli import DESCRIPTION, EXIT_USAGE, OneLineParser, add_commands, honour_kill_int, run_command
+from core.interrupts import honour_kill_int
+
+honour_kill_int()  # first: a Ctrl-C (or a background job's kill -INT) counts from the process' start, never mid-import
+
+from core import cli as _cli  # noqa: E402 - after the handler
+from core.cli import DESCRIPTION, EXIT_USAGE, OneLineParser, add_commands, run_command  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,11 +39,14 @@ def _gui() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    honour_kill_int()  # first: a kill -INT of a background job counts from the process' start
+    honour_kill_int()  # again: main may be called without this module's import (tests, a second call)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # the benchmark parses its own options, --help included
         return _bench(argv[1:])
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except KeyboardInterrupt:
+        return _cli.interrupted_before_the_command()
     if args.command == "gui":
         return _gui()
     return run_command(args, argv)

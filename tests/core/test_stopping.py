@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -188,6 +189,72 @@ def test_ctrl_c_while_a_module_is_imported_is_one_line_and_exit_130(tmp_path):
     proc = subprocess.run([sys.executable, "-c", CUT_OFF_IMPORT, str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, "speedboard: interrupted\n", "")
+
+
+HELD_DURING_IMPORT = textwrap.dedent("""
+    import sys, time
+
+    from core import cli
+
+    def command(args, argv):
+        import slow_import  # Ctrl-C arrives while it is being imported (as torch's C part calls back into Python)
+        print("imported whole:", slow_import.DONE, "swallowed:", slow_import.SWALLOWED, flush=True)
+        for _ in range(1000):  # the held Ctrl-C is delivered now, as a KeyboardInterrupt of set-up
+            time.sleep(0.01)
+        print("never delivered")
+        return 0
+
+    sys.path.insert(0, sys.argv[1])
+    cli.COMMANDS["prepare"] = command
+    sys.exit(cli.main(["prepare", "x"]))
+""")
+
+SLOW_IMPORT = textwrap.dedent("""
+    import os, signal, time
+
+    SWALLOWED = False
+    try:  # what C++ code that calls Python does with an exception it cannot pass on: drops it
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(20):
+            time.sleep(0.01)
+    except BaseException:
+        SWALLOWED = True
+    DONE = True
+""")
+
+
+def test_ctrl_c_during_an_import_is_held_until_the_import_is_over(tmp_path):
+    """A KeyboardInterrupt raised inside an import that a C extension drives was swallowed there (the Ctrl-C lost,
+    numpy left half imported, a traceback later) or became a C++ abort: it now waits for the import to finish."""
+    (tmp_path / "slow_import.py").write_text(SLOW_IMPORT)
+    proc = subprocess.run([sys.executable, "-c", HELD_DURING_IMPORT, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout == "imported whole: True swallowed: False\n"
+    assert (proc.returncode, proc.stderr) == (130, "speedboard: interrupted\n")
+
+
+def test_the_held_ctrl_c_goes_to_the_handler_installed_after_the_import():
+    """Held during an import, the Ctrl-C reaches whatever handles SIGINT by then (here a command's own stop)."""
+    import core.interrupts as interrupts
+
+    handler = interrupts._InterruptOutsideImports()
+    got = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: got.set())
+    try:
+        def importing_frame():
+            code = compile("import sys; frame = sys._getframe()", "<fake module>", "exec")
+            scope = {"__name__": "fake_module"}
+            exec(code, scope)
+            return scope["frame"]
+
+        handler(signal.SIGINT, importing_frame())  # inside an import: held, nothing raised
+        assert handler.held
+        deadline = time.monotonic() + 30
+        while not got.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the eval loop runs between sleeps: the delivered Ctrl-C reaches the handler there
+        assert got.is_set() and not handler.held
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --------------------------------------------------------------------------- real runs

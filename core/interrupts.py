@@ -1,0 +1,78 @@
+"""Ctrl-C while a command starts: never inside an import.
+
+A ``KeyboardInterrupt`` raised while a module is being imported leaves it half
+built, and one raised inside Python code that a C extension's initialisation
+calls back (torch's, numpy's: the first second of every command) is swallowed
+there, so the command ran on, the Ctrl-C lost, with numpy half imported (and
+failed later with a traceback), or it became a C++ abort. Speedboard's commands
+therefore start with a SIGINT handler that, during an import, holds the Ctrl-C
+back until the import is over and then delivers it to whatever handler is
+installed by then: set-up's ``KeyboardInterrupt`` (one line, exit 130), or a
+running command's own stop.
+
+Standard library only: the command line installs it before importing anything else.
+"""
+
+from __future__ import annotations
+
+import _thread
+import signal
+import sys
+import threading
+import time
+
+_POLL_S = 0.02
+"""How often a held-back Ctrl-C checks whether the import is over."""
+
+
+def _importing(frame) -> bool:
+    """A module body other than the program's own runs on this stack: an import is under way."""
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") != "__main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _InterruptOutsideImports:
+    """The base SIGINT handler: ``KeyboardInterrupt``, held back while a module is being imported."""
+
+    def __init__(self) -> None:
+        self.held = False
+
+    def __call__(self, signum, frame) -> None:
+        if not _importing(frame):
+            self.held = False
+            raise KeyboardInterrupt
+        if not self.held:  # a second Ctrl-C during the same import adds nothing
+            self.held = True
+            threading.Thread(target=self._deliver_after_import, args=(threading.get_ident(),),
+                             name="speedboard-held-ctrl-c", daemon=True).start()
+
+    def _deliver_after_import(self, main_ident: int) -> None:
+        while self.held:
+            time.sleep(_POLL_S)
+            frame = sys._current_frames().get(main_ident)
+            if frame is None:  # the main thread has ended
+                return
+            importing = _importing(frame)
+            frame = None  # a frame kept here would keep its locals alive
+            if not importing and self.held:
+                self.held = False
+                # The handler installed now (this one, or the command's own stop) gets it, as from the terminal.
+                _thread.interrupt_main(signal.SIGINT)
+                return
+
+
+def honour_kill_int() -> None:
+    """SIGINT raises ``KeyboardInterrupt`` (never inside an import), also where the command was started ignoring it.
+
+    A shell ignores SIGINT in background jobs (`… &`), shielding them from the terminal's Ctrl-C; ``kill -INT``
+    is still how a script asks any command (train, bench, …) to stop. A handler of the caller's own (a test,
+    the dashboard) is left in place; so is everything outside the main thread, where handlers cannot be set.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.SIG_IGN or current is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _InterruptOutsideImports())
