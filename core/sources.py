@@ -667,6 +667,9 @@ def _text_column(path: Path, schema, text_field: str) -> None:
     if text_field not in names:
         raise DataError(f"{path.name} has no column '{text_field}' (its columns: {_more(names, 8)}); "
                         f"choose one with --text-field")
+    if names.count(text_field) > 1:  # Arrow and Parquet allow it; which one is the text cannot be told
+        raise DataError(f"{path.name} has {names.count(text_field)} columns named '{text_field}'; "
+                        f"rename them, or choose another column with --text-field")
     kind = schema.field(text_field).type
     if pa.types.is_dictionary(kind):  # a categorical column (pandas' "category"): its values are the text
         kind = kind.value_type
@@ -684,9 +687,20 @@ def _parquet_file(path: Path):
         raise DataError(f"cannot read {path}: not a valid Parquet file ({first_line(exc)})") from None
 
 
+def _parquet_text_column(path: Path, pf, text_field: str) -> None:
+    """``_text_column``, and Parquet's own ambiguity: it names columns by dotted paths, so a column named
+    "meta.text" and the field "text" of a struct column "meta" are the same name there, and reading one
+    by name gave the other."""
+    _text_column(path, pf.schema_arrow, text_field)
+    if sum(pf.schema.column(i).path == text_field for i in range(len(pf.schema))) > 1:
+        head = text_field.split(".")[0]
+        raise DataError(f"{path.name}: '{text_field}' names both a column and a field inside column '{head}', "
+                        f"which Parquet cannot tell apart; rename one")
+
+
 def _parquet_rows(path: Path, text_field: str) -> int:
     pf = _parquet_file(path)
-    _text_column(path, pf.schema_arrow, text_field)
+    _parquet_text_column(path, pf, text_field)
     return pf.metadata.num_rows
 
 
@@ -732,7 +746,7 @@ def _parquet_batch_rows(meta, group: int, text_field: str) -> int:
 def _read_parquet(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
     pa = _pyarrow()
     pf = _parquet_file(path)
-    _text_column(path, pf.schema_arrow, text_field)
+    _parquet_text_column(path, pf, text_field)
     meta = pf.metadata
     size, rows, done = path.stat().st_size, max(meta.num_rows, 1), 0
     try:

@@ -87,6 +87,34 @@ def test_parquet_folder_of_shards_in_order_and_text_field(tmp_path):
     assert "no column 'text'" in message and "content" in message and "id" in message
 
 
+@pytest.mark.parametrize("name", ["dup.parquet", "dup.arrow"])
+def test_two_columns_of_the_text_fields_name_are_one_line(tmp_path, name):
+    import pyarrow.ipc as ipc
+
+    texts = pa.array(DOCS, pa.string())
+    table = pa.Table.from_arrays([texts, texts], names=["text", "text"])
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(table, path)
+    else:
+        with ipc.new_stream(str(path), table.schema) as writer:
+            writer.write_table(table)
+    message = one_line_error(lambda: resolve_source(str(path)).check())
+    assert "2 columns named 'text'" in message
+
+
+def test_a_dotted_text_field_that_parquet_cannot_tell_from_a_struct_field_is_one_line(tmp_path):
+    """Parquet names a column "meta.text" and the field "text" of a struct column "meta" alike: reading the one
+    gave the other (a traceback after "preparing …")."""
+    path = tmp_path / "dotted.parquet"
+    pq.write_table(pa.table({"meta": [{"text": "inner"}] * len(DOCS), "meta.text": DOCS}), path)
+    message = one_line_error(lambda: resolve_source(str(path), "meta.text").check())
+    assert "'meta.text' names both a column and a field inside column 'meta'" in message
+    plain = tmp_path / "plain.parquet"  # a dotted name alone is a column like any other
+    pq.write_table(pa.table({"meta.text": DOCS}), plain)
+    assert load_corpus(str(plain), text_field="meta.text").documents == DOCS
+
+
 def test_hugging_face_dataset_folders(tmp_path):
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict({"text": DOCS, "n": list(range(len(DOCS)))})
