@@ -598,12 +598,19 @@ def _check_jsonl_start(path: Path, text_field: str) -> None:
     head, error = b"", None
     try:
         with open(path, "rb") as raw:
+            compressed = path.name.lower().endswith((".gz", ".zst"))
+            if compressed and os.fstat(raw.fileno()).st_size == 0:
+                # Python's readers take no bytes for an empty stream; gzip and zstd refuse them (even an empty
+                # text compresses to a header): a download that failed, which would make the corpus smaller
+                raise DataError(f"cannot read {path}: it is empty (0 bytes), not {path.suffix[1:]}-compressed data")
             reader = _open_lines(path, _CountingReader(raw), buffer=_CHECKED_BYTES)
             while len(head) < _CHECKED_BYTES:
                 more = reader.read1(_CHECKED_BYTES - len(head))
                 if not more:
                     break
                 head += more
+    except DataError:
+        raise
     except Exception as exc:  # a damaged .gz/.zst (OSError, EOFError, ZstdError), or a read error
         error = exc  # the lines before it are judged first, and it names the last of them
     lines = head.split(b"\n")

@@ -115,6 +115,22 @@ def test_a_dotted_text_field_that_parquet_cannot_tell_from_a_struct_field_is_one
     assert load_corpus(str(plain), text_field="meta.text").documents == DOCS
 
 
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_an_empty_compressed_shard_is_refused_not_read_as_no_documents(tmp_path, suffix):
+    """0 bytes is no gzip or zstd data (an empty text compresses to a header): a download that failed, which was
+    read as an empty shard, so the corpus silently shrank."""
+    if suffix.endswith(".zst"):
+        pytest.importorskip("zstandard")
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_jsonl(shards / f"s0{suffix}", DOCS[:20])
+    write_jsonl(shards / f"s1{suffix}", DOCS[20:])
+    (shards / f"s2{suffix}").write_bytes(b"")
+    for spec in (shards, shards / f"s2{suffix}"):
+        message = one_line_error(lambda spec=spec: resolve_source(str(spec)).check())
+        assert f"s2{suffix}: it is empty (0 bytes), not {suffix.rsplit('.', 1)[1]}-compressed data" in message
+
+
 def test_hugging_face_dataset_folders(tmp_path):
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict({"text": DOCS, "n": list(range(len(DOCS)))})
