@@ -33,10 +33,11 @@ _ALIASES = {"bos": (BOS, "<s>", "<|begin_of_text|>", "[BOT]", "[BOS]", "<bos>", 
 
 
 def cache_dir() -> Path:
-    """Per-user cache folder (``SPEEDBOARD_CACHE_DIR`` overrides it)."""
+    """Per-user cache folder (``SPEEDBOARD_CACHE_DIR`` overrides it, read as every path the user gives:
+    ``~`` expanded, made absolute)."""
     env = os.environ.get("SPEEDBOARD_CACHE_DIR")
     if env:
-        return Path(env)
+        return user_path(env)
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("speedboard"))

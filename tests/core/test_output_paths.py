@@ -118,6 +118,23 @@ def test_a_tilde_in_out_is_the_home_folder_for_every_file_of_the_run(tmp_path, m
     assert ck.read_checkpoint(Path("x") / run_dir.name).source.parent.parent == run_dir
 
 
+def test_a_tilde_in_the_folders_set_by_the_environment_is_the_home_folder(tmp_path, monkeypatch):
+    """SPEEDBOARD_CACHE_DIR='~/c' (quoted in a service's environment) made a ./~/c folder; SPEEDBOARD_HOME did not."""
+    from core.runs import default_out_dir
+    from core.tokenizer import cache_dir
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", "~/c")
+    monkeypatch.setenv("SPEEDBOARD_HOME", "~/h")
+    assert cache_dir() == home / "c" and default_out_dir() == home / "h" / "runs"
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", "rel")
+    assert cache_dir() == cwd / "rel"  # made absolute where it is read: a later chdir does not move it
+
+
 def test_export_to_a_path_below_a_file_says_so(tmp_path, a_file, tok, capsys):
     checkpoint = ck.save_checkpoint(tmp_path / "ckpt", make_model(0), tokenizer=tok)
     assert main(["export", str(checkpoint), str(a_file / "exported")]) == 2
