@@ -48,11 +48,11 @@ class Corpus:
 
 def load_corpus(source: str, text_field: str = "text") -> Corpus:
     """Read every document of ``source`` into memory; raise DataError with a one-line reason."""
-    from core.sources import resolve_source
+    from core.sources import joined_documents, resolve_source
 
     src = resolve_source(source, text_field)
     src.check()
-    docs = [d for batch, _ in src.iter_documents() for d in batch]
+    docs = list(joined_documents(d for batch, _ in src.iter_documents() for d in batch))
     if not docs:
         raise DataError(f"data source {source} is empty")
     h = hashlib.sha256()

@@ -33,6 +33,7 @@ from core.config import BUILTIN_CORPUS
 from core.errors import DataError, first_line
 from core.json_text import parse_json
 from core.paths import user_path
+from core.tokenizer import piece_end
 
 HUB_PREFIX = "hf:"
 FORMAT_OF_SUFFIX = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl",
@@ -55,10 +56,31 @@ _MAX_BATCH_ROWS = 8192  # short rows (FineWeb's are ~3 KB) are read 8,192 at a t
 _SURROGATE = re.compile(r"[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
 # UTF-8 never holds ED A0-BF: those bytes encode U+D800-DFFF (CESU-8, WTF-8), which json.loads lets through.
 _SURROGATE_BYTES = re.compile(rb"\xed[\xa0-\xbf]")
-MAX_PARAGRAPH_CHARS = 64 << 20
-"""A longer run of text without a blank line is cut there: memory stays bounded on any file."""
+MAX_PARAGRAPH_CHARS = 8 << 20
+"""A longer run of text without a blank line is handed on in parts (``Continued``): memory stays bounded on any
+file, and the parts make one document."""
 _SAMPLE_BLOCKS, _SAMPLE_BLOCK = 16, 16 << 10
 """The fingerprint hashes 16 blocks of 16 KiB of a large file: first, last and evenly spaced between."""
+
+
+class Continued(str):
+    """Text of a document that the next text read goes on with: a paragraph longer than ``MAX_PARAGRAPH_CHARS``,
+    read in parts so that memory stays bounded. The store writes the parts as one document (one BOS, one EOS),
+    with the ids of the whole where the cut allows (``core.tokenizer.piece_end``); the last part is a plain
+    ``str``, possibly empty."""
+
+    __slots__ = ()
+
+
+def joined_documents(texts) -> Iterator[str]:
+    """Whole documents from texts as read (``Continued`` parts joined): for what holds a corpus in memory."""
+    begun: list[str] = []
+    for text in texts:
+        begun.append(text)
+        if not isinstance(text, Continued):
+            yield "".join(begun)
+            begun = []
+    assert not begun, "a Continued text without the rest of its document"
 
 
 @dataclass(frozen=True)
@@ -402,6 +424,7 @@ def _read_text(path: Path) -> Iterator[tuple[str, int]]:
     carry = ""
     position = 0
     held_cr = False  # a chunk's last CR waits for the next chunk: it may start with the LF of the same line end
+    begun = False  # ``carry`` goes on with a document whose start was handed on (``Continued``)
     try:
         with open(path, "rb") as f:
             while True:
@@ -433,18 +456,37 @@ def _read_text(path: Path) -> Iterator[tuple[str, int]]:
                     ends.append(m.start())
                     start = m.end()
                 carry = text[start:]
-                if final or len(carry) > MAX_PARAGRAPH_CHARS:
+                if final:
                     parts.append(carry)
                     ends.append(len(text))
                     carry = ""
+                head = None
+                if len(carry) > MAX_PARAGRAPH_CHARS:  # handed on up to a cut that keeps the ids; the rest waits
+                    last = len(carry)
+                    while last > 1 and carry[last - 1].isspace():
+                        last -= 1
+                    cut = piece_end(carry, 0, last - 1) if last > 1 else len(carry)  # text stays after the cut
+                    head, carry = carry[:cut], carry[cut:]
+                    ends.append(start + cut)
                 # Where each paragraph ends in the file, in proportion within this chunk: the chunk's end would run
                 # a chunk ahead of the text handed on (a full disk's estimate of the store was half its size).
                 per_char = len(raw) / max(len(text) - origin, 1)
-                for p, end in zip(parts, ends, strict=True):
-                    p = p.strip()
-                    if p:
-                        yield p, min(position, before + int(max(0, end - origin) * per_char))
+                for k, end in enumerate(ends):
+                    at = min(position, before + int(max(0, end - origin) * per_char))
+                    if k == len(parts):  # the start or a middle of a long paragraph
+                        head = head if begun else head.lstrip()
+                        if head:
+                            yield Continued(head), at
+                            begun = True
+                    elif begun and k == 0:  # the end of a paragraph begun in an earlier chunk: it closes even
+                        begun = False       # when nothing but spaces is left of it
+                        yield parts[0].rstrip(), at
+                    else:
+                        p = parts[k].strip()
+                        if p:
+                            yield p, at
                 if final:
+                    assert not begun, "the file's last paragraph was handed on as its final text"
                     return
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror}") from None

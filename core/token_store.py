@@ -52,7 +52,7 @@ import numpy as np
 from core.errors import Cancelled, DataError, first_line
 from core.json_text import parse_json
 from core.paths import fsync, process_alive, why_write_failed
-from core.sources import Source, sampled_sha256, source_location
+from core.sources import Continued, Source, sampled_sha256, source_location
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, iter_pieces
 
 STORE_FORMAT = "speedboard-token-store"
@@ -422,26 +422,36 @@ class _Unit:
     chars: int = 0
 
 
-def _parts(docs: list[str]) -> Iterator[tuple[str, bool, bool, str]]:
-    """(text, opens, closes, head) of each document: whole, or its pieces cut one at a time."""
+def _parts(doc: str, opens: bool = True, closes: bool = True) -> Iterator[tuple[str, bool, bool, str]]:
+    """(text, opens, closes, head) of a text as read: whole, or its pieces cut one at a time. ``opens``: it starts
+    its document (not the rest of a ``Continued`` one); ``closes``: it ends it (it is no ``Continued`` text)."""
+    pieces = iter_pieces(doc)
+    text = next(pieces)
+    for following in pieces:
+        yield text, opens, False, doc[:60]
+        text, opens = following, False
+    yield text, opens, closes, "" if opens and closes else doc[:60]
+
+
+def _texts_of(docs: list[str], begun: bool) -> Iterator[tuple[str, bool, bool, str]]:
+    """``_parts`` of each text of a batch; ``begun``: the first goes on with a document begun before the batch."""
     for doc in docs:
-        pieces = iter_pieces(doc)
-        text, opens = next(pieces), True
-        for following in pieces:
-            yield text, opens, False, doc[:60]
-            text, opens = following, False
-        yield text, opens, True, "" if opens else doc[:60]
+        closes = not isinstance(doc, Continued)
+        yield from _parts(doc, opens=not begun, closes=closes)
+        begun = not closes
 
 
 def _units(batches: Iterator[tuple[list[str], int]], chars: int) -> Iterator[_Unit]:
     """Each batch of the source as one encoding job, a long document's pieces (``core.tokenizer.iter_pieces``)
     in jobs of about ``chars`` characters as well, so memory does not grow with how a text is broken into
-    documents, and the pieces of one document are encoded side by side (one Rust thread each)."""
+    documents, and the pieces of one document are encoded side by side (one Rust thread each). A document
+    read in ``Continued`` parts may span batches."""
     number = before = 0
+    begun = False
     for docs, done in batches:
         total, through = max(sum(map(len, docs)), 1), 0
         unit = _Unit()
-        for text, opens, closes, head in _parts(docs):
+        for text, opens, closes, head in _texts_of(docs, begun):
             unit.texts.append(text)
             unit.numbers.append(number)
             unit.opens.append(opens)
@@ -457,6 +467,7 @@ def _units(batches: Iterator[tuple[list[str], int]], chars: int) -> Iterator[_Un
         if unit.texts:
             unit.done_bytes = done
             yield unit
+        begun = bool(docs) and isinstance(docs[-1], Continued)
         before = done
 
 

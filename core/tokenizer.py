@@ -197,30 +197,32 @@ def _last_match(pattern: re.Pattern, doc: str, lo: int, hi: int) -> int:
     return -1
 
 
+def piece_end(doc: str, start: int, end: int) -> int:
+    """Where to end the piece of ``doc`` that starts at ``start``, at ``end`` at most (``start < end``).
+
+    One of ``_EXACT_CUTS`` in the piece's second half where there is one, so that encoding the pieces gives the
+    ids of the whole text (see ``_EXACT_CUTS`` for which tokenizers); else, in a text without such a place (a
+    base64 blob, Chinese without spaces), after the last line break, else after the last space, else at
+    ``end``, which changes an id or two at that cut."""
+    for pattern in _EXACT_CUTS:
+        cut = _last_match(pattern, doc, start + (end - start) // 2, end)
+        if cut > start:
+            return cut
+    cut = doc.rfind("\n", start + 1, end)
+    if cut < 0:
+        cut = doc.rfind(" ", start + 1, end)
+    return cut + 1 if cut >= 0 else end
+
+
 def iter_pieces(doc: str) -> Iterator[str]:
     """``doc`` whole, or when longer than ``LONG_DOCUMENT_CHARS`` in pieces of at most ``PIECE_CHARS``, made one at
-    a time (a long document is not copied whole).
-
-    Each cut is one of ``_EXACT_CUTS`` in the piece's second half where there is one, so that encoding the
-    pieces gives the ids of the whole document (see ``_EXACT_CUTS`` for which tokenizers); else, in a text
-    without such a place (a base64 blob, Chinese without spaces), after the last line break, else after the last
-    space, else anywhere, which changes an id or two at that cut."""
+    a time (a long document is not copied whole), each ended by ``piece_end``."""
     if len(doc) <= LONG_DOCUMENT_CHARS:
         yield doc
         return
     start = 0
     while len(doc) - start > PIECE_CHARS:
-        end = start + PIECE_CHARS
-        cut = -1
-        for pattern in _EXACT_CUTS:
-            cut = _last_match(pattern, doc, start + PIECE_CHARS // 2, end)
-            if cut > start:
-                break
-        if cut <= start:
-            cut = doc.rfind("\n", start + 1, end)
-            if cut < 0:
-                cut = doc.rfind(" ", start + 1, end)
-            cut = cut + 1 if cut >= 0 else end
+        cut = piece_end(doc, start, start + PIECE_CHARS)
         yield doc[start:cut]
         start = cut
     yield doc[start:]

@@ -146,3 +146,77 @@ def test_a_long_document_trains_the_tokenizer_as_whole(monkeypatch):
     whole = train_bpe([text], 400).to_str()
     cut_into_pieces_of(120, monkeypatch)
     assert train_bpe([text], 400).to_str() == whole
+
+
+def unbroken(lines: int, seed: int) -> str:
+    """``indented_text`` without its blank lines: one paragraph."""
+    return "\n".join(line for line in indented_text(lines, seed).split("\n") if line.strip())
+
+
+def long_paragraph_file(tmp_path, seed: int = 0):
+    """Paragraphs, some far longer than the reader's bound, one with spaces around it, one at the file's end."""
+    rng = random.Random(seed)
+    paragraphs = [unbroken(rng.randint(1, 4), seed=i) for i in range(6)]
+    paragraphs[1] = "  " + unbroken(60, seed=11) + "   \n  "  # long, spaces around it
+    paragraphs[4] = unbroken(90, seed=12)  # long, between short ones
+    paragraphs.append(unbroken(70, seed=13))  # long, the file's last
+    text = "\n\n".join(paragraphs)
+    path = tmp_path / "long.txt"
+    path.write_text(text, encoding="utf-8", newline="")
+    return path, text.replace("\r\n", "\n").replace("\r", "\n")  # as the reader reads line ends
+
+
+@pytest.mark.parametrize("chunk", [97, 389])
+def test_a_paragraph_longer_than_the_readers_bound_is_one_document(tmp_path, monkeypatch, chunk):
+    """A text of 82 MB without a blank line (over the 64 Mi-character bound) was cut into two documents mid-word
+    (an EOS and a BOS inside it): the reader hands it on in Continued parts, ending each where the ids stay."""
+    from core.sources import Continued, _read_text, joined_documents, paragraphs
+
+    path, text = long_paragraph_file(tmp_path)
+    monkeypatch.setattr("core.sources._READ_CHUNK", chunk)
+    monkeypatch.setattr("core.sources.MAX_PARAGRAPH_CHARS", 400)
+    texts = [t for t, _ in _read_text(path)]
+    expected = paragraphs(text)
+    assert sum(isinstance(t, Continued) for t in texts) >= 5  # the long ones came in parts
+    assert list(joined_documents(texts)) == expected
+    tok = tokenizer("gpt2", text)
+    rest = iter(texts)
+    for doc in expected:  # the parts of each document give the ids of the whole
+        parts = [next(rest)]
+        while isinstance(parts[-1], Continued):
+            parts.append(next(rest))
+        assert [i for part in parts for i in ids(tok, part)] == ids(tok, doc)
+
+
+def test_a_paragraph_longer_than_the_readers_bound_is_stored_as_one_document(tmp_path, monkeypatch):
+    from core.sources import paragraphs
+
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+    path, text = long_paragraph_file(tmp_path, seed=1)
+    tok = train_bpe([text], 400)
+    plain = plain_text_tokenizer(tok)
+    expected = paragraphs(text)
+    monkeypatch.setattr("core.sources._READ_CHUNK", 101)
+    monkeypatch.setattr("core.sources.MAX_PARAGRAPH_CHARS", 300)
+    source = resolve_source(str(path))
+    store = write_store(source, tok, source.fingerprint(), tokenizer_origin="test", batch_chars=500)
+    assert store.num_documents == len(expected)
+    for i, doc in enumerate(expected):
+        got = store.tokens[int(store.offsets[i]):int(store.offsets[i + 1])].tolist()
+        assert got == [tok.bos_id, *ids(plain, doc), tok.eos_id], i
+
+
+def test_a_long_paragraph_whose_rest_is_only_spaces_still_ends(tmp_path, monkeypatch):
+    """The last part of a document handed on in parts may be nothing but spaces: it still closes the document. (A
+    run of spaces longer than the bound is handed on too, so it stays in the document: memory stays bounded.)"""
+    from core.sources import Continued, _read_text, joined_documents
+
+    path = tmp_path / "spaces.txt"
+    path.write_text("a b " * 30 + "   \n\nnext\n\n" + "x" * 50 + " " * 500 + "\n\n" + "y" * 600, encoding="utf-8")
+    monkeypatch.setattr("core.sources._READ_CHUNK", 64)
+    monkeypatch.setattr("core.sources.MAX_PARAGRAPH_CHARS", 100)
+    texts = [t for t, _ in _read_text(path)]
+    assert any(isinstance(t, Continued) for t in texts)
+    docs = list(joined_documents(texts))
+    assert docs[:2] == [("a b " * 30).rstrip(), "next"] and docs[3] == "y" * 600
+    assert docs[2].rstrip(" ") == "x" * 50 and len(docs) == 4
