@@ -758,7 +758,9 @@ def _isatty(stream) -> bool:
 
 
 def _error_line(text: str) -> None:
-    """One line on stderr, best-effort (the terminal may be gone)."""
+    """One line on stderr, best-effort (the terminal may be gone). A line break inside it (a file named with one,
+    quoted in a message) is written as ``\\n``, so the message stays one line."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
     try:
         print(text, file=sys.stderr, flush=True)
     except (OSError, ValueError):

@@ -609,6 +609,23 @@ def _without_surrogates(text: str) -> str:
     return _SURROGATE.sub(_joined_or_replaced, text)
 
 
+def _json_problem(exc: ValueError, line: bytes) -> str:
+    """What is wrong with a JSONL line, in words, with the column where it lies."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return first_line(exc)
+    bare = line.rstrip(b"\r\n")
+    if len(bare) < len(line):  # read with its line end: judged without it, as the first lines' check does
+        try:
+            json.loads(bare)
+        except json.JSONDecodeError as again:
+            exc = again
+        except ValueError:
+            pass
+    if exc.msg == "Unterminated string starting at":
+        return f"the line ends inside a string that starts at column {exc.colno}: JSONL holds one record a line"
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
 def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
     """The text of JSONL line ``n`` (None for a missing value); a DataError naming the line when it has none."""
     try:
@@ -616,7 +633,7 @@ def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
     except UnicodeDecodeError:
         raise DataError(f"{path}:{n}: not UTF-8 text") from None
     except ValueError as exc:  # also a number of more than 4,300 digits, or nesting too deep
-        raise DataError(f"{path}:{n}: invalid JSON ({getattr(exc, 'msg', None) or first_line(exc)})") from None
+        raise DataError(f"{path}:{n}: invalid JSON ({_json_problem(exc, line)})") from None
     if isinstance(row, dict) and text_field in row and row[text_field] is None:
         return None  # a missing value, as a null in a Parquet or Arrow text column: no document
     if not isinstance(row, dict) or not isinstance(row.get(text_field), str):

@@ -250,3 +250,13 @@ def test_prepare_refuses_tokenizer_settings_beside_a_given_tokenizer(flag, tmp_p
     err = one_line(capsys, main(["prepare", text_corpus(tmp_path), "--tokenizer", tokenizer, *flag, "--no-progress"]))
     assert f"{flag[0]} is for training a new tokenizer" in err
     assert not (cache / "stores").exists()
+
+
+def test_a_file_named_with_a_line_break_is_still_one_line(tmp_path, cache, capsys):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("some text\n\nmore text")
+    (folder / "bad\nname.csv").write_text("a,b\n1,2\n")  # a data-like file Speedboard does not read
+    err = one_line(capsys, main(["prepare", str(folder), "--no-progress"]))
+    assert "bad\\nname.csv" in err
+    assert not cache.exists()

@@ -367,7 +367,10 @@ def test_a_byte_order_mark_opening_a_text_file_is_no_text(tmp_path):
                                                           "(its keys: content, url); choose another text field"),
     (lambda p: write_jsonl(p / "c.jsonl.gz", key="content"), "needs a string field 'text'"),
     (lambda p: write_jsonl(p / "c.jsonl.zst", key="content"), "needs a string field 'text'"),
-    (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": oops}\n'), "c.jsonl:2: invalid JSON"),
+    (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": oops}\n'),
+     "c.jsonl:2: invalid JSON (Expecting value at column 10)"),
+    (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": "two\nlines"}\n'),
+     "c.jsonl:2: invalid JSON (the line ends inside a string that starts at column 10: JSONL holds one record a line)"),
     (lambda p: (p / "c.jsonl").write_text('{"text": "a", "id": ' + "9" * 5000 + "}\n"),
      "c.jsonl:1: invalid JSON (an integer of more than 4,300 digits)"),  # not Python's advice to call it
     (lambda p: (p / "c.txt").write_bytes(b"plain words " * 3 + b"\xff\xfe" + b"more"), "bad byte at offset 36"),
@@ -393,6 +396,11 @@ def test_the_look_reads_only_the_start_and_judges_no_line_cut_at_its_limit(tmp_p
     monkeypatch.setattr(sources, "_CHECKED_BYTES", len(line) * 10 + 20)  # the broken line straddles the limit
     assert describe_source(DataConfig(source=str(path))).kind == "jsonl"
     assert "c.jsonl:11: invalid JSON" in one_line_error(lambda: load_corpus(str(path)))  # judged when read
+    # read with their line ends, lines are judged as the look judges them: the same words, the column said
+    path.write_text(line * 10 + '{"text": "a raw line break\n in a string"}\n')
+    assert one_line_error(lambda: load_corpus(str(path))).endswith(
+        "c.jsonl:11: invalid JSON (the line ends inside a string that starts at column 10: JSONL holds one record "
+        "a line)")
 
 
 def test_raw_surrogate_bytes_in_jsonl_are_read_as_their_escapes_are(tmp_path, monkeypatch):
