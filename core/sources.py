@@ -312,6 +312,7 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
         raise DataError(f"cannot read {exc.filename}: {exc.strerror}")
 
     seen: set[tuple[int, int]] = set()
+    seen_files: set[tuple[int, int]] = set()
     # Symbolic links to folders are followed (a corpus assembled from links), each folder read once.
     for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=True):
         st = os.stat(root)
@@ -330,6 +331,10 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
             except OSError as exc:
                 raise DataError(f"cannot read {p}: {exc.strerror}") from None
             _require_regular(p, st.st_mode, spec)
+            if (st.st_dev, st.st_ino) in seen_files:  # a second link (symbolic or hard) to a file: read once
+                binary.append(rel)
+                continue
+            seen_files.add((st.st_dev, st.st_ino))
             fmt = _format_of(p)
             if fmt is None and (_DOC_FILE.fullmatch(name) or _JOB_MARKER.fullmatch(name)):
                 binary.append(rel)  # LICENSE, README without an extension, Spark's _SUCCESS: never data

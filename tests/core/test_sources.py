@@ -268,6 +268,19 @@ def test_linked_sub_folders_are_read_once_and_an_unlistable_one_is_an_error(tmp_
     assert "again: Permission denied" in one_line_error(lambda: resolve_source(str(corpus)))
 
 
+def test_a_second_link_to_a_file_is_read_once_and_named_as_not_read(tmp_path):
+    """A symbolic or hard link to a file already in the corpus doubled its text silently (folders were read once)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("some text")
+    (corpus / "b.txt").symlink_to(corpus / "a.txt")
+    os.link(corpus / "a.txt", corpus / "c.txt")
+    (corpus / "d.txt").write_text("other text")
+    source = resolve_source(str(corpus))
+    assert [f.rel for f in source.files] == ["a.txt", "d.txt"] and source.ignored == ("b.txt", "c.txt")
+    assert load_corpus(str(corpus)).documents == ["some text", "other text"]
+
+
 def test_a_licence_without_a_suffix_beside_data_shards_is_skipped_and_named(tmp_path):
     shards = tmp_path / "shards"
     shards.mkdir()
