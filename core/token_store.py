@@ -385,10 +385,19 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
     for entry in folder.iterdir():
         m = _TMP.fullmatch(entry.name)
         if (m and entry.is_dir() and m["host"] == host and not process_alive(int(m["pid"]))
-                or entry.name.startswith(_REMOVED) and entry.is_dir()):
-            shutil.rmtree(entry, ignore_errors=True)
+                or entry.name.startswith(_REMOVED)):
+            _delete(entry)
             removed.append(entry)
     return removed
+
+
+def _delete(path: Path) -> None:
+    """A folder with what it holds, or a file (something else lying where a store belongs, renamed aside)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 # ----------------------------------------------------------------------------- writing
@@ -678,4 +687,4 @@ def remove_store(path: str | Path) -> None:
     except OSError as exc:  # a read-only cache, or another user's
         raise DataError(f"cannot remove the token store {path} ({exc.strerror or exc}); its folder "
                         f"{path.parent} cannot be written") from None
-    shutil.rmtree(aside, ignore_errors=True)
+    _delete(aside)

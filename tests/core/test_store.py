@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -358,6 +359,14 @@ def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
     (aside / TOKENS).write_bytes(b"gigabytes")
     assert sorted(sweep_stale()) == sorted([dead, aside]) and not dead.exists() and not aside.exists()
     assert token_dtype(65_536) == np.uint16 and token_dtype(65_537) == np.uint32
+    # A file lying where the store belongs is moved aside and deleted like a damaged store (it stayed, aside).
+    shutil.rmtree(store)
+    store.write_bytes(b"not a store")
+    assert not prepare_data(cfg).corpus.from_store and store.is_dir()
+    assert [p.name for p in stores_dir().iterdir() if p.name.startswith(".")] == []
+    aside_file = stores_dir() / f".removed-{'1' * 32}-abcdef"
+    aside_file.write_bytes(b"a file renamed aside")
+    assert sweep_stale() == [aside_file] and not aside_file.exists()
 
 
 def _damage_unseen(store: Path, name: str, change) -> None:
