@@ -530,15 +530,21 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
 @contextlib.contextmanager
 def _terminable():
     """SIGTERM ends the work now, as an exception (``JobTerminated``) that lets it remove what it had begun to
-    write (an export's temporary folder) and end what it printed (generate's line); ``_run_command`` says so in
-    one line, exit code 143. A watchdog ends the process should Python swallow the exception (inside a weakref
-    callback, as during torch.compile); a second SIGTERM ends it at once."""
+    write (an export's temporary folder, a tune trial's run folder) and end what it printed (generate's line);
+    ``_run_command`` says so in one line, exit code 143. A second SIGTERM ends the process at once.
+
+    Python discards an exception raised while it runs a weakref callback (frequent during torch.compile: the
+    work went on, or a tune finished and exited 0): such a discarded ``JobTerminated`` is raised again at once
+    (``sys.unraisablehook``), and a watchdog ends the process should it still not have left the work."""
+    import _thread
     import threading
+    import time
 
     from core.errors import JobTerminated
     from core.stopping import ABORT_GRACE_S
 
     unwound = threading.Event()  # the exception left the work: the caller ends the process itself
+    state = "idle"  # → "raised" (the first SIGTERM) ⇄ "again" (a discarded exception being raised again)
 
     def watchdog():
         if not unwound.wait(ABORT_GRACE_S):
@@ -546,17 +552,40 @@ def _terminable():
             os._exit(128 + signal.SIGTERM)
 
     def terminate(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
+        nonlocal state
+        if state == "raised":  # a second SIGTERM from outside
+            _error_line("speedboard: terminated (SIGTERM)")
+            os._exit(128 + signal.SIGTERM)
+        if state == "idle":
+            threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
+        state = "raised"
         raise JobTerminated("terminated (SIGTERM)")
 
+    previous_hook = sys.unraisablehook
+
+    def raise_again():
+        time.sleep(0.01)  # the main thread has left the callback, and this hook: its handler raises it there
+        _thread.interrupt_main(signal.SIGTERM)
+
+    def discarded(unraisable):
+        nonlocal state
+        if isinstance(unraisable.exc_value, JobTerminated) and state == "raised" and not unwound.is_set():
+            state = "again"
+            threading.Thread(target=raise_again, name="speedboard-term-again", daemon=True).start()
+            return
+        previous_hook(unraisable)
+
     previous = signal.signal(signal.SIGTERM, terminate)
+    sys.unraisablehook = discarded
     try:
         yield
+        if state != "idle":  # discarded where nothing could raise it again: the work must not look finished
+            raise JobTerminated("terminated (SIGTERM)")
     except JobTerminated:
         unwound.set()
         raise
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
 
 

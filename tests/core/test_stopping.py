@@ -167,6 +167,43 @@ def test_a_second_ctrl_c_that_python_swallows_still_aborts_prepare_and_tune():
     assert "speedboard: aborted" in proc.stderr
 
 
+TERMINATED_IN_A_CALLBACK = textwrap.dedent("""
+    import os, signal, sys, time, weakref
+    from core import cli
+    from core.errors import JobTerminated
+
+    class Thing:
+        pass
+
+    def callback(ref):
+        os.kill(os.getpid(), signal.SIGTERM)  # as tune's torch.compile runs a weakref callback when it arrives
+        for _ in range(1000):  # the handler runs here: its exception is discarded
+            pass
+
+    t0 = time.monotonic()
+    try:
+        with cli._terminable():
+            thing = Thing()
+            ref = weakref.ref(thing, callback)
+            del thing
+            for _ in range(10_000):  # the work goes on: the discarded exception must arrive here
+                time.sleep(0.001)
+            print("the work finished as if never terminated", flush=True)
+    except JobTerminated:
+        print(f"terminated after the callback in {time.monotonic() - t0:.1f} s", flush=True)
+        sys.exit(143)
+""")
+
+
+def test_a_sigterm_that_python_discards_in_a_callback_is_raised_again_at_once():
+    """tune, SIGTERM'd while torch.compile ran a weakref callback: Python printed the discarded JobTerminated and
+    the tune went on (exit 0, the report written) or the watchdog ended it 5 s later, a trial's folder left."""
+    proc = subprocess.run([sys.executable, "-c", TERMINATED_IN_A_CALLBACK], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 143, (proc.stdout, proc.stderr)
+    assert proc.stdout.startswith("terminated after the callback in 0.") and proc.stderr == "", proc.stderr
+
+
 CUT_OFF_IMPORT = textwrap.dedent("""
     import sys
 
