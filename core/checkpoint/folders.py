@@ -71,10 +71,14 @@ class AtomicFolder:
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        # The reason is asked for before the temporary folder is removed: removing it frees the disk it filled,
+        # and the disk no longer says why the write failed (torch.save's own words are "unexpected pos …").
         if exc_type is not None:
+            failure = self._failure(exc) if isinstance(exc, Exception) and not isinstance(exc, SpeedboardError) \
+                else None
             shutil.rmtree(self.tmp, ignore_errors=True)
-            if isinstance(exc, Exception) and not isinstance(exc, SpeedboardError):
-                raise self._failure(exc) from None
+            if failure is not None:
+                raise failure from None
             return  # a user error raised inside, or KeyboardInterrupt: as it is
         try:
             mode = _umask_file_mode(self.tmp)
@@ -85,8 +89,9 @@ class AtomicFolder:
             fsync(self.tmp)
             self.commit()
         except Exception as exc:
+            failure = self._failure(exc)
             shutil.rmtree(self.tmp, ignore_errors=True)
-            raise self._failure(exc) from None
+            raise failure from None
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise

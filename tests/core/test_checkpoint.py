@@ -187,6 +187,26 @@ def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, tok, monkeypat
     torch.testing.assert_close(logits(restored, ids), expected, rtol=0, atol=0)
 
 
+def test_a_save_that_fills_the_disk_says_so_though_removing_it_frees_the_disk(tmp_path, tok, monkeypatch):
+    """torch.save on a full disk says only "unexpected pos …": the disk is asked why, and it was asked after the
+    half-written folder was removed, when the disk was no longer full (12 MB tmpfs: the raw torch error shown)."""
+    import core.checkpoint.folders as folders
+
+    def torch_save_on_a_full_disk(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 7163776 vs 7163664")
+
+    def disk_full_while_the_half_folder_exists(exc, where):
+        half = [p for p in Path(where).iterdir() if p.name.startswith(".") and ".tmp-" in p.name]
+        return "the disk is full (512 bytes free)" if half else f"{type(exc).__name__}: {exc}"
+
+    monkeypatch.setattr(folders, "why_write_failed", disk_full_while_the_half_folder_exists)
+    monkeypatch.setattr(torch, "save", torch_save_on_a_full_disk)
+    with pytest.raises(CheckpointError, match=r"the disk is full \(512 bytes free\)$"):
+        ck.save_checkpoint(tmp_path / "step_0000001", make_model(0), tokenizer=tok, step=1,
+                           trainer_state={"step": 1})
+    assert list(tmp_path.iterdir()) == []  # and the half folder is gone
+
+
 def test_save_replaces_an_old_checkpoint_but_never_other_folders(tmp_path, tok):
     target = tmp_path / "ckpt"
     ck.save_checkpoint(target, make_model(0), tokenizer=tok, step=1)
