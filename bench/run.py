@@ -42,7 +42,7 @@ from pathlib import Path
 
 from core.cli import EXIT_USAGE, OneLineParser
 from core.config import MAX_COUNT
-from core.interrupts import honour_kill_int
+from core.interrupts import install_start_handlers
 
 
 def _int_at_least(low: int):
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.errors import SpeedboardError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    honour_kill_int()
+    install_start_handlers()
     try:
         args = build_parser().parse_args(argv)
         with _sigterm_as_interrupt():

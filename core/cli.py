@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import Any
 
-from core.interrupts import honour_kill_int
+from core.interrupts import install_start_handlers
 from core.json_text import parse_json
 
 EXIT_USAGE = 2
@@ -958,7 +958,7 @@ def run_command(args: argparse.Namespace, argv: list[str]) -> int:
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     from core.errors import Cancelled, JobTerminated, SpeedboardError
 
-    honour_kill_int()
+    install_start_handlers()
     try:
         return COMMANDS[args.command](args, argv)
     except Cancelled as exc:
@@ -1000,19 +1000,25 @@ def _flush_and_exit(code: int) -> None:
     os._exit(code)
 
 
-def interrupted_before_the_command() -> int:
-    """A Ctrl-C while the command line is read (``main``'s imports and parsing): one line, exit 130."""
+def interrupted_before_the_command(exc: KeyboardInterrupt) -> int:
+    """A Ctrl-C or SIGTERM while the command line is read (``main``'s imports and parsing): one line, exit 130
+    or 143."""
+    from core.errors import JobTerminated
+
+    if isinstance(exc, JobTerminated):
+        _error_line(f"speedboard: {exc}")
+        return 128 + signal.SIGTERM
     _error_line("speedboard: interrupted")
     return 130
 
 
 def main(argv: list[str] | None = None) -> int:
-    honour_kill_int()
+    install_start_handlers()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
-    except KeyboardInterrupt:
-        return interrupted_before_the_command()
+    except KeyboardInterrupt as exc:
+        return interrupted_before_the_command(exc)
     return run_command(args, argv)
 
 

@@ -1,4 +1,4 @@
-"""Ctrl-C while a command starts: never inside an import.
+"""Ctrl-C and SIGTERM while a command starts: never inside an import.
 
 A ``KeyboardInterrupt`` raised while a module is being imported leaves it half
 built, and one raised inside Python code that a C extension's initialisation
@@ -8,9 +8,12 @@ failed later with a traceback), or it became a C++ abort. Speedboard's commands
 therefore start with a SIGINT handler that, during an import, holds the Ctrl-C
 back until the import is over and then delivers it to whatever handler is
 installed by then: set-up's ``KeyboardInterrupt`` (one line, exit 130), or a
-running command's own stop.
+running command's own stop. SIGTERM, which ended a command silently until it
+had installed its own handler (the first second or two, importing torch), is
+handled alike: ``JobTerminated``, one line, exit code 143.
 
-Standard library only: the command line installs it before importing anything else.
+Standard library only (``core.errors`` imports nothing): the command line installs these before importing
+anything else.
 """
 
 from __future__ import annotations
@@ -35,14 +38,20 @@ def _importing(frame) -> bool:
 
 
 class _InterruptOutsideImports:
-    """The base SIGINT handler: ``KeyboardInterrupt``, held back while a module is being imported."""
+    """A base handler of ``signum``: ``KeyboardInterrupt`` (SIGINT) or ``JobTerminated`` (SIGTERM), held back
+    while a module is being imported."""
 
-    def __init__(self) -> None:
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        self.signum = signum
         self.held = False
 
     def __call__(self, signum, frame) -> None:
         if not _importing(frame):
             self.held = False
+            if self.signum == signal.SIGTERM:
+                from core.errors import JobTerminated
+
+                raise JobTerminated("terminated (SIGTERM)")
             raise KeyboardInterrupt
         if not self.held:  # a second Ctrl-C during the same import adds nothing
             self.held = True
@@ -59,20 +68,24 @@ class _InterruptOutsideImports:
             frame = None  # a frame kept here would keep its locals alive
             if not importing and self.held:
                 self.held = False
-                # The handler installed now (this one, or the command's own stop) gets it, as from the terminal.
-                _thread.interrupt_main(signal.SIGINT)
+                # The handler installed now (this one, or the command's own) gets it, as if it came now.
+                _thread.interrupt_main(self.signum)
                 return
 
 
-def honour_kill_int() -> None:
-    """SIGINT raises ``KeyboardInterrupt`` (never inside an import), also where the command was started ignoring it.
+def install_start_handlers() -> None:
+    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM ``JobTerminated``, never inside an import; SIGINT also where
+    the command was started ignoring it.
 
     A shell ignores SIGINT in background jobs (`… &`), shielding them from the terminal's Ctrl-C; ``kill -INT``
-    is still how a script asks any command (train, bench, …) to stop. A handler of the caller's own (a test,
-    the dashboard) is left in place; so is everything outside the main thread, where handlers cannot be set.
+    is still how a script asks any command (train, bench, …) to stop. A SIGTERM that the caller ignores stays
+    ignored. A handler of the caller's own (a test, the dashboard) is left in place; so is everything outside
+    the main thread, where handlers cannot be set.
     """
     if threading.current_thread() is not threading.main_thread():
         return
     current = signal.getsignal(signal.SIGINT)
     if current is signal.SIG_IGN or current is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _InterruptOutsideImports())
+        signal.signal(signal.SIGINT, _InterruptOutsideImports(signal.SIGINT))
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _InterruptOutsideImports(signal.SIGTERM))

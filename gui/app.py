@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     # Ctrl-C in the terminal closes the window like its close button (asking first during a run).
     signal.signal(signal.SIGINT, lambda *_: window.close())
+    # SIGTERM ends the process at once, as a window manager's kill does (the command line's start handler would
+    # raise it inside a Qt slot, where it would be printed and the window would stay).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     wake = QTimer()
     wake.timeout.connect(lambda: None)  # gives Python a moment to run signal handlers
     wake.start(250)

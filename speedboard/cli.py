@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.interrupts import honour_kill_int
+from core.interrupts import install_start_handlers
 
-honour_kill_int()  # first: a Ctrl-C (or a background job's kill -INT) counts from the process' start, never mid-import
+install_start_handlers()  # first: Ctrl-C, kill -INT (a background job too) and SIGTERM, never mid-import
 
 from core import cli as _cli  # noqa: E402 - after the handler
 from core.cli import DESCRIPTION, EXIT_USAGE, OneLineParser, add_commands, run_command  # noqa: E402
@@ -39,14 +39,14 @@ def _gui() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    honour_kill_int()  # again: main may be called without this module's import (tests, a second call)
+    install_start_handlers()  # again: main may be called without this module's import (tests, a second call)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # the benchmark parses its own options, --help included
         return _bench(argv[1:])
     try:
         args = _parser().parse_args(argv)
-    except KeyboardInterrupt:
-        return _cli.interrupted_before_the_command()
+    except KeyboardInterrupt as exc:
+        return _cli.interrupted_before_the_command(exc)
     if args.command == "gui":
         return _gui()
     return run_command(args, argv)
