@@ -43,9 +43,11 @@ def _integer(text: str) -> int:
 
 def _at_least_one(text: str) -> int:
     """An integer ≥ 1, for the settings that belong to the command line alone (``--log-every``)."""
+    from core.config import MAX_COUNT
+
     value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {value}")
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 2**63 - 1, got {value}")
     return value
 
 

@@ -88,8 +88,9 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--seed", "18446744073709551616"], "seed must be between 0 and 2**63 - 1"),
     (["--lr", "inf"], "lr must be a finite number"),
     (["--warmup", "nan"], "warmup ratio must be a finite number"),
-    (["--log-every", "0"], "--log-every: must be an integer ≥ 1, got 0"),
-    (["--log-every", "-3"], "--log-every: must be an integer ≥ 1, got -3"),
+    (["--log-every", "0"], "--log-every: must be an integer from 1 to 2**63 - 1, got 0"),
+    (["--log-every", "-3"], "--log-every: must be an integer from 1 to 2**63 - 1, got -3"),
+    (["--log-every", str(2**64)], "--log-every: must be an integer from 1 to 2**63 - 1, got 18446744073709551616"),
     (["--run-id", ""], "run id '' must be a plain folder name"),  # an unset variable: not a new id
     (["--run-id", "../up"], "run id '../up' must be a plain folder name"),
     # Huge integers: beyond 64 bits, or counts made of them beyond it, or a memory check that must stay quick.
