@@ -40,7 +40,7 @@ HEARTBEAT_FILE = "heartbeat.json"
 CONFIG_FILE = "config.json"
 """The settings file of a run folder, and of a checkpoint folder."""
 CHECKPOINTS_DIR = "checkpoints"
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def default_out_dir() -> Path:
@@ -90,9 +90,15 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+MAX_RUN_ID = 128
+
+
 def check_run_id(run_id: str) -> str:
+    if run_id and len(run_id) > MAX_RUN_ID:
+        raise ConfigError(f"run id {run_id[:40]!r}… has {len(run_id)} characters; at most {MAX_RUN_ID}")
     if not _RUN_ID.fullmatch(run_id or ""):
-        raise ConfigError(f"run id {run_id!r} must be a plain folder name (letters, digits, '.', '_', '-')")
+        raise ConfigError(f"run id {run_id!r} must be a plain folder name (letters, digits, '.', '_', '-', "
+                          f"not starting with '.', '_' or '-')")
     return run_id
 
 

@@ -93,6 +93,7 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--log-every", str(2**64)], "--log-every: must be an integer from 1 to 2**63 - 1, got 18446744073709551616"),
     (["--run-id", ""], "run id '' must be a plain folder name"),  # an unset variable: not a new id
     (["--run-id", "../up"], "run id '../up' must be a plain folder name"),
+    (["--run-id", "y" * 200], "run id 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'… has 200 characters; at most 128"),
     # Huge integers: beyond 64 bits, or counts made of them beyond it, or a memory check that must stay quick.
     (["--micro-batch", "99999999999999999999999"], "micro batch must be at most 2**63 - 1"),
     (["--eval-every", "99999999999999999999999"], "eval every must be at most 2**63 - 1"),
