@@ -24,6 +24,17 @@ if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_I
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_as_they_were():
+    """A command called in-process installs its start handlers (``core.interrupts``) for good, as a process
+    would: put the runner's own back after each test, so that no test depends on which ran before it."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in before.items():
+        if signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
+
+
 def micro_config(tmp_path: Path | None = None, **overrides):
     """A model of a few thousand parameters on the built-in corpus: a step takes milliseconds."""
     from core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
