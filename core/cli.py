@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import Any
 
-from core.interrupts import install_start_handlers
+from core.interrupts import DiscardedRaiser, install_start_handlers
 from core.json_text import parse_json
 
 EXIT_USAGE = 2
@@ -506,8 +506,9 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
     """A SIGINT handler: the first Ctrl-C asks the work to stop at its next safe point, the second aborts.
 
     As for ``train`` (``core.stopping``): Python discards an exception raised while it runs a weakref
-    callback (frequent during a tune trial's torch.compile), so the abort also arms a watchdog that ends
-    the process ``grace_s`` seconds later, and any further Ctrl-C ends it at once.
+    callback (frequent during a tune trial's torch.compile), so the abort is raised again outside it
+    (``DiscardedRaiser``) and also arms a watchdog that ends the process ``grace_s`` seconds later; any
+    further Ctrl-C ends it at once.
     """
     import threading
 
@@ -518,14 +519,19 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
         _error_line("speedboard: aborted")
         os._exit(130)
 
+    again = DiscardedRaiser(signal.SIGINT)
+
     def handler(signum, frame):
         if control.stop_requested:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             threading.Thread(target=watchdog, name="speedboard-abort-watchdog", daemon=True).start()
-            raise KeyboardInterrupt
+            exc = KeyboardInterrupt()
+            again.arm(exc)  # raised again should Python discard it
+            raise exc
         print("\nstopping … (Ctrl-C again to abort)", file=sys.stderr, flush=True)
         control.stop()
 
+    handler.again = again  # disarmed by ``_interruptible`` once the work is over
     return handler
 
 
@@ -537,16 +543,14 @@ def _terminable():
 
     Python discards an exception raised while it runs a weakref callback (frequent during torch.compile: the
     work went on, or a tune finished and exited 0): such a discarded ``JobTerminated`` is raised again at once
-    (``sys.unraisablehook``), and a watchdog ends the process should it still not have left the work."""
-    import _thread
+    (``DiscardedRaiser``), and a watchdog ends the process should it still not have left the work."""
     import threading
-    import time
 
     from core.errors import JobTerminated
     from core.stopping import ABORT_GRACE_S
 
     unwound = threading.Event()  # the exception left the work: the caller ends the process itself
-    state = "idle"  # → "raised" (the first SIGTERM) ⇄ "again" (a discarded exception being raised again)
+    again = DiscardedRaiser(signal.SIGTERM)
 
     def watchdog():
         if not unwound.wait(ABORT_GRACE_S):
@@ -554,40 +558,24 @@ def _terminable():
             os._exit(128 + signal.SIGTERM)
 
     def terminate(signum, frame):
-        nonlocal state
-        if state == "raised":  # a second SIGTERM from outside
+        if again.exc is not None:  # a second SIGTERM
             _error_line("speedboard: terminated (SIGTERM)")
             os._exit(128 + signal.SIGTERM)
-        if state == "idle":
-            threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
-        state = "raised"
-        raise JobTerminated("terminated (SIGTERM)")
-
-    previous_hook = sys.unraisablehook
-
-    def raise_again():
-        time.sleep(0.01)  # the main thread has left the callback, and this hook: its handler raises it there
-        _thread.interrupt_main(signal.SIGTERM)
-
-    def discarded(unraisable):
-        nonlocal state
-        if isinstance(unraisable.exc_value, JobTerminated) and state == "raised" and not unwound.is_set():
-            state = "again"
-            threading.Thread(target=raise_again, name="speedboard-term-again", daemon=True).start()
-            return
-        previous_hook(unraisable)
+        threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
+        exc = JobTerminated("terminated (SIGTERM)")
+        again.arm(exc)
+        raise exc
 
     previous = signal.signal(signal.SIGTERM, terminate)
-    sys.unraisablehook = discarded
     try:
         yield
-        if state != "idle":  # discarded where nothing could raise it again: the work must not look finished
-            raise JobTerminated("terminated (SIGTERM)")
+        if again.exc is not None:  # discarded where nothing could raise it again: the work must not look finished
+            raise again.exc
     except JobTerminated:
         unwound.set()
         raise
     finally:
-        sys.unraisablehook = previous_hook
+        again.disarm()
         signal.signal(signal.SIGTERM, previous)
 
 
@@ -599,7 +587,8 @@ def _interruptible(control):
     SIGHUP (the terminal closed): as a first Ctrl-C, silently; one that ``nohup`` ignores stays ignored.
     SIGTERM: ends the work now (``_terminable``).
     """
-    handlers = {signal.SIGINT: _stop_on_first_sigint(control)}
+    stop = _stop_on_first_sigint(control)
+    handlers = {signal.SIGINT: stop}
     hangup = getattr(signal, "SIGHUP", None)
     if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
         handlers[hangup] = lambda signum, frame: control.stop()
@@ -608,6 +597,7 @@ def _interruptible(control):
         with _terminable():
             yield
     finally:
+        stop.again.disarm()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

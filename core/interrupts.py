@@ -89,3 +89,51 @@ def install_start_handlers() -> None:
         signal.signal(signal.SIGINT, _InterruptOutsideImports(signal.SIGINT))
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _InterruptOutsideImports(signal.SIGTERM))
+
+
+class DiscardedRaiser:
+    """Raises again an exception that a signal handler raised and Python discarded.
+
+    Python drops an exception raised while it runs a weakref callback or a finalizer (frequent during
+    torch.compile), printing "Exception ignored in …": the Ctrl-C or SIGTERM that raised it was lost, and the
+    work went on. Armed with the exception its handler raises (``arm``, in that handler), this hook raises
+    it again about 10 ms later, outside the callback, through a one-shot handler of ``signum``, until
+    ``disarm``. Main thread only, as signal handlers are.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exc: BaseException | None = None
+        self._previous_hook = None
+
+    def arm(self, exc: BaseException) -> None:
+        self.exc = exc
+        if self._previous_hook is None:
+            self._previous_hook = sys.unraisablehook
+            sys.unraisablehook = self._hook
+
+    def disarm(self) -> None:
+        self.exc = None
+        if self._previous_hook is not None:
+            if sys.unraisablehook == self._hook:
+                sys.unraisablehook = self._previous_hook
+            self._previous_hook = None
+
+    def _hook(self, unraisable) -> None:
+        exc = self.exc
+        if exc is None or unraisable.exc_value is not exc:
+            (self._previous_hook or sys.__unraisablehook__)(unraisable)
+            return
+        installed = signal.getsignal(self.signum)
+
+        def raise_it(signum, frame):
+            signal.signal(self.signum, installed)
+            if self.exc is exc:
+                raise exc
+
+        signal.signal(self.signum, raise_it)  # the hook runs where the callback ran: the main thread
+        threading.Thread(target=self._deliver, name="speedboard-raise-again", daemon=True).start()
+
+    def _deliver(self) -> None:
+        time.sleep(0.01)  # the main thread has left the callback, and this hook, by then
+        _thread.interrupt_main(self.signum)

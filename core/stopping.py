@@ -17,10 +17,11 @@ An abort raises an exception in the main thread, which the trainer records in
 ``metrics.jsonl`` on its way out. Python runs signal handlers wherever the
 main thread happens to be, and an exception raised inside a weakref callback
 or ``__del__`` (frequent while torch.compile runs) is printed and discarded.
-So every abort also arms a watchdog thread: if the process is still running
-``ABORT_GRACE_S`` seconds later, the watchdog records the ending itself and
-ends the process. From the first abort on, a further Ctrl-C ends the process
-at once (the system's default action).
+So such a discarded abort is raised again at once, outside the callback
+(``core.interrupts.DiscardedRaiser``), and every abort also arms a watchdog
+thread: if the process is still running ``ABORT_GRACE_S`` seconds later, the
+watchdog records the ending itself and ends the process. From the first abort
+on, a further Ctrl-C ends the process at once (the system's default action).
 
 A SIGHUP that ``nohup`` set to be ignored stays ignored. SIGINT is always
 handled: a shell ignores it in background jobs to shield them from the
@@ -37,6 +38,7 @@ import threading
 from typing import Protocol
 
 from core.errors import JobTerminated
+from core.interrupts import DiscardedRaiser
 
 ABORT_GRACE_S = 5.0
 """How long an abort may take to reach the training loop before the watchdog ends the process."""
@@ -73,6 +75,7 @@ class StopSignals:
         self._previous: dict[int, object] = {}
         self._finished = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._again: DiscardedRaiser | None = None  # the first abort, raised again should Python discard it
 
     # ------------------------------------------------------------------ installing
     def install(self) -> StopSignals:
@@ -88,6 +91,8 @@ class StopSignals:
     def restore(self) -> None:
         """The run is over (its ending recorded): disarm the watchdog, put the previous handlers back."""
         self._finished.set()
+        if self._again is not None:
+            self._again.disarm()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
@@ -119,20 +124,20 @@ class StopSignals:
     def _on_interrupt(self, signum, frame) -> None:
         message = self._stop_message()
         if self.control.stop_requested or message is None:
-            self._abort(KeyboardInterrupt("interrupted (Ctrl-C)"), 128 + signal.SIGINT)
+            self._abort(KeyboardInterrupt("interrupted (Ctrl-C)"), 128 + signal.SIGINT, signal.SIGINT)
         self.control.stop()
         self._say(message)
 
     def _on_hangup(self, signum, frame) -> None:
         if self.control.stop_requested or self._stop_message() is None:
-            self._abort(HungUp("the terminal was closed (SIGHUP)"), HungUp.exit_code)
+            self._abort(HungUp("the terminal was closed (SIGHUP)"), HungUp.exit_code, signal.SIGHUP)
         self.control.stop()
 
     def _on_terminate(self, signum, frame) -> None:
         self._abort(JobTerminated("terminated (SIGTERM): the job was ended, by its launcher when another "
-                                  "process failed, or by the user"), 128 + signal.SIGTERM)
+                                  "process failed, or by the user"), 128 + signal.SIGTERM, signal.SIGTERM)
 
-    def _abort(self, exc: BaseException, exit_code: int) -> None:
+    def _abort(self, exc: BaseException, exit_code: int, signum: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # from now on Ctrl-C ends the process at once
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, args=(str(exc), exit_code),
@@ -140,6 +145,9 @@ class StopSignals:
             self._watchdog.start()
         if self.run.ending:
             return  # its outcome is recorded or being recorded: raising here would print another one
+        if self._again is None:
+            self._again = DiscardedRaiser(signum)
+            self._again.arm(exc)
         raise exc
 
     def _watch(self, message: str, exit_code: int) -> None:
