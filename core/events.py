@@ -9,7 +9,10 @@ rank 0 of a torchrun job. Names are past tense: they report what happened.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -253,14 +256,100 @@ _TYPE_OF = {v: k for k, v in _KIND_OF.items()}
 
 def event_from_dict(data: dict[str, Any]) -> Event:
     """Inverse of ``Event.to_dict``; unknown keys (a newer writer) are ignored. Anything but an event's
-    object (a list, a number: a damaged or foreign line) is a ValueError, as an unknown event is."""
+    object (a list, a number: a damaged or foreign line) is a ValueError, as an unknown event is, and so is
+    a field whose value is not of its type (a step that is text, a loss that is a list, a run's config whose
+    train section is a number): a reader skips the line, where the value failed later, in the window's
+    table or plots, on every refresh. A field that has a default (when it happened, a world size) falls back
+    to it instead."""
     if not isinstance(data, dict):
         raise ValueError(f"not an event: a JSON {type(data).__name__}")
     cls = _TYPE_OF.get(data.get("event", ""))
     if cls is None:
         raise ValueError(f"unknown event {data.get('event')!r}")
+    hints = _hints(cls)
+    values = {}
+    for name, value in data.items():
+        if name not in hints:
+            continue
+        if _fits(value, hints[name]):
+            values[name] = value
+        elif name not in _optional(cls):
+            raise ValueError(f"{data['event']} event: {name} is {_short(value)}, not {hints[name]}")
+        # else: a damaged value of a field with a default (when it happened, a world size): the default
+    if cls is RunStarted:
+        _check_run_config(values.get("config"))
+    return cls(**values)
+
+
+_MAX_INT = 2**63 - 1  # what a count of the engine is at most (core.config.MAX_COUNT)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The types of a dataclass's fields (resolved from their annotations' text), by name."""
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    return {k: v for k, v in typing.get_type_hints(cls).items() if k in names}
+
+
+@functools.cache
+def _optional(cls: type) -> frozenset[str]:
+    """The fields of a dataclass that have a default."""
+    return frozenset(f.name for f in dataclasses.fields(cls)
+                     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """``value``, as JSON gives it, is of type ``hint`` (a type this check does not know is taken as it is)."""
+    if hint is Any:
+        return True
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_INT
+    if hint is float:  # NaN and infinities are numbers a diverged run reports
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if dict in (hint, origin):
+        return isinstance(value, dict) and (not args or all(_fits(k, args[0]) and _fits(v, args[1])
+                                                            for k, v in value.items()))
+    if hint in (list, tuple) or origin in (list, tuple):
+        inner = [a for a in args if a is not Ellipsis]
+        return isinstance(value, (list, tuple)) and (not inner or all(_fits(v, inner[0]) for v in value))
+    return True
+
+
+def _check_run_config(config: dict[str, Any] | None) -> None:
+    """A run's config as the window reads it: its sections are objects, and each setting it holds is of its
+    type (settings of a newer writer it does not know are left as they are)."""
+    from core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+
+    if config is None:
+        return
+    top = _hints(RunConfig)
+    for key, section in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig)):
+        value = config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"run_started event: config's {key} is {_short(value)}, not an object")
+        fields = _hints(section)
+        for name, setting in value.items():
+            if name in fields and not _fits(setting, fields[name]):
+                raise ValueError(f"run_started event: {key}.{name} is {_short(setting)}, not {fields[name]}")
+    for name, value in config.items():
+        if name in top and name not in ("model", "data", "train") and not _fits(value, top[name]):
+            raise ValueError(f"run_started event: config's {name} is {_short(value)}, not {top[name]}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class Sink(Protocol):

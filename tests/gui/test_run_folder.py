@@ -158,6 +158,28 @@ def test_a_folder_opened_later_shows_when_its_events_happened(window, tmp_path):
 
 
 
+def test_lines_with_values_of_the_wrong_type_are_skipped_not_a_traceback_per_refresh(window, tmp_path):
+    """Valid JSON whose values have the wrong types (a step as text, a sample's text as a number, a config's
+    train section as a string) raised out of Open run folders, then again on every tick of the window."""
+    import json
+    from pathlib import Path
+
+    folder = Path(_finished_run(tmp_path, "typed", sample_every=1))
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if line["event"] == "step"]
+    steps[0]["loss"], steps[1]["step"] = "x", "two"
+    for line in lines:
+        if line["event"] == "sample":
+            line["text"] = 5
+    lines.append({**[line for line in lines if line["event"] == "run_started"][0], "run_id": "other",
+                  "config": {"train": "fast"}})  # a second, damaged start: skipped
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    record = window.open_run_folder(str(folder))
+    window._on_tick()
+    assert record.state == "finished" and record.label.startswith("#1 eager")
+    assert len(window.session.store.run(record.key).steps) == len(steps) - 2  # the two damaged steps are not shown
+
+
 # --------------------------------------------------------------------------- writers gone, folders without events
 def _strip_ending(folder: str) -> None:
     """Take the recorded ending out of a run folder's metrics.jsonl, as a kill -9 leaves it."""

@@ -1,0 +1,66 @@
+"""Events read back from a run folder: a line of the wrong shape is refused as a whole, never half-built."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.events import RunStarted, StepMetrics, event_from_dict
+from core.runs import EventTail
+from tests.conftest import micro_config
+
+
+def step(**changes) -> dict:
+    line = {"event": "step", "run_id": "r", "time": 1.5, "step": 3, "tokens": 96, "loss": 2.5, "lr": 1e-3,
+            "grad_norm": 0.5, "tokens_per_s": 1000.0, "step_time": 0.1, "peak_mem_gib": 0.2, "mem_gib": 0.1,
+            "mfu": 0.1}
+    return {**line, **changes}
+
+
+def started(**config_changes) -> dict:
+    config = micro_config().to_dict()
+    for key, value in config_changes.items():
+        section, _, name = key.partition(".")
+        if name:
+            config[section][name] = value
+        else:
+            config[section] = value
+    return {"event": "run_started", "run_id": "r", "time": 0.0, "run_dir": "/x", "config": config, "device": "cpu",
+            "precision": "fp32", "num_parameters": 10, "tokens_per_step": 32, "budget_tokens": 320,
+            "total_steps": 10}
+
+
+def test_lines_of_the_right_types_are_read_as_written():
+    event = event_from_dict(step())
+    assert isinstance(event, StepMetrics) and event.step == 3 and event.loss == 2.5
+    assert event_from_dict(step(loss=float("nan"))).loss != event.loss  # a diverged run's NaN is a number
+    assert event_from_dict(step(tokens_per_s=1000)).tokens_per_s == 1000  # JSON writes 1000.0 as 1000 at times
+    assert isinstance(event_from_dict(started()), RunStarted)
+    assert event_from_dict(started(**{"train.future_setting": [1, 2]})).config["train"]["future_setting"] == [1, 2]
+
+
+@pytest.mark.parametrize("line", [
+    step(step="abc"), step(loss="x"), step(tokens_per_s="fast"), step(time="noon"), step(peak_mem_gib=[1, 2]),
+    step(run_id=7), step(step=True), step(step=10**30), step(step=1e30),
+    started(train="fast"), started(model=[1]), started(**{"train.accum_steps": "4"}),
+    started(**{"train.compile_mode": 1}), started(preset=3), {**started(), "config": "text"},
+    {**started(), "total_steps": "10"},
+], ids=lambda line: json.dumps(line)[:60])
+def test_a_line_with_a_value_of_the_wrong_type_is_refused_whole(line):
+    """The window's table and plots failed on such values on every refresh (a traceback per tick)."""
+    with pytest.raises(ValueError):
+        event_from_dict(line)
+
+
+def test_a_damaged_value_of_a_field_with_a_default_falls_back_to_it():
+    event = event_from_dict({**started(), "world_size": "two", "at": "damaged"})
+    assert event.world_size == 1 and isinstance(event.at, float)
+
+
+def test_a_tail_skips_wrongly_typed_lines_and_reads_the_rest(tmp_path):
+    lines = [started(), step(step=1), step(step="two"), step(step=3, loss=[1]), step(step=4)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    events = EventTail(tmp_path).poll()
+    assert [type(e).__name__ for e in events] == ["RunStarted", "StepMetrics", "StepMetrics"]
+    assert [e.step for e in events[1:]] == [1, 4]
