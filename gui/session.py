@@ -391,7 +391,15 @@ class RunSession(QObject):
         self._polls += 1
         for key, tail in list(self._tails.items()):
             record = self.record(key)
-            for event in tail.poll():
+            try:
+                events = tail.poll()
+            except OSError as exc:  # replaced by a folder, its permissions taken away: said once, not followed
+                del self._tails[key]
+                self._route(record, WriterGone(f"its {tail.path.name} cannot be read any more "
+                                               f"({exc.strerror or exc}); what was read stays shown",
+                                               folder_gone=True))
+                continue
+            for event in events:
                 self._route(record, event)
             if record.ended:
                 del self._tails[key]

@@ -360,6 +360,24 @@ def test_a_followed_folder_moved_away_says_so_not_that_its_process_is_gone(qtbot
     assert record.step == 1 and session.removable(record.key)  # what was read stays, and can be removed
 
 
+def test_a_followed_metrics_file_that_cannot_be_read_any_more_says_so_once(qtbot, session, tmp_path):
+    """metrics.jsonl replaced by a folder (or its permissions taken away) while followed: an IsADirectoryError
+    traceback on every poll, the row still 'following'."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    metrics = folder / "metrics.jsonl"
+    metrics.write_text(_event_lines([_started(folder, "cli-run", 1), _step(1, "cli-run")]))
+    applied = []
+    session.event_applied.connect(lambda record, event: applied.append(event))
+    record, _ = session.follow_folder(str(folder))
+    assert record.state == "following"
+    metrics.unlink()
+    metrics.mkdir()
+    qtbot.waitUntil(lambda: record.state == "not running", timeout=RUN_TIMEOUT_MS)
+    assert "metrics.jsonl cannot be read any more" in record.message and applied[-1].folder_gone
+    assert session.followed == set() and record.step == 1
+
+
 def test_a_folder_written_by_a_live_trainer_reaches_the_same_record_state(qtbot, session, tmp_path):
     """The folder route and the thread route end in the same record: a real trainer writes, the session reads."""
     control = Control()
