@@ -154,12 +154,13 @@ class Source:
         Parquet/Arrow file, a JSONL line that is no JSON or a text file that is not UTF-8 text is one line now,
         not after an hour of tokenizing (or after a data picker said it looked fine); counts Parquet/Arrow rows.
         Reads headers and at most ``_CHECKED_BYTES`` of a JSONL or text file."""
-        if self.kind == "text":
-            for f in self.files:
-                _check_text_start(f.path)
-        elif self.kind == "jsonl":
-            for f in self.files:
-                _check_jsonl_start(f.path, self.text_field)
+        if self.kind in ("text", "jsonl"):
+            # Each check says whether its file may hold text (some seen, or more than was read): a source read
+            # whole here without any is empty now, not after a failed start.
+            may_hold_text = [_check_text_start(f.path) if self.kind == "text" else
+                             _check_jsonl_start(f.path, self.text_field) for f in self.files]
+            if not any(may_hold_text):
+                raise DataError(f"data source {self.spec} is empty (no text)")
         elif self.kind in ("parquet", "arrow"):
             total = 0
             for f in self.files:
@@ -657,8 +658,9 @@ _CHECKED_BYTES = 1 << 16
 """What ``Source.check`` reads of a JSONL or text file: its lines that end within the first 64 KiB."""
 
 
-def _check_jsonl_start(path: Path, text_field: str) -> None:
-    """The lines of ``path`` that end within its first ``_CHECKED_BYTES`` (decompressed) hold a text field."""
+def _check_jsonl_start(path: Path, text_field: str) -> bool:
+    """The lines of ``path`` that end within its first ``_CHECKED_BYTES`` (decompressed) hold a text field. False
+    when they are all of the file and no line holds text."""
     head, error = b"", None
     try:
         with open(path, "rb") as raw:
@@ -680,24 +682,30 @@ def _check_jsonl_start(path: Path, text_field: str) -> None:
     lines = head.split(b"\n")
     if len(head) == _CHECKED_BYTES or error is not None:
         lines.pop()  # cut at the limit or by the error: judged when it is read whole
+    texts = False
     for n, line in enumerate(lines, start=1):
         if line.strip():
-            _jsonl_text(line, path, n, text_field)
+            text = _jsonl_text(line, path, n, text_field)
+            texts = texts or bool(text and text.strip())
     if error is not None:
         where = f" after line {len(lines)}" if lines else ""
         raise DataError(f"cannot read {path}{where}: {first_line(error)}") from None
+    return texts or len(head) == _CHECKED_BYTES
 
 
-def _check_text_start(path: Path) -> None:
-    """The first ``_CHECKED_BYTES`` of ``path`` are UTF-8 text (a character cut at the limit is fine)."""
+def _check_text_start(path: Path) -> bool:
+    """The first ``_CHECKED_BYTES`` of ``path`` are UTF-8 text (a character cut at the limit is fine). False when
+    they are the whole file and hold nothing but white space."""
     try:
         with open(path, "rb") as f:
             head = f.read(_CHECKED_BYTES)
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror}") from None
-    problem = _not_text(head, whole=len(head) < _CHECKED_BYTES)
+    whole = len(head) < _CHECKED_BYTES
+    problem = _not_text(head, whole=whole)
     if problem is not None:
         raise DataError(f"{path} {problem}")
+    return not whole or bool(head.decode("utf-8").removeprefix("\ufeff").strip())
 
 
 def _read_jsonl(path: Path, text_field: str) -> Iterator[tuple[str, int]]:

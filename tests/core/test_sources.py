@@ -131,6 +131,24 @@ def test_an_empty_compressed_shard_is_refused_not_read_as_no_documents(tmp_path,
         assert f"s2{suffix}: it is empty (0 bytes), not {suffix.rsplit('.', 1)[1]}-compressed data" in message
 
 
+def test_a_source_read_whole_at_its_check_without_any_text_is_empty_then(tmp_path):
+    """8 KB of blank lines passed the data picker's look (Start enabled) and failed the run it started."""
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n\t\n" * 2000)
+    assert "blank.txt is empty (no text)" in one_line_error(lambda: resolve_source(str(blank)).check())
+    nulls = tmp_path / "nulls.jsonl"
+    nulls.write_text('{"text": null}\n{"text": "  "}\n\n')
+    assert "nulls.jsonl is empty (no text)" in one_line_error(lambda: resolve_source(str(nulls)).check())
+    folder = tmp_path / "folder"  # a blank file beside one with text: the source holds text
+    folder.mkdir()
+    (folder / "a.txt").write_text("\n\n")
+    (folder / "b.txt").write_text("words")
+    resolve_source(str(folder)).check()
+    big = tmp_path / "big.txt"  # blank as far as the look reads: the rest is not known yet
+    big.write_text(" " * (1 << 17) + "words")
+    resolve_source(str(big)).check()
+
+
 def test_hugging_face_dataset_folders(tmp_path):
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict({"text": DOCS, "n": list(range(len(DOCS)))})

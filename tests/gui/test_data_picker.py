@@ -37,6 +37,10 @@ def test_too_little_text_is_said_under_the_data_control_before_start(window, dia
     empty.write_text("", encoding="utf-8")
     _choose(window, dialogs, empty)
     assert "is empty" in error.text() and not child(window, "startButton").isEnabled()
+    blank = tmp_path / "blank.txt"  # nothing but blank lines: as empty, and said as early
+    blank.write_text("\n \n" * 4000, encoding="utf-8")
+    _choose(window, dialogs, blank)
+    assert "is empty (no text)" in error.text() and not child(window, "startButton").isEnabled()
 
     good = _corpus(tmp_path / "good.txt")
     _choose(window, dialogs, good)
