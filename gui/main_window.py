@@ -274,7 +274,7 @@ class MainWindow(QMainWindow):
 
     def _on_record_changed(self, record: RunRecord) -> None:
         self.table.update_record(record)
-        self.table.fit_columns()
+        self.table.schedule_fit()
         self.plots.add_run(record.key, record.color, record.label, record.dash)  # its label may name the parent
         self._show_focus()
         self._update_controls()

@@ -92,7 +92,10 @@ class RunTable(QTableWidget):
         self.setAlternatingRowColors(True)
         self.setWordWrap(False)
         header = self.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Widths are set by ``_fit``, once per turn of the event loop for every change until then: a header that
+        # resizes to its contents measures every row at each cell's change, which grew with the rows' square
+        # (opening 100 run folders beside 75 took 18 s).
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(28)
         header.setSectionResizeMode(COLUMNS.index("State"), QHeaderView.ResizeMode.Interactive)
@@ -178,7 +181,7 @@ class RunTable(QTableWidget):
         finally:
             self._filling = False
         self.update_record(record)
-        self.fit_columns()
+        self.schedule_fit()  # once for all the rows added together (a runs folder of hundreds of runs)
         self.scrollToItem(self.item(row, 1))  # a new run is in view
 
     def remove_record(self, key: int) -> None:
@@ -233,9 +236,13 @@ class RunTable(QTableWidget):
             "Train GiB": _fmt(record.peak_mem_gib if record.step > record.start_step else None, ".2f"),
         }
         self._filling = True
+        changed = False
         try:
             for name, text in texts.items():
-                self.item(row, self.column(name)).setText(text)
+                item = self.item(row, self.column(name))
+                if item.text() != text:  # each change is a repaint and a measure: only the texts that change
+                    item.setText(text)
+                    changed = True
             state = self.item(row, self.column("State"))
             state.setForeground(QColor(_STATE_COLORS.get(record.state, "#202020")))
             state.setToolTip(record.message)
@@ -257,10 +264,12 @@ class RunTable(QTableWidget):
                     f"against {record.matmul_peak_flops / 1e9:,.0f} GFLOP/s of {record.precision} GEMMs per process")
         finally:
             self._filling = False
+        if changed:
+            self.schedule_fit()
         if self._baseline is None and tps is not None and not self._user_baseline:
             self.set_baseline(record.key)
-        else:
-            self._refresh_speedups()
+        else:  # another run's speedup depends on it only when it is the baseline
+            self._refresh_speedups(None if record.key == self._baseline else [row])
 
     def fit_columns(self) -> None:
         """Show the columns that fit the width, most useful first; the others give way until it widens
@@ -295,13 +304,21 @@ class RunTable(QTableWidget):
             fits = room and (used + width <= available or name in ("Base", "Run", "State"))
             if fits:
                 used += width
+                if col != state and self.columnWidth(col) != width:
+                    self.setColumnWidth(col, width)
             else:
                 room = False  # strictly in order of use: a later, narrower column does not jump the queue
             if self.isColumnHidden(col) == fits:
                 self.setColumnHidden(col, not fits)
 
     def _schedule_fit(self, *_) -> None:
-        if not self._fitting and not self._fit_timer.isActive():
+        if not self._fitting:
+            self.schedule_fit()
+
+    def schedule_fit(self) -> None:
+        """``fit_columns`` once control returns to the event loop: one measure of every row's width for all the
+        changes made until then (each measures every row: done per change, opening runs grew with their square)."""
+        if not self._fit_timer.isActive():
             self._fit_timer.start()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
@@ -339,13 +356,16 @@ class RunTable(QTableWidget):
             return None
         return record.median_tokens_per_s / base.median_tokens_per_s
 
-    def _refresh_speedups(self) -> None:
+    def _refresh_speedups(self, rows: list[int] | None = None) -> None:
+        """The Speedup cells of ``rows`` (all when None: the baseline changed)."""
         col = self.column("Speedup")
         base = self._base()
-        before = [self.item(row, col).text() for row in range(self.rowCount())]
+        rows = list(range(self.rowCount())) if rows is None else rows
+        before = [self.item(row, col).text() for row in rows]
         self._filling = True
         try:
-            for row, record in enumerate(self._records):
+            for row in rows:
+                record = self._records[row]
                 item = self.item(row, col)
                 value = self.speedup(record)
                 if value is None or base is None:
@@ -382,8 +402,8 @@ class RunTable(QTableWidget):
                 item.setToolTip(tip)
         finally:
             self._filling = False
-        if [self.item(row, col).text() for row in range(self.rowCount())] != before:
-            self.fit_columns()  # a range appeared: other columns may have to give way
+        if [self.item(row, col).text() for row in rows] != before:
+            self.schedule_fit()  # a range appeared: other columns may have to give way
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if self._filling or item.column() != 0:

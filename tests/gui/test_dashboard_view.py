@@ -323,9 +323,13 @@ def test_compile_warm_up_shows_elapsed_time_and_what_compiles(qtbot):
     text = "compiling 0:42 (the whole model, mode default)"
     assert table.item(0, table.column("State")).text() == text
     assert text in status.state.full_text()
-    # The elapsed time is what moves: it stays in sight where the State column and the label cut the text.
-    state_px = table.columnWidth(table.column("State"))
-    assert "0:42" in table.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, state_px - 12)
+    # The elapsed time is what moves: it stays in sight where the State column and the label cut the text
+    # (once the table has fitted its columns: on the next turn of the event loop, for all changes until then).
+    def elided() -> str:
+        state_px = table.columnWidth(table.column("State"))
+        return table.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, state_px - 12)
+
+    qtbot.waitUntil(lambda: "0:42" in elided())
     qtbot.waitUntil(lambda: status.state.width() > 100)  # laid out
     assert "0:42" in status.state.text(), status.state.text()
 
