@@ -510,10 +510,11 @@ def test_too_little_text_is_known_before_preparing_and_exactly_after(tmp_path, c
     empty.write_text("", encoding="utf-8")
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("a few words", encoding="utf-8")  # 11 bytes: at most 19 tokens
-    for path, words in ((empty, "is empty"), (tiny, "at most 19 tokens: too little text")):
-        cfg = DataConfig(source=str(path), seq_len=16, vocab_size=300)
-        problem = too_little_text(describe_source(cfg), cfg)
-        assert problem is not None and words in problem, problem
+    with pytest.raises(DataError, match="empty.txt is empty"):  # its look reads it whole: nothing to describe
+        describe_source(DataConfig(source=str(empty), seq_len=16, vocab_size=300))
+    cfg = DataConfig(source=str(tiny), seq_len=16, vocab_size=300)
+    problem = too_little_text(describe_source(cfg), cfg)
+    assert problem is not None and "at most 19 tokens: too little text" in problem, problem
     cfg = DataConfig(source=str(tiny), seq_len=8, vocab_size=300)  # 19 tokens may be two windows of 9
     assert too_little_text(describe_source(cfg), cfg) is None
     one_doc = DataConfig(source=str(tiny), seq_len=8, vocab_size=300, layout="document")
