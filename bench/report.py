@@ -511,7 +511,8 @@ def _figure(raw: dict):
             ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
     ax1.set_ylabel("tokens/s")
     ax1.margins(y=0.25)  # headroom: the legend sits above the tallest whisker
-    ax1.legend(fontsize=8, ncol=3, loc="upper center")
+    if ax1.get_legend_handles_labels()[0]:  # a partial report (stopped before a run) has no bars to name
+        ax1.legend(fontsize=8, ncol=3, loc="upper center")
     precisions = ", ".join(raw["config"].get("precisions") or [raw["config"]["precision"]])
     ax1.set_title(f"{raw['config']['preset']} on {raw['device']['name']}, {precisions}", fontsize=10)
     peaks = [r.get("peak_gib") or 0.0 for r in rows]

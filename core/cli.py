@@ -960,8 +960,14 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
         _error_line(f"speedboard: error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # nothing here may import torch: it may be half imported
+        from core.runs import CLAIM_ENV
+
         code = 128 + signal.SIGTERM if isinstance(exc, JobTerminated) else 130  # SIGTERM: ``_terminable``
-        _error_line(f"speedboard: {exc}" if isinstance(exc, JobTerminated) else "speedboard: interrupted")
+        # A worker of ``train --nproc`` (its launcher's claim in its environment) stopped before its run began:
+        # the launcher says it once for all, as it says a run's start (torchrun's own SIGTERM to the other
+        # workers would add a line naming a SIGTERM the user never sent).
+        if CLAIM_ENV not in os.environ:
+            _error_line(f"speedboard: {exc}" if isinstance(exc, JobTerminated) else "speedboard: interrupted")
         if _during_import(exc):
             # A module cut off while it was being imported (torch's C++ part, in the first second or so) can
             # crash the interpreter as it shuts down (an abort, exit 134): end the process here instead.

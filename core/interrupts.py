@@ -19,6 +19,7 @@ anything else.
 from __future__ import annotations
 
 import _thread
+import os
 import signal
 import sys
 import threading
@@ -87,7 +88,10 @@ def install_start_handlers() -> None:
     current = signal.getsignal(signal.SIGINT)
     if current is signal.SIG_IGN or current is signal.default_int_handler:
         signal.signal(signal.SIGINT, _InterruptOutsideImports(signal.SIGINT))
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    # A torchrun worker keeps SIGTERM's default until its run installs its own: torchrun ends the workers of a
+    # stopped job with it, and one held through torch's import outlived torchrun's grace (it was SIGKILLed).
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ or "RANK" in os.environ
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and not under_torchrun:
         signal.signal(signal.SIGTERM, _InterruptOutsideImports(signal.SIGTERM))
 
 

@@ -56,12 +56,12 @@ from core.runs import (
 def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = None) -> list[str]:
     """The torchrun command for one machine: N workers of ``python -m core.cli train_args…``.
 
-    torchrun runs through this module (``python -m core.launch``, then torchrun's own
-    ``main``), which can send torchrun's own messages to the launcher apart from its
-    workers' output (``TORCHRUN_STDERR_ENV``).
+    torchrun runs through ``core.launch_torchrun`` (then torchrun's own ``main``), which
+    sends torchrun's own messages to the launcher apart from its workers' output
+    (``TORCHRUN_STDERR_ENV``) and ends quietly when stopped before its workers exist.
     """
     assert nproc >= 1, nproc  # checked by check_nproc before anything is launched
-    return [python or sys.executable, "-m", "core.launch", "--standalone",
+    return [python or sys.executable, "-m", "core.launch_torchrun", "--standalone",
             f"--nproc-per-node={nproc}", "-m", "core.cli", *train_args]
 
 
@@ -530,18 +530,3 @@ class _Job:
         if self.received and not self._passed_on:  # one came while torchrun was being started: end it
             self._pass_on(stop=False)
         return proc.wait()
-
-
-def _torchrun_main() -> None:  # pragma: no cover - runs as torchrun, in its own process
-    """torchrun's ``main``, with its own messages sent where ``TORCHRUN_STDERR_ENV`` says (its workers keep fd 2)."""
-    fd = os.environ.pop(TORCHRUN_STDERR_ENV, None)
-    if fd:
-        os.set_inheritable(int(fd), False)  # the workers' stderr is the launcher's own
-        sys.stderr = open(int(fd), "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-    from torch.distributed.run import main
-
-    main()
-
-
-if __name__ == "__main__":
-    _torchrun_main()

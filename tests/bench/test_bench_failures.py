@@ -312,3 +312,20 @@ def test_sigterm_during_a_probe_stops_it_and_leaves_nothing(tmp_path):
     assert list(tmp.iterdir()) == []
     if Path("/proc/self/environ").exists():
         assert _processes_in(tmp) == []
+
+
+def test_a_partial_report_without_a_measured_run_draws_without_a_warning():
+    """Stopped during the probes, before any run: matplotlib warned "No artists with labels found to put in
+    legend" on stderr, a second line beside the one that says the bench was stopped."""
+    import warnings
+
+    from bench import report
+
+    raw = {"summary": {"cells": {"off-a1-fp32": {"name": "off-a1-fp32", "memory_only": False, "speedboard": None,
+                                                 "bare": None, "hf": None, "peak_gib": None,
+                                                 "train_mem_gib": None}}},
+           "config": {"preset": "tiny", "precision": "fp32"}, "device": {"name": "cpu"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = report._figure(raw)
+    report._close_figure(fig)

@@ -328,7 +328,7 @@ def test_torchrun_argv_and_worker_env():
     from core.launch import torchrun_argv, worker_env
 
     argv = torchrun_argv(4, ["train", "--steps", "5"], python="py")
-    assert argv == ["py", "-m", "core.launch", "--standalone", "--nproc-per-node=4", "-m", "core.cli",
+    assert argv == ["py", "-m", "core.launch_torchrun", "--standalone", "--nproc-per-node=4", "-m", "core.cli",
                     "train", "--steps", "5"]  # torchrun, its own messages sent to the launcher
     env = worker_env(2, "cpu", cpu_count=8)
     assert env["PYTHONUNBUFFERED"] == "1"

@@ -169,6 +169,9 @@ def test_sigterm_while_the_launcher_checks_is_one_line_and_exit_143(tmp_path, ca
 
     monkeypatch.setattr("core.launch.check_before_launch", terminated_meanwhile)
     monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    from core.interrupts import install_start_handlers
+
+    install_start_handlers()  # as main does first: the handler the launcher's own is installed over
     before = signal.getsignal(signal.SIGTERM)
     assert main(["train", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "runs"), "--no-progress"]) == 143
     assert capsys.readouterr().err.strip() == "speedboard: terminated (SIGTERM)"

@@ -144,7 +144,7 @@ def test_sigterm_to_the_launcher_ends_every_rank_and_exits_143_in_one_line(start
 @pytest.mark.slow
 def test_a_killed_rank_0_is_one_line_and_its_ending_is_recorded(start_job):
     proc, run_dir = start_job()
-    torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch" in p.cmdline())
+    torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch_torchrun" in p.cmdline())
     rank0 = next(p for p in torchrun.children() if p.environ().get("RANK") == "0")
     rank0.kill()
     err = finish(proc)
@@ -160,7 +160,7 @@ def test_a_killed_rank_0_is_one_line_and_its_ending_is_recorded(start_job):
 @pytest.mark.slow
 def test_a_killed_torchrun_is_one_line_and_the_exit_code_of_its_signal(start_job):
     proc, run_dir = start_job()
-    torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch" in p.cmdline())
+    torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch_torchrun" in p.cmdline())
     torchrun.kill()
     err = finish(proc)
     assert proc.returncode == 128 + signal.SIGKILL, err
