@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,7 +54,8 @@ from core.runs import (
 )
 
 
-def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = None) -> list[str]:
+def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = None,
+                  log_dir: str | None = None) -> list[str]:
     """The torchrun command for one machine: N workers of ``python -m core.cli train_args…``.
 
     torchrun runs through ``core.launch_torchrun`` (then torchrun's own ``main``), which
@@ -61,8 +63,9 @@ def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = Non
     (``TORCHRUN_STDERR_ENV``) and ends quietly when stopped before its workers exist.
     """
     assert nproc >= 1, nproc  # checked by check_nproc before anything is launched
+    logs = ["--log-dir", log_dir] if log_dir else []
     return [python or sys.executable, "-m", "core.launch_torchrun", "--standalone",
-            f"--nproc-per-node={nproc}", "-m", "core.cli", *train_args]
+            f"--nproc-per-node={nproc}", *logs, "-m", "core.cli", *train_args]
 
 
 def worker_env(nproc: int, device: str = "auto", cpu_count: int | None = None) -> dict[str, str]:
@@ -514,19 +517,25 @@ class _Job:
         if posix:  # torchrun's own messages come through a pipe (TorchrunOutput); its workers inherit fd 1 and 2
             read_fd, write_fd = os.pipe()
             env[TORCHRUN_STDERR_ENV] = str(write_fd)
+        # torchrun's log folder (one per job, empty unless asked to redirect): its own default, a torchelastic_*
+        # folder in the temporary folder, stayed there after every run.
+        logs = tempfile.mkdtemp(prefix="speedboard-torchrun-")
         try:
-            proc = subprocess.Popen(torchrun_argv(self.nproc, self.train_args), env=env, start_new_session=posix,
-                                    pass_fds=(write_fd,) if posix else (),
-                                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-        except BaseException:
-            for fd in (read_fd, write_fd):
-                if fd is not None:
-                    os.close(fd)
-            raise
-        if posix:
-            os.close(write_fd)
-            self.output = TorchrunOutput(read_fd)
-        self.proc = proc  # from here on, on_signal passes signals on
-        if self.received and not self._passed_on:  # one came while torchrun was being started: end it
-            self._pass_on(stop=False)
-        return proc.wait()
+            try:
+                proc = subprocess.Popen(torchrun_argv(self.nproc, self.train_args, log_dir=logs), env=env,
+                                        start_new_session=posix, pass_fds=(write_fd,) if posix else (),
+                                        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            except BaseException:
+                for fd in (read_fd, write_fd):
+                    if fd is not None:
+                        os.close(fd)
+                raise
+            if posix:
+                os.close(write_fd)
+                self.output = TorchrunOutput(read_fd)
+            self.proc = proc  # from here on, on_signal passes signals on
+            if self.received and not self._passed_on:  # one came while torchrun was being started: end it
+                self._pass_on(stop=False)
+            return proc.wait()
+        finally:
+            shutil.rmtree(logs, ignore_errors=True)

@@ -259,8 +259,12 @@ def test_cli_nproc_trains_end_to_end(tmp_path, corpus):
             "--layout", "document", "--seq-len", str(SEQ_LEN), "--vocab-size", "300", "--micro-batch", "2",
             "--accum", "2", "--steps", "3", "--eval-every", "0", "--sample-every", "0", "--device", "cpu",
             "--out", str(tmp_path / "runs"), "--no-progress", "--log-every", "1"]
-    proc = subprocess.run(argv, env=python_env(), capture_output=True, text=True, timeout=180)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.run(argv, env=python_env(TMPDIR=str(scratch)), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # torchrun's log folder is the launcher's, and goes with the job (a torchelastic_* folder stayed each run)
+    assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")] == []
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert run_dir.name.split("-")[2:6] == ["tiny", "off", "a2", "x2"]
     assert json.loads((run_dir / "config.json").read_text())["world_size"] == 2
@@ -330,6 +334,7 @@ def test_torchrun_argv_and_worker_env():
     argv = torchrun_argv(4, ["train", "--steps", "5"], python="py")
     assert argv == ["py", "-m", "core.launch_torchrun", "--standalone", "--nproc-per-node=4", "-m", "core.cli",
                     "train", "--steps", "5"]  # torchrun, its own messages sent to the launcher
+    assert torchrun_argv(2, ["train"], python="py", log_dir="/l")[4:7] == ["--nproc-per-node=2", "--log-dir", "/l"]
     env = worker_env(2, "cpu", cpu_count=8)
     assert env["PYTHONUNBUFFERED"] == "1"
     if "OMP_NUM_THREADS" not in os.environ:
