@@ -534,7 +534,7 @@ def test_the_launchers_exit_code_follows_this_job_alone(behaviour, code, tmp_pat
     fake = tmp_path / "fake_torchrun.py"
     fake.write_text(FAKE_RANK0)
     monkeypatch.setattr("core.launch.torchrun_argv",
-                        lambda nproc, args: [sys.executable, str(fake), str(run_dir), behaviour])
+                        lambda nproc, args, log_dir=None: [sys.executable, str(fake), str(run_dir), behaviour])
     assert run_torchrun(2, [], run_dir) == code
     if behaviour == "refuse":
         assert not run_dir.exists()  # nothing started the run: its id is free again
