@@ -948,7 +948,7 @@ def run_command(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
-    from core.errors import Cancelled, JobTerminated, SpeedboardError
+    from core.errors import Cancelled, SpeedboardError
 
     install_start_handlers()
     try:
@@ -962,12 +962,10 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
     except KeyboardInterrupt as exc:  # nothing here may import torch: it may be half imported
         from core.runs import CLAIM_ENV
 
-        code = 128 + signal.SIGTERM if isinstance(exc, JobTerminated) else 130  # SIGTERM: ``_terminable``
         # A worker of ``train --nproc`` (its launcher's claim in its environment) stopped before its run began:
         # the launcher says it once for all, as it says a run's start (torchrun's own SIGTERM to the other
         # workers would add a line naming a SIGTERM the user never sent).
-        if CLAIM_ENV not in os.environ:
-            _error_line(f"speedboard: {exc}" if isinstance(exc, JobTerminated) else "speedboard: interrupted")
+        code = interrupted(exc, say=CLAIM_ENV not in os.environ)
         if _during_import(exc):
             # A module cut off while it was being imported (torch's C++ part, in the first second or so) can
             # crash the interpreter as it shuts down (an abort, exit 134): end the process here instead.
@@ -998,16 +996,15 @@ def _flush_and_exit(code: int) -> None:
     os._exit(code)
 
 
-def interrupted_before_the_command(exc: KeyboardInterrupt) -> int:
-    """A Ctrl-C or SIGTERM while the command line is read (``main``'s imports and parsing): one line, exit 130
-    or 143."""
+def interrupted(exc: KeyboardInterrupt, say: bool = True) -> int:
+    """The exit code of a Ctrl-C (130) or a SIGTERM (``JobTerminated``, 143: ``_terminable``), said in one line:
+    in a command, or while the command line is read (``main``'s imports and parsing)."""
     from core.errors import JobTerminated
 
-    if isinstance(exc, JobTerminated):
-        _error_line(f"speedboard: {exc}")
-        return 128 + signal.SIGTERM
-    _error_line("speedboard: interrupted")
-    return 130
+    terminated = isinstance(exc, JobTerminated)
+    if say:
+        _error_line(f"speedboard: {exc}" if terminated else "speedboard: interrupted")
+    return 128 + signal.SIGTERM if terminated else 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1016,7 +1013,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt as exc:
-        return interrupted_before_the_command(exc)
+        return interrupted(exc)
     return run_command(args, argv)
 
 

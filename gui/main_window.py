@@ -273,8 +273,7 @@ class MainWindow(QMainWindow):
         self._update_controls()
 
     def _on_record_changed(self, record: RunRecord) -> None:
-        self.table.update_record(record)
-        self.table.schedule_fit()
+        self.table.update_record(record)  # which asks for a fit when a text of its row changed
         self.plots.add_run(record.key, record.color, record.label, record.dash)  # its label may name the parent
         self._show_focus()
         self._update_controls()

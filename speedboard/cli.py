@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
     except KeyboardInterrupt as exc:
-        return _cli.interrupted_before_the_command(exc)
+        return _cli.interrupted(exc)
     if args.command == "gui":
         return _gui()
     return run_command(args, argv)
