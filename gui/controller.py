@@ -461,7 +461,12 @@ class Controller(QObject):
         self.thread.submit(InspectCheckpoint(str(path), model))
 
     def shutdown(self, timeout_ms: int = -1) -> bool:
-        """Stop any run at its next step, end the thread and wait for it; True once it has finished."""
+        """Stop any run at its next step, end the thread and wait for it; True once it has finished.
+
+        Called again (the window's close, then the application's ``aboutToQuit``), it answers at once: the
+        finished thread may already be deleted."""
+        if not self._pinned:
+            return True
         if not self._shut_down:
             self._shut_down = True
             self.stop()

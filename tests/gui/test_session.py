@@ -415,3 +415,14 @@ def test_notes_reach_only_the_run_that_trains(session, tmp_path):
     session.controller.training_paused.emit()
     session.controller.training_resumed.emit()
     assert record.state == "following" and session.active is None and trace.items == []
+
+
+def test_a_second_shutdown_after_the_thread_is_released_answers_without_touching_it(qtbot, tmp_path):
+    # The window's close and the application's aboutToQuit both shut the session down; by the second the
+    # finished QThread may be deleted, and touching it raised "Internal C++ object already deleted".
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    session = RunSession(out_dir=str(tmp_path / "runs"))
+    assert session.controller.shutdown()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # the thread's deleteLater, done now
+    assert session.controller.shutdown() and session.controller.thread_finished
