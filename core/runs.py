@@ -26,12 +26,12 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError
-from core.events import Event, RunFailed, RunFinished, event_from_dict
+from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished, RunStarted, event_from_dict
 from core.json_text import parse_json
 from core.paths import user_path, why_not_writable
 
@@ -294,6 +294,8 @@ class EventTail:
         self._offset = offset
         """Bytes already read (start later to skip what an earlier writer left)."""
         self._partial = b""
+        self._written_at: str | None = None
+        """The folder its run recorded (``RunStarted.run_dir``), where that is not the folder read."""
 
     def poll(self) -> list[Event]:
         try:
@@ -316,10 +318,30 @@ class EventTail:
             if not line.strip():
                 continue
             try:
-                events.append(event_from_dict(parse_json(line)))
+                events.append(self._rebased(event_from_dict(parse_json(line))))
             except (ValueError, TypeError):
                 continue  # a line from a newer or damaged writer: skip it, keep following
         return events
+
+    def _rebased(self, event: Event) -> Event:
+        """``event`` with its paths inside the folder its run recorded moved to the folder read: a run folder
+        copied, moved or mounted elsewhere names its own checkpoints, not those at the path it was written."""
+        read_at = str(self.path.parent)
+        if isinstance(event, RunStarted) and event.run_dir and os.path.normpath(event.run_dir) != read_at:
+            self._written_at = os.path.normpath(event.run_dir)
+        if self._written_at is None:
+            return event
+        moved = {}
+        for name in _PATH_FIELDS.get(type(event), ()):
+            value = getattr(event, name)
+            if value and (value == self._written_at or value.startswith(self._written_at + os.sep)):
+                moved[name] = read_at + value[len(self._written_at):]
+        return replace(event, **moved) if moved else event
+
+
+_PATH_FIELDS: dict[type, tuple[str, ...]] = {
+    RunStarted: ("run_dir",), CheckpointSaved: ("path",), CheckpointFailed: ("path",), RunFinished: ("checkpoint",)}
+"""The fields of events that name a file or folder of their run folder."""
 
 
 def read_events(run_dir: str | Path) -> list[Event]:

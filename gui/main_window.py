@@ -456,7 +456,7 @@ class MainWindow(QMainWindow):
             key = active.key if active is not None else None
             if active is not None:
                 # Judged before the run is stopped: a budget it has already passed stops nothing.
-                plan, problem = _continue_plan(active, settings)
+                plan, problem = _continue_plan(active, settings, self.config_panel.nproc)
                 if problem:
                     dialogs.show_error(self, "Cannot continue", problem)
                     return
@@ -473,7 +473,7 @@ class MainWindow(QMainWindow):
                                                             "its final checkpoint.")
             return
         self._note_what_continue_keeps(source, settings)
-        plan, problem = _continue_plan(source, settings)
+        plan, problem = _continue_plan(source, settings, self.config_panel.nproc)
         if problem:
             dialogs.show_error(self, "Cannot continue", problem)
             return
@@ -560,20 +560,38 @@ class MainWindow(QMainWindow):
         event.accept()
 
 
-def _continue_plan(parent: RunRecord, settings: RunConfig) -> tuple[str, str]:
+def _continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tuple[str, str]:
     """What Continue will train (as ``core.schedule.make_schedule`` decides it), and why it cannot (or "").
 
     A parent that finished its budget gets one more budget, a new cosine from the peak learning rate without
-    warmup; one that stopped early goes on to its own budget, or to a new total given in the same unit."""
+    warmup; one that stopped early goes on to its own budget, or to a new total given in the same unit. Both
+    horizons are in tokens: a new effective batch changes the steps they take, which the plan counts."""
     tc, theirs = settings.train, parent.train
     budget = f"{tc.budget:,g} {tc.budget_kind}"
+    # The continued run keeps the parent's sequence length; the panel's batch and processes apply.
+    per_step = tc.sequences_per_step(nproc) * (parent.config.get("data", {}).get("seq_len") or settings.data.seq_len)
+
+    def more(tokens: int) -> str:
+        return f"{tokens:,} tokens more: {-(-tokens // per_step):,} steps of {per_step:,} tokens"
+
     if parent.state == "finished":
         return (f"Continue: {budget} more after {parent.label}'s step {parent.step:,}, a new cosine from the peak "
                 f"learning rate {tc.lr:g} without warmup"), ""
     if (theirs.get("budget_kind"), theirs.get("budget")) == (tc.budget_kind, tc.budget):
-        return f"Continue: {parent.label} goes on to its budget ({parent.total_steps:,} steps)", ""
+        if parent.budget_tokens > parent.tokens:
+            return (f"Continue: {parent.label} goes on to its budget of {parent.budget_tokens:,} tokens "
+                    f"({more(parent.budget_tokens - parent.tokens)})"), ""
+        return f"Continue: {parent.label} goes on to its budget", ""
+    where = "stopped at" if parent.ended else "is at"
     if tc.budget_kind == "steps" and tc.budget <= parent.step:
-        where = "stopped at" if parent.ended else "is at"
         return "", (f"a budget of {budget} is already used up: {parent.label} {where} step {parent.step:,}; "
                     f"give a larger budget (the steps in all, counted from its start)")
-    return f"Continue: {parent.label} goes on along its schedule to {budget} in all", ""
+    if tc.budget_kind == "tokens" and tc.budget <= parent.tokens:
+        return "", (f"a budget of {budget} is already used up: {parent.label} {where} {parent.tokens:,} tokens "
+                    f"(step {parent.step:,}); give a larger budget (the tokens in all, counted from its start)")
+    plan = f"Continue: {parent.label} goes on along its schedule to {budget} in all"
+    if tc.budget_kind == "steps":
+        return f"{plan} ({int(tc.budget) - parent.step:,} steps more)", ""
+    if tc.budget_kind == "tokens":
+        return f"{plan} ({more(int(tc.budget) - parent.tokens)})", ""
+    return plan, ""

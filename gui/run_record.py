@@ -124,6 +124,8 @@ class RunRecord:
     tokens_per_step: int = 0
     start_step: int = 0
     total_steps: int = 0
+    budget_tokens: int = 0
+    """The lineage's budget in tokens, its schedule's horizon (``RunStarted``; 0 before it started)."""
     step: int = 0
     tokens: int = 0
     last_loss: float | None = None
@@ -268,7 +270,7 @@ class RunRecord:
             self.num_parameters, self.tokens_per_step = event.num_parameters, event.tokens_per_step
             self.start_step = self.step = event.start_step
             self.tokens = event.start_tokens
-            self.total_steps = event.total_steps
+            self.total_steps, self.budget_tokens = event.total_steps, event.budget_tokens
             self.mem_baseline_gib = event.mem_baseline_gib
             source = self.config.get("resume") or self.config.get("init_from")
             self.started_from = str(source) if source else ""

@@ -25,7 +25,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from core.config import ModelConfig, RunConfig
-from core.errors import ConfigError, SpeedboardError
+from core.errors import CheckpointError, ConfigError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics, WarningRaised
 from core.launch import prepare_launch
 from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, run_state, writer_alive
@@ -217,6 +217,9 @@ class RunSession(QObject):
 
     def continue_from(self, parent: RunRecord, settings: RunConfig, nproc: int = 1) -> RunRecord:
         """A new run from ``parent``'s final checkpoint (weights, optimizer, schedule) with ``settings``' training."""
+        if not parent.checkpoint or not Path(parent.checkpoint).exists():  # said now, not as a failed row
+            raise CheckpointError(f"{parent.label}'s checkpoint {parent.checkpoint} no longer exists (its folder "
+                                  f"was moved or deleted): open the run folder where it is now to continue it")
         try:
             base = RunConfig.from_dict(parent.config)
             cfg = base.replace(train=settings.train, resume=parent.checkpoint, init_from=None,

@@ -64,3 +64,26 @@ def test_a_tail_skips_wrongly_typed_lines_and_reads_the_rest(tmp_path):
     events = EventTail(tmp_path).poll()
     assert [type(e).__name__ for e in events] == ["RunStarted", "StepMetrics", "StepMetrics"]
     assert [e.step for e in events[1:]] == [1, 4]
+
+
+def test_a_folder_read_elsewhere_than_it_was_written_names_its_own_paths(tmp_path):
+    """A run folder moved, copied or mounted under another path: its run and its checkpoints are where it is
+    read, not where it was written (the window followed the old path and called a live run gone)."""
+    old, seen = "/gone/runs/r", tmp_path / "r"
+    seen.mkdir()
+    lines = [{**started(), "run_dir": old},
+             {"event": "checkpoint", "run_id": "r", "time": 2.0, "step": 4, "tokens": 128,
+             "path": f"{old}/checkpoints/s4"},
+             {"event": "checkpoint_failed", "run_id": "r", "time": 2.5, "step": 5, "path": "/elsewhere/mine",
+              "message": "disk full"},
+             {"event": "finished", "run_id": "r", "time": 3.0, "step": 5, "tokens": 160, "stopped": False,
+              "final_loss": 2.0, "val_loss": None, "median_tokens_per_s": 1.0, "compile_seconds": None,
+              "peak_mem_gib": 0.1, "checkpoint": f"{old}/checkpoints/s4"}]
+    (seen / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run, saved, failed, finished = EventTail(seen).poll()
+    assert run.run_dir == str(seen)
+    assert saved.path == finished.checkpoint == str(seen / "checkpoints" / "s4")
+    assert failed.path == "/elsewhere/mine"  # a save asked for outside the folder stays where it was asked
+    # Read where it was written: unchanged.
+    (seen / "metrics.jsonl").write_text(json.dumps({**started(), "run_dir": str(seen)}) + "\n")
+    assert EventTail(seen / "metrics.jsonl").poll()[0].run_dir == str(seen)

@@ -322,3 +322,26 @@ def test_a_removed_row_opened_again_shows_again(window, tmp_path):
     assert window.session.remove({first.key}) == [first]
     again = window.open_run_folder(folder)
     assert again is not first and not again.removed and window.table.keys == [again.key]
+
+
+def test_a_folder_moved_after_its_run_is_shown_and_continued_where_it_is_now(qtbot, window, dialogs, tmp_path):
+    """Its events name the path it was written at; the row, its checkpoint, Continue and the next session
+    use the path it was opened from (a folder copied to another machine, a share mounted elsewhere)."""
+    import shutil
+    from pathlib import Path
+
+    from tests.gui.conftest import click, wait_idle
+
+    written = Path(_finished_run(tmp_path, "there"))
+    moved = tmp_path / "here" / written.name
+    moved.parent.mkdir()
+    shutil.move(str(written), str(moved))
+    record = window.open_run_folder(str(moved))
+    assert record.folder == str(moved) and record.state == "finished"
+    assert record.checkpoint is not None and Path(record.checkpoint).parent.parent == moved
+    window.table.selectRow(0)
+    click(window, "continueButton")
+    wait_idle(qtbot, window)
+    continued = window.session.records[-1]
+    assert not dialogs.warnings() and continued.state == "finished", continued.message
+    assert continued.parent_id == record.run_id and continued.started_from == record.checkpoint

@@ -205,6 +205,61 @@ def test_continue_during_a_run_refuses_a_budget_it_has_passed_and_leaves_the_run
     wait_idle(qtbot, window)
 
 
+def test_continue_counts_the_steps_of_its_token_horizon_and_refuses_tokens_already_trained(qtbot, make_window,
+                                                                                           dialogs):
+    """The budget is kept in tokens: with twice the accumulation, the steps left are half as many, and the plan
+    says so; a budget in tokens already trained is a dialog, not a failed row."""
+    import shutil
+
+    window = make_window(**LONG)
+    click(window, "startButton")
+    parent = wait_steps(qtbot, window, 2)
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    panel = window.config_panel
+    panel.budget_kind.setCurrentIndex(panel.budget_kind.findData("tokens"))
+    panel.budget.setValue(parent.tokens)
+    click(window, "continueButton")
+    assert dialogs.warnings() == [f"Cannot continue: a budget of {parent.tokens:,} tokens is already used up: "
+                                  f"{parent.label} stopped at {parent.tokens:,} tokens (step {parent.step}); give a "
+                                  f"larger budget (the tokens in all, counted from its start)"]
+    assert len(window.session.records) == 1
+
+    per_step = 4 * 2 * 32  # micro-batch 4 × accumulation 2 × the parent's 32 tokens
+    panel.budget.setValue(parent.tokens + 3 * per_step)
+    child(window, "accumStepsSpin").setValue(2)
+    click(window, "continueButton")
+    plan = (f"Continue: {parent.label} goes on along its schedule to {parent.tokens + 3 * per_step:,} tokens in all "
+            f"({3 * per_step:,} tokens more: 3 steps of {per_step:,} tokens)")
+    assert any(plan in line for line in window.log.messages())
+    wait_idle(qtbot, window)
+    assert window.session.records[-1].step == parent.step + 3
+
+    shutil.rmtree(window.session.records[-1].folder)  # its checkpoint with it
+    window.table.selectRow(1)
+    click(window, "continueButton")
+    assert len(dialogs.warnings()) == 2 and "no longer exists" in dialogs.warnings()[-1]
+    assert len(window.session.records) == 2  # no failed row
+
+
+def test_continue_to_the_parents_own_budget_counts_the_steps_at_the_new_batch(qtbot, make_window):
+    window = make_window(train={"budget": 6})
+    click(window, "startButton")
+    parent = wait_steps(qtbot, window, 1)
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    assert parent.state == "stopped" and parent.budget_tokens == 6 * 4 * 32
+    child(window, "accumStepsSpin").setValue(2)
+    click(window, "continueButton")
+    left = parent.budget_tokens - parent.tokens
+    steps = -(-left // (4 * 2 * 32))
+    plan = (f"Continue: {parent.label} goes on to its budget of {parent.budget_tokens:,} tokens ({left:,} tokens "
+            f"more: {steps} steps of 256 tokens)")
+    assert any(plan in line for line in window.log.messages())
+    wait_idle(qtbot, window)
+    assert window.session.records[-1].step == parent.step + steps
+
+
 def test_pause_and_resume(qtbot, make_window):
     window = make_window(**LONG)
     click(window, "startButton")
