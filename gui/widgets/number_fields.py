@@ -8,7 +8,9 @@ sensible settings, shows it in its shortest form, and leaves the judgement to
 the config's validation, whose message the settings panel shows under the
 field (a negative seed or learning rate too, sign kept); a number past even that
 range becomes the bound nearest to it. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
-takes a number typed past it as its bound, not as its first digits.
+takes a number typed past it as its bound, not as its first digits (a negative one as its lowest). What reads
+as no number it can hold (a field left empty, a fraction in a whole-number field: ``3.5`` was once taken as
+``35``) gives the field back the value it had before it was edited.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 
-from PySide6.QtGui import QValidator
+from PySide6.QtGui import QFocusEvent, QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
 
 EXACT_INTEGERS = 2**53 - 1
@@ -29,6 +31,8 @@ _COUNT = re.compile(r"([1-9]\d{0,2}(,\d{3})+|\d+)?(\.\d*)?([eE][+-]?\d*)?([kKMBG
 _RATE = re.compile(r"(\d+)?([.,]\d*)?([eE][+-]?\d*)?")
 # What may still become a count as the user types (a comma group being typed: "1,00").
 _PARTIAL_COUNT = re.compile(r"[1-9]\d{0,2}(,\d{3})*(,\d{0,2})?")
+# What a whole-number field shows as typed until it is left: a sign, digits, a fraction.
+_TYPED_NUMBER = re.compile(r"-?\d*\.?\d*")
 
 
 def parse_number(text: str, counts: bool = True) -> float | None:
@@ -51,7 +55,22 @@ def parse_number(text: str, counts: bool = True) -> float | None:
     return value if math.isfinite(value) else None
 
 
-class NumberField(QDoubleSpinBox):
+class _KeepsValueBefore:
+    """Remembers the value a spin box had when the user began to edit it (Qt updates ``value()`` with every
+    acceptable keystroke: "3" of "3.5" is already 3)."""
+
+    def _remember(self) -> None:
+        self._before = self.value()
+
+    def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 (Qt's name)
+        self._remember()
+        super().focusInEvent(event)
+
+    def _value_before(self) -> str:
+        return self.textFromValue(getattr(self, "_before", self.value()))
+
+
+class NumberField(_KeepsValueBefore, QDoubleSpinBox):
     """A number typed freely, within ±``maximum``. ``integer``: a count (budget, seed), shown with comma groups;
     else a rate (the learning rate), shown in its shortest form and stepped along 1-2-5 per decade. Its arrows
     stop at 0; a negative number typed is kept, for the config to refuse under the field, never taken as 0."""
@@ -102,8 +121,8 @@ class NumberField(QDoubleSpinBox):
 
     def fixup(self, text: str) -> str:
         value = parse_number(text, self._integer)
-        if value is None:
-            return text
+        if value is None:  # left empty or half typed ("-", "1e"): never 0, the value it had
+            return self._value_before()
         return self.textFromValue(min(max(value, self.minimum()), self.maximum()))
 
     def stepBy(self, steps: int) -> None:
@@ -136,9 +155,10 @@ def _ladder(value: float, up: bool) -> float:
     return next(r for r in reversed(rungs) if r < value - tolerance)
 
 
-class BoundedSpin(QSpinBox):
-    """An integer spin box whose number typed past the range becomes the nearest bound (2048 -> 1024), where
-    Qt's own refuses the keystroke that leaves the range (2048 -> 204)."""
+class BoundedSpin(_KeepsValueBefore, QSpinBox):
+    """An integer spin box whose number typed past the range becomes the nearest bound (2048 -> 1024, -2 -> 1),
+    where Qt's own refuses the keystroke that leaves the range (2048 -> 204, -2 -> 2, 3.5 -> 35); a fraction, or
+    nothing, gives back the value it had before the edit."""
 
     def __init__(self, name: str, lo: int, hi: int, step: int = 1) -> None:
         super().__init__()
@@ -155,12 +175,13 @@ class BoundedSpin(QSpinBox):
     def validate(self, text: str, pos: int):
         state = super().validate(text, pos)
         state = state[0] if isinstance(state, tuple) else state
-        if state == QValidator.State.Invalid and self._digits(text).isdigit():
-            return QValidator.State.Intermediate, text, pos  # past the range: the bound once the field is left
+        if state == QValidator.State.Invalid and _TYPED_NUMBER.fullmatch(self._digits(text)):
+            # Past the range, negative or a fraction: shown as typed, judged once the field is left (fixup).
+            return QValidator.State.Intermediate, text, pos
         return state, text, pos
 
     def fixup(self, text: str) -> str:
         digits = self._digits(text)
-        if digits.isdigit():
+        if re.fullmatch(r"-?\d+", digits):
             return self.textFromValue(min(max(int(digits), self.minimum()), self.maximum()))
-        return text
+        return self._value_before()
