@@ -74,6 +74,8 @@ class MainWindow(QMainWindow):
         self.checkpoints = CheckpointActions(self, self.session, self.config_panel, self.folders, self.log,
                                              self.status)
         self.run_folders = RunFolders(self, self.session, self.folders, self.plots, self.log, self.status)
+        self._error_seen = ""
+        """The settings' error already scrolled into sight."""
         self._build_layout()
         self._build_menus()
         self._build_compact_controls()
@@ -95,6 +97,7 @@ class MainWindow(QMainWindow):
         scroll.setWidget(self.config_panel)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         scroll.setMinimumWidth(SETTINGS_MIN_WIDTH)
+        self.settings_scroll = scroll
         settings = QWidget()
         settings_layout = QVBoxLayout(settings)
         settings_layout.setContentsMargins(0, 0, 0, 0)
@@ -216,6 +219,7 @@ class MainWindow(QMainWindow):
         self.plots.visibility_changed.connect(self.table.set_hidden)
         self.table.remove_requested.connect(self._remove_runs)
         self.config_panel.changed.connect(self._update_controls)
+        self.config_panel.changed.connect(self._show_settings_error)
         self.controls.start_clicked.connect(self._start)
         self.controls.pause_clicked.connect(self._pause)
         self.controls.resume_clicked.connect(self._resume)
@@ -515,6 +519,20 @@ class MainWindow(QMainWindow):
                 self.table.update_record(record)
         self._show_focus()
 
+    def _show_settings_error(self) -> None:
+        """A new error of the settings is scrolled into sight: it says why Start is grey (a budget of 0 was
+        said under a row scrolled out of view, with nothing on screen but grey buttons)."""
+        error = self.config_panel.error
+        if error and error != self._error_seen:
+            # After the layout has made room for the label (it was hidden until now).
+            QTimer.singleShot(0, self._scroll_to_settings_error)
+        self._error_seen = error
+
+    def _scroll_to_settings_error(self) -> None:
+        label = self.config_panel.error_label()
+        if label is not None:
+            self.settings_scroll.ensureWidgetVisible(label, 0, 40)
+
     def _update_controls(self, *_) -> None:
         session = self.session
         running = session.running
@@ -526,7 +544,7 @@ class MainWindow(QMainWindow):
         self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
                                 can_continue=can_continue, stopping=session.stopping,
                                 can_save=session.can_save and not session.tuning and not session.in_processes,
-                                can_load=not session.tuning)
+                                can_load=not session.tuning, invalid=self.config_panel.error if not valid else "")
         if session.in_processes:
             self.controls.pause.setEnabled(False)  # torchrun ranks are stopped, not paused
         self.tune_action.setEnabled(not running)

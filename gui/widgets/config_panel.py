@@ -728,6 +728,11 @@ class ConfigPanel(QWidget):
         """The setting ``error`` is about (``SpeedboardError.field``), when it names one."""
         return self._error_field
 
+    def error_label(self) -> QLabel | None:
+        """The label that shows the settings' error now (under its row, or the general one); None when valid."""
+        shown = [label for _, label in self._error_rows.values() if label.text()]
+        return shown[0] if shown else self.general_error if self.general_error.text() else None
+
     def _show_error(self, message: str, field: str | None) -> None:
         """The message under its setting's row, or in the general label when no row is about it."""
         row = _FIELD_ROWS.get(field, field) if message and field else None

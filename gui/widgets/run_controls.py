@@ -38,6 +38,7 @@ class RunControls(QWidget):
                             "Save the current model as a checkpoint folder (during a run: at the next step)")
         self.load = _button("loadButton", "Load…", "Load weights (any supported checkpoint) into the next run")
         self.start.setStyleSheet("font-weight: bold;")
+        self._tips = {"start": self.start.toolTip(), "continue": self.continue_.toolTip()}
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.start, 0, 0)
@@ -59,8 +60,11 @@ class RunControls(QWidget):
         (self.resume_clicked if self._paused else self.pause_clicked).emit()
 
     def set_state(self, *, running: bool, paused: bool, can_start: bool, can_continue: bool,
-                  can_save: bool, can_load: bool = True, stopping: bool = False) -> None:
+                  can_save: bool, can_load: bool = True, stopping: bool = False, invalid: str = "") -> None:
+        """``invalid``: why the settings cannot run, said in the tooltips of the buttons it greys."""
         self._paused = paused
+        for button, tip in ((self.start, self._tips["start"]), (self.continue_, self._tips["continue"])):
+            button.setToolTip(f"Cannot run these settings: {invalid}" if invalid else tip)
         self.start.setEnabled(can_start and not running)
         self.pause.setEnabled(running and not stopping)
         self.pause.setText("Resume" if paused else "Pause")

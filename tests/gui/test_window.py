@@ -61,6 +61,27 @@ def test_invalid_combination_is_explained_next_to_the_control_before_start(windo
     assert not child(window, "startButton").isEnabled()
 
 
+def test_why_start_is_grey_is_in_sight_and_in_its_tooltip(qtbot, window):
+    """A budget of 0 was said under a row scrolled out of view: grey buttons and nothing on screen saying why."""
+    window.resize(1024, 640)
+    scroll = window.settings_scroll
+    scroll.verticalScrollBar().setValue(0)
+    window.config_panel.budget.setValue(0)
+    error = child(window, "budgetError")
+    start, again = child(window, "startButton"), child(window, "continueButton")
+    assert not start.isEnabled() and "budget must be positive" in error.text()
+    assert start.toolTip() == again.toolTip() == f"Cannot run these settings: {error.text()}"
+
+    def in_sight() -> bool:
+        top = error.mapTo(scroll.widget(), error.rect().topLeft()).y() - scroll.verticalScrollBar().value()
+        return 0 <= top and top + error.height() <= scroll.viewport().height()
+
+    assert not in_sight()  # below the fold of a 1024 × 640 window
+    qtbot.waitUntil(in_sight)
+    window.config_panel.budget.setValue(10)
+    assert start.isEnabled() and start.toolTip() == "Start a new run with these settings"
+
+
 def test_missing_data_file_is_explained_before_start(window, dialogs, tmp_path):
     dialogs.files["getOpenFileName"] = str(tmp_path / "gone.txt")
     child(window, "dataFileButton").click()
