@@ -51,6 +51,16 @@ def offer_fitting_split(parent: QWidget | None, reason: str, micro: int, accum: 
     return answer == QMessageBox.StandardButton.Yes
 
 
+def confirm_apply_other(parent: QWidget | None, differences: list[str]) -> bool:
+    """Apply a tuning report's pick, measured for other settings than those shown?"""
+    answer = QMessageBox.question(
+        parent, "Apply a pick measured for other settings?",
+        f"This report was measured for {'; '.join(differences)}.\n\nIts pick may not be the fastest for the "
+        f"settings here, and its micro-batch × accumulation sets the report's effective batch. Apply it anyway?",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+    return answer == QMessageBox.StandardButton.Yes
+
+
 def ask_load_mode(parent: QWidget | None, description: str) -> str | None:
     """``resume`` (weights, optimizer and schedule), ``init`` (weights only) or None (cancel)."""
     box = QMessageBox(parent)

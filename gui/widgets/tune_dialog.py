@@ -86,6 +86,37 @@ def apply_settings(panel: QWidget, settings: dict) -> list[str]:
     return missed
 
 
+def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> list[str]:
+    """What a report's trials ran with (its plan's config) that differs from ``current``, in words ("preset
+    micro (here tiny)"); empty when they match, or when either is unknown."""
+    if not isinstance(measured_for, dict) or current is None:
+        return []
+    data, train = measured_for.get("data") or {}, measured_for.get("train") or {}
+    try:
+        sequences = int(train["micro_batch"]) * int(train["accum_steps"])
+    except (KeyError, TypeError, ValueError):
+        sequences = None
+    here = current.train.sequences_per_step()
+    pairs = [
+        ("preset", measured_for.get("preset"), current.preset),
+        ("model", measured_for.get("model"), current.model.to_dict()),
+        ("data", data.get("source"), current.data.source),
+        ("sequence length", data.get("seq_len"), current.data.seq_len),
+        ("device", train.get("device"), current.train.device),
+        ("effective batch", sequences and f"{sequences:,} sequences", f"{here:,} sequences"),
+    ]
+    differences = []
+    for what, theirs, ours in pairs:
+        if theirs is None or theirs == ours:
+            continue
+        if what == "model":  # said by the preset when that differs too
+            if measured_for.get("preset") == current.preset:
+                differences.append("another model architecture under the same preset name")
+            continue
+        differences.append(f"{what} {theirs} (here {ours})")
+    return differences
+
+
 class TuneChart(pg.PlotWidget):
     """Median tokens/s per setting (bars), its min–max over every timed step (whiskers)."""
 
@@ -264,6 +295,10 @@ class TuneDialog(QDialog):
     def apply(self) -> None:
         rec = self._recommendation()
         if rec is None:
+            return
+        measured_for = (self.report or {}).get("plan", {}).get("config")
+        differences = measured_for_other(measured_for, self._settings())
+        if differences and not dialogs.confirm_apply_other(self, differences):
             return
         missed = apply_settings(self._panel, rec["settings"])
         if missed:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from core.trials import Cell
+from gui.widgets.tune_dialog import measured_for_other
 from tests.gui.conftest import RUN_TIMEOUT_MS, child, click
 
 CELLS = [Cell("off", "model", 1, 4, "fp32"), Cell("off", "model", 2, 2, "fp32"), Cell("off", "model", 1, 4, "bf16")]
@@ -182,3 +183,29 @@ def test_in_a_small_window_the_table_keeps_four_rows_in_sight(qtbot, window):
     rows = dialog.table.verticalHeader().defaultSectionSize()
     assert dialog.table.height() >= 4 * rows  # the chart gave way (it was one row at 700 × 450)
     assert dialog.minimumSizeHint().height() <= 450
+
+
+def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, window, dialogs):
+    """A report opened for another effective batch (or model, data, device): Apply set its split silently, and
+    a run of 16 sequences per step became one of 4."""
+    from PySide6.QtWidgets import QMessageBox
+
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    wait_done(qtbot, dialog)
+    dialog.report["recommendation"] = {**dialog.report["recommendation"], "is_current": False,
+                                       "settings": {"micro_batch": 2, "accum_steps": 2, "compile_mode": "off",
+                                                    "compile_scope": "model", "precision": "fp32"}}
+    panel = window.config_panel
+    panel.accum.setValue(3)  # 4 × 3 sequences per step here; the trials ran 4
+    dialogs.question_answer = QMessageBox.StandardButton.No
+    click(dialog, "tuneApplyButton")
+    assert dialogs.questions() == ["This report was measured for effective batch 4 sequences (here 12 sequences)."
+                                   "\n\nIts pick may not be the fastest for the settings here, and its micro-batch "
+                                   "× accumulation sets the report's effective batch. Apply it anyway?"]
+    assert (panel.micro_batch.value(), panel.accum.value()) == (4, 3)  # No: nothing changed
+    dialogs.question_answer = QMessageBox.StandardButton.Yes
+    click(dialog, "tuneApplyButton")
+    assert (panel.micro_batch.value(), panel.accum.value()) == (2, 2)
+    panel.preset.setCurrentText("tiny")
+    assert measured_for_other(dialog.report["plan"]["config"], panel.config)[0] == "preset micro (here tiny)"
