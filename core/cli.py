@@ -883,23 +883,34 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 class _TextStream:
-    """Prints generated text as tokens come: the decoded text of the tokens not printed yet, once it ends on
-    a whole character (a byte-level token may hold half of one, decoded as U+FFFD until the rest comes).
-    Each token decodes the short unprinted tail only, so a long generation costs no more per token."""
+    """Prints generated text as tokens come: what decoding the tokens since the last print adds to the text.
+
+    A token is decoded with the tokens of the previous print before it, never alone: SentencePiece-style
+    decoders (Metaspace, Llama's Strip) drop a word's leading space when its token stands first, and a
+    byte-level token may hold half of a character (U+FFFD until the rest comes). The window decoded is
+    the last print's tokens and those since, so a long generation costs no more per token."""
 
     def __init__(self, tok, prompt_ids: list[int]) -> None:
-        self.tok, self.pending = tok, list(prompt_ids)
+        self.tok, self.ids = tok, list(prompt_ids)
+        self.prefix = 0
+        """Where the tokens decoded before the new ones begin."""
+        self.read = 0
+        """Where the tokens not printed yet begin (the prompt is printed with the first token)."""
+
+    def _added(self) -> str:
+        before = self.tok.decode(self.ids[self.prefix:self.read]) if self.read > self.prefix else ""
+        return self.tok.decode(self.ids[self.prefix:])[len(before):]
 
     def add(self, token: int | None) -> None:
         if token is not None:
-            self.pending.append(token)
-        text = self.tok.decode(self.pending)
-        if not text.endswith("\ufffd"):
-            self._print(text, end="")
-            self.pending = []
+            self.ids.append(token)
+        added = self._added()
+        if added and not added.endswith("\ufffd"):
+            self._print(added, end="")
+            self.prefix, self.read = self.read, len(self.ids)
 
     def close(self) -> None:
-        self._print(self.tok.decode(self.pending) if self.pending else "")
+        self._print(self._added() if self.read < len(self.ids) else "")
 
     @staticmethod
     def _print(text: str, end: str = "\n") -> None:

@@ -259,6 +259,35 @@ def test_generated_text_is_printed_as_it_comes_in_whole_characters(existing_run,
     assert sum(1 for p in pieces if p) > 5  # printed along the way
 
 
+@pytest.mark.parametrize("style", ["metaspace", "llama"])
+def test_streamed_text_keeps_the_spaces_of_sentencepiece_style_decoders(style, capsys):
+    """Metaspace (Mistral, T5) and Llama-2's Replace + Strip decoders drop a word's leading space when its token
+    is decoded alone: each token printed on its own glued the words together."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    from core.cli import _TextStream
+    from core.tokenizer import BPETokenizer
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=style == "llama"))
+    if style == "metaspace":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+        tok.decoder = decoders.Metaspace(prepend_scheme="first")
+    else:  # as Llama-2's tokenizer.json: spaces become ▁ in the normalizer, the decoder strips the first one
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    text = "the quick brown fox jumps over the lazy dog"
+    tok.train_from_iterator([text] * 50, trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>", "</s>"]))
+    wrapped = BPETokenizer(tok, eos="</s>")
+    ids = wrapped.encode("the quick brown fox")
+    assert wrapped.decode(ids) == "the quick brown fox"
+    stream = _TextStream(wrapped, ids[:2])
+    for token in ids[2:]:
+        stream.add(token)
+    stream.close()
+    assert capsys.readouterr().out == "the quick brown fox\n"
+
+
 @pytest.mark.parametrize("command", [["generate", ""], ["export", "{run}", ""], ["export", "", "{tmp}/hf"],
                                      ["train", "--out", " ", "--steps", "1"]])
 def test_an_empty_path_is_refused_not_taken_for_the_current_folder(command, existing_run, tmp_path, capsys,
