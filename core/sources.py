@@ -60,6 +60,15 @@ MAX_PARAGRAPH_CHARS = 8 << 20
 """A longer run of text without a blank line is handed on in parts (``Continued``): memory stays bounded on any
 file, and the parts make one document."""
 _SAMPLE_BLOCKS, _SAMPLE_BLOCK = 16, 16 << 10
+_SAMPLED_FILES = 64
+"""Files of a source whose content the fingerprint samples (evenly spread): its cost stays bounded for a
+folder of a million small files, which every start would otherwise read whole."""
+# The split names of the Hugging Face hub's file layout (datasets' data-files patterns): a word of a file's
+# or a folder's name, between ``-._``, spaces or digits.
+_SPLIT_WORDS = {"train": "train", "training": "train", "validation": "validation", "valid": "validation",
+                "val": "validation", "dev": "validation", "test": "test", "testing": "test", "eval": "test",
+                "evaluation": "test"}
+_NAME_WORDS = re.compile(r"[-._ 0-9]+")
 """The fingerprint hashes 16 blocks of 16 KiB of a large file: first, last and evenly spaced between."""
 
 
@@ -127,7 +136,8 @@ class Source:
         """Identifies the content: cheap at every start, whatever the corpus size.
 
         For every file: its path relative to the source, size, modification
-        time and a SHA-256 of its content (all of it up to 256 KiB, else 16
+        time; and for up to 64 files (all of a smaller source, else 64 evenly
+        spread) a SHA-256 of its content (all of it up to 256 KiB, else 16
         blocks of 16 KiB: the first, the last and 14 evenly spaced between).
         An edited file changes its size or modification time; a file replaced
         by one of the same size and time changes sampled content in all but
@@ -145,7 +155,9 @@ class Source:
         elif self.kind == "hub":
             identity["hub"] = list(self.hub)
         else:
-            identity["files"] = [[f.rel, f.size, f.mtime_ns, sampled_sha256(f.path, f.size)] for f in self.files]
+            sampled = _spread(len(self.files), _SAMPLED_FILES)
+            identity["files"] = [[f.rel, f.size, f.mtime_ns, sampled_sha256(f.path, f.size) if i in sampled else None]
+                                 for i, f in enumerate(self.files)]
         h.update(json.dumps(identity, sort_keys=True).encode())
         return h.hexdigest()
 
@@ -367,7 +379,36 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
     if not found:
         raise DataError(f"folder {spec} holds no data files ({SUPPORTED})")
     ((fmt, files),) = found.items()
-    return Source(spec, fmt, str(path), tuple(files), text_field, tuple(sorted(binary)))
+    files, other_splits = _train_split(files)
+    return Source(spec, fmt, str(path), tuple(files), text_field, tuple(sorted(binary + other_splits)))
+
+
+def _split_of(rel: str) -> str | None:
+    """The split a file belongs to by the hub's naming (``data/train-00000-of-00002.parquet``,
+    ``validation/part-0.jsonl``, ``test.txt``): its file name first, then its folders, innermost first."""
+    for part in reversed(rel.split("/")):
+        for word in _NAME_WORDS.split(part.lower()):
+            if word in _SPLIT_WORDS:
+                return _SPLIT_WORDS[word]
+    return None
+
+
+def _train_split(files: list[SourceFile]) -> tuple[list[SourceFile], list[str]]:
+    """A folder laid out in splits as the hub ships them (a train split beside validation or test ones): its
+    train files, and the others by name (not read, said with the folder). The held-out splits are never
+    trained on; a folder without that layout is read whole."""
+    splits = {f.rel: _split_of(f.rel) for f in files}
+    if "train" not in splits.values() or not {"validation", "test"} & set(splits.values()):
+        return files, []
+    return ([f for f in files if splits[f.rel] == "train"],
+            [f"{f.rel} ({splits[f.rel] or 'no split'})" for f in files if splits[f.rel] != "train"])
+
+
+def _spread(n: int, k: int) -> set[int]:
+    """``k`` indices spread evenly over ``range(n)`` (all of them when ``n <= k``), the first and last among them."""
+    if n <= k:
+        return set(range(n))
+    return {round(i * (n - 1) / (k - 1)) for i in range(k)}
 
 
 def sampled_sha256(path: Path, size: int) -> str:

@@ -334,6 +334,50 @@ def test_fingerprint_is_cheap_and_follows_the_content(tmp_path):
     assert resolve_source(str(path)).fingerprint() not in (first, changed)
 
 
+def test_the_fingerprint_of_a_folder_of_many_files_reads_a_bounded_sample_of_them(tmp_path, monkeypatch):
+    """Every start fingerprints the source: a folder of a million small files was read whole each time."""
+    import core.sources as sources
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(200):
+        (folder / f"{i:03d}.txt").write_text(f"document {i}\n")
+    opened = []
+    real = sources.sampled_sha256
+    monkeypatch.setattr(sources, "sampled_sha256", lambda path, size: opened.append(path.name) or real(path, size))
+    first = resolve_source(str(folder)).fingerprint()
+    assert len(opened) == sources._SAMPLED_FILES and {"000.txt", "199.txt"} <= set(opened)
+    (folder / "100.txt").write_text("document 100 edited\n")  # a file not sampled: its size tells
+    assert resolve_source(str(folder)).fingerprint() != first
+
+
+def test_a_folder_in_the_hubs_split_layout_reads_its_train_split_only(tmp_path):
+    """Parquet shards as the hub ships them (data/train-*, data/validation-*, data/test-*), the folder the
+    offline hf: message asks for: the held-out splits were trained on, without a word."""
+    data = tmp_path / "tinystories" / "data"
+    data.mkdir(parents=True)
+    write_parquet(data / "train-00000-of-00002.parquet", DOCS[:20])
+    write_parquet(data / "train-00001-of-00002.parquet", DOCS[20:])
+    write_parquet(data / "validation-00000-of-00001.parquet", ["held out"])
+    write_parquet(data / "test-00000-of-00001.parquet", ["held out too"])
+    source = resolve_source(str(tmp_path / "tinystories"))
+    assert [f.rel for f in source.files] == ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"]
+    assert source.ignored == ("data/test-00000-of-00001.parquet (test)",
+                              "data/validation-00000-of-00001.parquet (validation)")
+    assert load_corpus(str(data)).documents == DOCS
+    # Split folders, and text files named by their split, the same way.
+    for split, text in (("train", "one\n\ntwo"), ("dev", "three"), ("testing", "four")):
+        (tmp_path / "text" / split).mkdir(parents=True)
+        (tmp_path / "text" / split / "part-0.txt").write_text(text)
+    assert [f.rel for f in resolve_source(str(tmp_path / "text")).files] == ["train/part-0.txt"]
+    # Without a held-out split beside a train one, nothing is left out (a folder of notes named "test_ideas").
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "test_ideas.txt").write_text("ideas")
+    (notes / "validation_of_x.txt").write_text("x")
+    assert len(resolve_source(str(notes)).files) == 2 and resolve_source(str(notes)).ignored == ()
+
+
 def test_hub_names_without_network_are_one_line(monkeypatch):
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
