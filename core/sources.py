@@ -570,7 +570,9 @@ class _ZstdReader(io.RawIOBase):
         import zstandard
 
         self.raw = raw
-        self._decompressor = zstandard.ZstdDecompressor()
+        # zstd's largest window (2 GiB), which ``zstd --long=31`` writes: the library's default limit (128 MiB)
+        # refused such files as "too much memory". A frame takes only the window its header declares.
+        self._decompressor = zstandard.ZstdDecompressor(max_window_size=1 << 31)
         self._frame = self._decompressor.decompressobj()
         self._inside = False  # bytes of the current frame were fed and its end is not reached yet
         self._out = memoryview(b"")
@@ -683,6 +685,8 @@ def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
         raise DataError(f"{path}:{n}: invalid JSON ({_json_problem(exc, line)})") from None
     if isinstance(row, dict) and text_field in row and row[text_field] is None:
         return None  # a missing value, as a null in a Parquet or Arrow text column: no document
+    if isinstance(row, dict) and text_field in row and not isinstance(row[text_field], str):
+        raise DataError(f"{path}:{n}: its '{text_field}' is {_json_kind(row[text_field])}, not text")
     if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
         keys = f" (its keys: {_more(sorted(row), 8)})" if isinstance(row, dict) else ""
         raise DataError(f"{path}:{n}: each line needs a string field '{text_field}'{keys}; choose another "
@@ -693,6 +697,12 @@ def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
     if b"\\ud" in line or b"\\uD" in line or (b"\xed" in line and _SURROGATE_BYTES.search(line)):
         text = _without_surrogates(text)
     return text
+
+
+def _json_kind(value) -> str:
+    """A JSON value's kind in words, for a message: "a number", "a list"."""
+    kinds = ((bool, "true or false"), ((int, float), "a number"), (list, "a list"), (dict, "an object"))
+    return next((kind for types, kind in kinds if isinstance(value, types)), type(value).__name__)
 
 
 _CHECKED_BYTES = 1 << 16

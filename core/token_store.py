@@ -406,11 +406,18 @@ def plain_text_tokenizer(tokenizer: BPETokenizer):
 
     HF tokenizers turn "<|endoftext|>" or "[EOT]" written in a document into the special token itself (even
     without ``add_special_tokens``): a web page quoting it would end its document mid-text. The store holds
-    BOS/EOS where Speedboard puts them only (nanoGPT's ``encode_ordinary``). The copy serialises the same.
+    BOS/EOS where Speedboard puts them only (nanoGPT's ``encode_ordinary``). A BOS, EOS or PAD that the file
+    adds as a plain token (``"special": false``), which that setting would still match, is made special in the
+    copy. The tokenizer saved and hashed stays the original.
     """
-    from tokenizers import Tokenizer
+    from tokenizers import AddedToken, Tokenizer
 
     tok = Tokenizer.from_str(tokenizer.to_str())
+    roles = {tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token} - {None}
+    plain = [t for t in tok.get_added_tokens_decoder().values() if t.content in roles and not t.special]
+    if plain:  # added again as special: the same ids, now read as text inside a document
+        tok.add_special_tokens([AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
+                                           normalized=t.normalized, special=True) for t in plain])
     tok.encode_special_tokens = True
     return tok
 

@@ -143,7 +143,7 @@ class BPETokenizer:
         try:
             # Read here, parsed from the text: tokenizers' from_file takes a str path, which cannot hold a
             # folder name that is not UTF-8 (a run saved under one could never be read back).
-            text = file.read_text(encoding="utf-8")
+            text = file.read_text(encoding="utf-8-sig")  # a byte order mark (Windows' editors) is no JSON
             tok = Tokenizer.from_str(text)
         except UnicodeDecodeError:
             raise CheckpointError(f"cannot read tokenizer {file}: it is not UTF-8 text") from None
@@ -153,7 +153,7 @@ class BPETokenizer:
         cfg_file = folder / "tokenizer_config.json"
         if cfg_file.is_file():
             try:
-                cfg = parse_json(cfg_file.read_text(encoding="utf-8"))
+                cfg = parse_json(cfg_file.read_text(encoding="utf-8-sig"))
             except (OSError, ValueError):
                 cfg = {}
             for role in ("bos", "eos", "pad"):

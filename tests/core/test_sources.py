@@ -211,7 +211,8 @@ def test_a_nul_byte_anywhere_in_a_text_file_is_refused_as_at_its_start(tmp_path,
     (lambda p: (p / "c.arrow").write_bytes(b"garbage" * 10), "not an Arrow file"),
     (lambda p: (p / "c.csv").write_text("a,b\n"), "unsupported data file c.csv"),
     (lambda p: write_jsonl(p / "c.jsonl", key="body"), "needs a string field 'text' (its keys: body, url)"),
-    (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": 5}\n'), "c.jsonl:2: each line needs a string field"),
+    (lambda p: (p / "c.jsonl").write_text('{"text": "a"}\n{"text": 5}\n'),
+     "c.jsonl:2: its 'text' is a number, not text"),
     (lambda p: (p / "c.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n' * 50)[:-12]), "cannot read"),
 ])
 def test_bad_files_are_one_line(tmp_path, make, expected):
@@ -233,6 +234,22 @@ def test_zstd_frames_are_read_one_after_another_and_a_cut_one_is_refused(tmp_pat
     for cut in (4, len(whole) // 2):  # the checksum alone; half the file
         path.write_bytes(whole[:-cut])
         assert "truncated" in one_line_error(lambda: load_corpus(str(path)))
+
+
+def test_zstd_with_a_long_window_is_read(tmp_path):
+    """``zstd --long`` declares a window past the library's default limit (128 MiB): refused as "too much memory".
+    (Here 256 MiB, which decompressing a small frame does not allocate; compressing with 2 GiB would.)"""
+    import io
+
+    zstandard = pytest.importorskip("zstandard")
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=28)
+    buffer = io.BytesIO()
+    with zstandard.ZstdCompressor(compression_params=params).stream_writer(buffer, closefd=False) as writer:
+        writer.write("".join(json.dumps({"text": d}) + "\n" for d in DOCS).encode())
+    assert zstandard.get_frame_parameters(buffer.getvalue()).window_size == 1 << 28
+    path = tmp_path / "long.jsonl.zst"
+    path.write_bytes(buffer.getvalue())
+    assert load_corpus(str(path)).documents == DOCS
 
 
 @pytest.mark.parametrize("name", ["c.jsonl.gz", "c.jsonl.zst"])

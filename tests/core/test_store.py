@@ -148,6 +148,27 @@ def test_special_token_names_inside_a_document_are_text(tmp_path, cache):
     assert "the marker <|eos|> ends" in tok.decode(last[1:-1].tolist(), skip_special=False)
 
 
+def test_an_end_of_text_token_added_as_a_plain_token_inside_a_document_is_text(tmp_path, cache):
+    """A tokenizer.json whose "<|endoftext|>" is an added token with "special": false: HF matches plain added
+    tokens in any text, so a page quoting it had EOS in its middle."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    path = corpus(tmp_path)
+    path.write_text(path.read_text() + "\n\na page quoting <|endoftext|> in its text.")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.train_from_iterator([path.read_text()], trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    spec = json.loads(tok.to_str())
+    spec["added_tokens"][0]["special"] = False
+    (tmp_path / "tok.json").write_text(json.dumps(spec))
+    data = prepare_data(DataConfig(source=str(path), seq_len=16, vocab_size=300, tokenizer=str(tmp_path / "tok.json")))
+    tok, store = data.tokenizer, data.store
+    last = store.tokens[int(store.offsets[-2]):int(store.offsets[-1])].tolist()
+    assert last[0] == last[-1] == tok.eos_id and tok.eos_id not in last[1:-1]
+    assert tok.decode(last[1:-1], skip_special=False) == "a page quoting <|endoftext|> in its text."
+
+
 def test_order_needs_no_memory_per_sample():
     """An order over 300 million samples: a permutation computed by position, not a stored array."""
     order = SampleOrder(300_000_000, seed=5)
@@ -224,6 +245,7 @@ def test_a_signal_during_prepare_keeps_nothing_and_says_so(signum, code, line, t
     import signal
 
     from core.cli import ConsoleSink, main
+    from core.interrupts import install_start_handlers
 
     monkeypatch.setattr("core.sources.Source.iter_documents", _small_batches(
         __import__("core.sources", fromlist=["Source"]).Source.iter_documents))
@@ -237,6 +259,7 @@ def test_a_signal_during_prepare_keeps_nothing_and_says_so(signum, code, line, t
         return original(self, event)
 
     monkeypatch.setattr(ConsoleSink, "__call__", signalled)
+    install_start_handlers()  # as main does first: the handler prepare's own is installed over, and gives back
     before = signal.getsignal(signal.SIGTERM)
     assert main(["prepare", str(corpus(tmp_path, n=3000)), "--vocab-size", "300", "--no-progress"]) == code
     assert sent and line in capsys.readouterr().err

@@ -147,6 +147,16 @@ def test_a_tokenizer_in_a_folder_whose_name_is_not_utf8_reads_back(tmp_path):
     assert BPETokenizer.load(folder).to_str() == tok.to_str()
 
 
+def test_a_tokenizer_file_saved_with_a_byte_order_mark_reads(tmp_path):
+    """Windows' editors open a saved file with a BOM, which JSON refuses: "it is not JSON (line 1 column 1)"."""
+    from core.tokenizer import load_tokenizer_file, train_bpe
+
+    tok = train_bpe(["a few words of text, and some more words of text"] * 20, 300)
+    path = tmp_path / "tokenizer.json"
+    path.write_text("\ufeff" + tok.to_str(), encoding="utf-8")
+    assert load_tokenizer_file(path).to_str() == tok.to_str()
+
+
 @pytest.mark.parametrize("text, why", [
     ('{"a": 1}', 'it is JSON without a tokenizer\'s "model" (its keys: a)'),  # the library named line 1 column 5
     ("[1, 2]", "it holds a JSON list, not a tokenizer's object"),
