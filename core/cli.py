@@ -608,7 +608,7 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
 
     from core.config import config_from_preset
     from core.control import Control
-    from core.errors import ConfigError
+    from core.errors import Cancelled, ConfigError
     from core.prepare import prepare_corpus
     from core.token_store import list_stores, stores_dir
 
@@ -649,6 +649,8 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
             prepared = prepare_corpus(cfg, sink=sink, should_stop=lambda: control.stop_requested)
     finally:
         sink.close()
+    if control.stop_requested:  # after the store's last check: complete, and kept; `prepare && train` stops here
+        raise Cancelled("data preparation stopped once its store was complete; the store is kept")
     store = prepared.store
     if not prepared.from_store:
         chars = store.manifest.get("text_chars", 0)

@@ -628,6 +628,8 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             fsync(tmp / name)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         fsync(tmp / MANIFEST)
+        if should_stop is not None and should_stop():  # asked during the last batches or the syncs: not kept
+            raise Cancelled("data preparation stopped; nothing was kept")
         if _complete(final):  # another process finished first (no lock on this platform)
             shutil.rmtree(tmp, ignore_errors=True)
         else:

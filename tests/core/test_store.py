@@ -273,6 +273,44 @@ def test_a_signal_during_prepare_keeps_nothing_and_says_so(signum, code, line, t
         assert not watchdog.is_alive()
 
 
+def test_a_stop_after_the_last_batch_keeps_nothing_and_one_after_the_store_is_complete_exits_130(
+        tmp_path, cache, monkeypatch, capsys):
+    """Ctrl-C in prepare's last second finished the store and exited 0: `prepare && train` went on training."""
+    import os
+    import signal
+
+    import core.prepare
+    from core.cli import main
+    from core.interrupts import install_start_handlers
+
+    path = corpus(tmp_path, n=300)
+    stop = []
+    syncs = token_store.fsync
+
+    def sync_then_stop(p):  # a stop asked while the finished files are synced, after the last batch's check
+        syncs(p)
+        stop.append(True)
+
+    monkeypatch.setattr(token_store, "fsync", sync_then_stop)
+    with pytest.raises(Cancelled):
+        prepare_data(DataConfig(source=str(path), seq_len=16, vocab_size=300), should_stop=lambda: bool(stop))
+    assert store_folders(cache) == [] and not list((cache / "stores").glob(".*tmp*"))
+    monkeypatch.setattr(token_store, "fsync", syncs)
+
+    prepare = core.prepare.prepare_corpus
+
+    def prepared_then_interrupted(*args, **kwargs):
+        result = prepare(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C asks for a stop; the store is already complete
+        return result
+
+    monkeypatch.setattr(core.prepare, "prepare_corpus", prepared_then_interrupted)
+    install_start_handlers()
+    assert main(["prepare", str(path), "--vocab-size", "300", "--no-progress"]) == 130
+    assert "data preparation stopped once its store was complete; the store is kept" in capsys.readouterr().err
+    assert len(store_folders(cache)) == 1
+
+
 def _every_progress(self, stage, bytes_done, bytes_total, documents, documents_total, tokens, final=False,
                     source_bytes=None):
     """Progress events for every chunk (no throttling): the test reacts to the first one."""
