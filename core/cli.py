@@ -614,8 +614,15 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
 
     if args.list and args.remove:
         raise ConfigError("give --list or --remove, not both")
+    if args.list or args.remove:
+        for flag, value in (("--vocab-size", args.vocab_size), ("--tokenizer-docs", args.tokenizer_train_docs),
+                            ("--preset", args.preset)):
+            if value is not None:
+                raise ConfigError(f"{flag} does not apply to --{'list' if args.list else 'remove'}: it takes DATA, "
+                                  f"--text-field and --tokenizer (the stores of that tokenizer only)")
     if args.list:
-        stores = _stores_of(args.data, args.text_field) if args.data else list_stores()
+        stores = _stores_of(args.data, args.text_field, args.tokenizer) if args.data else \
+            _made_with(list_stores(), args.tokenizer)
         if not stores:
             print(f"no token stores of {args.data}" if args.data else f"no token stores in {stores_dir()}")
         for m in stores:
@@ -633,7 +640,7 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     if not args.data:
         raise ConfigError("give the data to prepare (or --list, or --remove DATA|all)")
     if args.remove:
-        return _remove_stores(args.data, args.text_field)
+        return _remove_stores(args.data, args.text_field, args.tokenizer)
     _refuse_ignored_flags(args, None)  # --vocab-size or --tokenizer-docs beside --tokenizer, as train refuses them
     base = config_from_preset(args.preset or ("small" if torch.cuda.is_available() else "tiny")).data
     overrides = {k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size,
@@ -660,11 +667,23 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _stores_of(data: str, text_field: str | None) -> list[dict]:
+def _made_with(stores: list[dict], tokenizer: str | None) -> list[dict]:
+    """The stores made with the tokenizer file ``tokenizer`` (all of them without one)."""
+    if tokenizer is None:
+        return stores
+    from core.token_store import tokenizer_sha256
+    from core.tokenizer import load_tokenizer_file
+
+    sha = tokenizer_sha256(load_tokenizer_file(tokenizer))
+    return [m for m in stores if (m.get("tokenizer") or {}).get("sha256") == sha]
+
+
+def _stores_of(data: str, text_field: str | None, tokenizer: str | None = None) -> list[dict]:
     """The token stores of DATA (every store for 'all'): prepared from the same place (any version of the
     file: an edited corpus leaves its older stores behind), or from the same content under another name.
     The fingerprint counts the text field (of JSONL, Parquet, …): each store is matched with its own, so
-    stores prepared with --text-field count too (or only those of the --text-field given)."""
+    stores prepared with --text-field count too (or only those of the --text-field given); ``tokenizer``:
+    only those made with that tokenizer file."""
     from core.errors import DataError
     from core.sources import resolve_source, source_location
     from core.token_store import list_stores
@@ -690,24 +709,32 @@ def _stores_of(data: str, text_field: str | None) -> list[dict]:
             return False
         return source.get("location") == location or m.get("fingerprint") == fingerprint(field)
 
-    stores = [m for m in stores if is_data(m)]
+    stores = _made_with([m for m in stores if "damaged" not in m and is_data(m)], tokenizer)
     if not stores:
         resolve_source(data, text_field or "text")  # a missing source is one line, not "no token store"
     return stores
 
 
-def _remove_stores(data: str, text_field: str | None) -> int:
+def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = None) -> int:
     """The stores of DATA, then the tokenizers trained on it (kept so that its next start finds its store at once:
-    with no store left, they only hold a disk's room)."""
+    with no store left, they only hold a disk's room); with ``tokenizer``, only the stores made with it."""
     from core.errors import DataError
     from core.sources import resolve_source
-    from core.token_store import remove_store
+    from core.token_store import list_stores, remove_store
     from core.tokenizer_cache import remove_trained_tokenizers
 
-    stores = _stores_of(data, text_field)
+    damaged = [m["path"] for m in list_stores() if "damaged" in m] if data != "all" else []
+    stores = _stores_of(data, text_field, tokenizer)
     for m in stores:
         remove_store(m["path"])
         print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {(m.get('source') or {}).get('spec', '?')})")
+    if damaged:  # their manifests no longer say whose they are
+        print(f"not removed: {len(damaged)} damaged store{'s' * (len(damaged) > 1)} whose corpus cannot be told "
+              f"({damaged[0]}{' …' if len(damaged) > 1 else ''}); --remove all removes them")
+    if tokenizer is not None:  # the stores of one tokenizer file: the tokenizers trained on DATA stay
+        if not stores:
+            print(f"no token store of {data} made with {tokenizer}")
+        return 0
     fingerprints = None
     if data != "all":
         fingerprints = {m["fingerprint"] for m in stores if m.get("fingerprint")}

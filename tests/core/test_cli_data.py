@@ -96,6 +96,32 @@ def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
     assert main(["prepare", "--list"]) == 0 and "no token stores" in capsys.readouterr().out
 
 
+def test_remove_and_list_take_a_tokenizer_and_say_what_they_leave(tmp_path, cache, capsys):
+    """--tokenizer beside --remove removed the stores of every tokenizer without a word; a damaged store was
+    left while the command said only what it removed."""
+    from core.tokenizer import train_bpe
+
+    data = text_corpus(tmp_path)
+    train_bpe([open(data).read()], 300).save(tmp_path)
+    tokenizer = str(tmp_path / "tokenizer.json")
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    assert main(["prepare", data, "--tokenizer", tokenizer, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["prepare", "--list", data, "--tokenizer", tokenizer]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(["prepare", "--remove", data, "--vocab-size", "300"]) == 2
+    assert "--vocab-size does not apply to --remove" in one_line(capsys, 2)
+    assert main(["prepare", "--remove", data, "--tokenizer", tokenizer]) == 0
+    assert capsys.readouterr().out.count("removed ") == 1  # that tokenizer's store; the trained one's stays
+    assert len(list((cache / "stores").iterdir())) == 1 and len(list((cache / "tokenizers").iterdir())) == 1
+    (store,) = (cache / "stores").iterdir()
+    (store / "manifest.json").write_text('{"broken')
+    assert main(["prepare", "--remove", data]) == 0
+    out = capsys.readouterr().out
+    assert f"not removed: 1 damaged store whose corpus cannot be told ({store}); --remove all removes them" in out
+    assert main(["prepare", "--remove", "all"]) == 0 and not list((cache / "stores").iterdir())
+
+
 def bad_data(tmp_path, kind: str) -> str:
     path = tmp_path / f"{kind}.txt"
     if kind == "empty":
