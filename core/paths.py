@@ -34,6 +34,68 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+class WriterLock:
+    """An advisory lock (``flock``) a writer holds on its temporary file or folder while it writes it.
+
+    Sweeps of what dead writers left judge a writer by the process number in its temporary name, which means
+    nothing in another PID namespace: two containers on one machine sharing a cache or a runs folder removed
+    each other's folders mid-write. The lock is held by the open file, wherever its process' number lives,
+    and the kernel drops it when the process dies. Where there is no ``flock`` (Windows) it holds nothing."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a file system without locks: the process number alone judges it
+            os.close(fd)
+            return
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the lock
+            self._fd = None
+
+    def __enter__(self) -> WriterLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _locked(path: str | os.PathLike[str]) -> bool:
+    """Whether some process holds a ``WriterLock`` on ``path`` (this one included)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # drops the lock just taken, if any
+    return False
+
+
+def writer_gone(path: str | os.PathLike[str], pid: int, same_host: bool) -> bool:
+    """Whether what a writer left at ``path`` (its process number ``pid`` in its name) may be removed: written
+    on this machine, by a process no longer running here, and not locked by a live writer (one of another PID
+    namespace, whose number means nothing here). Another machine's leftovers are never judged."""
+    return same_host and pid != os.getpid() and not process_alive(pid) and not _locked(path)
+
+
 def fsync(path: str | os.PathLike[str]) -> None:
     """Flush a file or folder to disk; a no-op where the platform cannot (folders on Windows)."""
     try:

@@ -51,7 +51,7 @@ import numpy as np
 
 from core.errors import Cancelled, DataError, first_line
 from core.json_text import parse_json
-from core.paths import fsync, process_alive, why_write_failed
+from core.paths import WriterLock, fsync, why_write_failed, writer_gone
 from core.sources import Continued, Source, sampled_sha256, source_location
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, iter_pieces
 
@@ -384,7 +384,7 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
     host = socket.gethostname()
     for entry in folder.iterdir():
         m = _TMP.fullmatch(entry.name)
-        if (m and entry.is_dir() and m["host"] == host and not process_alive(int(m["pid"]))
+        if (m and entry.is_dir() and writer_gone(entry, int(m["pid"]), m["host"] == host)
                 or entry.name.startswith(_REMOVED)):
             _delete(entry)
             removed.append(entry)
@@ -573,8 +573,10 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
     documents = tokens = text_bytes = 0
     seen = (0, 0, 0)  # (bytes of the source, documents, tokens) encoded so far, written or not: a full disk's rate
     encode = _encoder(tokenizer, tokenizer_origin, source.spec)
+    lock: WriterLock | None = None
     try:
         tmp.mkdir(parents=True)
+        lock = WriterLock(tmp)  # held while it is written: no other process' sweep removes it meanwhile
         with open(tmp / TOKENS, "wb") as tf, open(tmp / OFFSETS, "wb") as of, \
                 ThreadPoolExecutor(1, thread_name_prefix="speedboard-encode") as pool:
             pending = None
@@ -648,6 +650,9 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            lock.release()
     return TokenStore.open(final)
 
 

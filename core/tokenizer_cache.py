@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 
 from core.errors import CheckpointError, DataError
-from core.paths import process_alive, why_write_failed
+from core.paths import WriterLock, why_write_failed, writer_gone
 from core.tokenizer import BPETokenizer, cache_dir
 
 _KEY_FORMAT = "speedboard-source-tokenizer-1"
@@ -64,8 +64,10 @@ def store_trained_tokenizer(tokenizer: BPETokenizer, fingerprint: str, vocab_siz
     sweep_stale_tokenizers()
     tmp = path.parent / f".{path.name}.{socket.gethostname()}-{os.getpid()}.tmp"
     try:
-        tmp.write_text(tokenizer.to_str(), encoding="utf-8")
-        os.replace(tmp, path)
+        tmp.touch()
+        with WriterLock(tmp):  # never swept while it is written (by a process of another PID namespace too)
+            tmp.write_text(tokenizer.to_str(), encoding="utf-8")
+            os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise DataError(f"cannot write the tokenizer into the cache folder {path.parent} "
@@ -80,7 +82,7 @@ def sweep_stale_tokenizers() -> list[Path]:
         return removed
     for entry in folder.iterdir():
         m = _TMP.fullmatch(entry.name)
-        if m and m["host"] == host and not process_alive(int(m["pid"])):
+        if m and writer_gone(entry, int(m["pid"]), m["host"] == host):
             with contextlib.suppress(OSError):
                 entry.unlink()
                 removed.append(entry)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CheckpointError, SpeedboardError
-from core.paths import fsync, process_alive, user_path, why_not_writable, why_write_failed
+from core.paths import WriterLock, fsync, user_path, why_not_writable, why_write_failed, writer_gone
 
 
 def _host_tag() -> str:
@@ -60,17 +60,26 @@ class AtomicFolder:
         self.target = user_path(target)
         self.what = what
         self.tmp = _hidden(self.target, "tmp")
+        self._lock: WriterLock | None = None
 
     def __enter__(self) -> Path:
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
             sweep_leftovers(self.target)
             self.tmp.mkdir()
+            self._lock = WriterLock(self.tmp)  # held while it is written: never swept from under this save
         except OSError as exc:
             raise self._failure(exc) from None
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._finish(exc_type, exc)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    def _finish(self, exc_type, exc) -> None:
         # The reason is asked for before the temporary folder is removed: removing it frees the disk it filled,
         # and the disk no longer says why the write failed (torch.save's own words are "unexpected pos …").
         if exc_type is not None:
@@ -147,12 +156,6 @@ def remove_folder(path: Path) -> bool:
     return True
 
 
-def _process_alive(pid: int, host: str | None) -> bool:
-    if host is not None and host != _host_tag():
-        return True  # another machine's process (shared storage): this one cannot tell, so never touches it
-    if pid == os.getpid():
-        return True  # this process: its own saves are never swept from under it
-    return process_alive(pid)
 
 
 def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
@@ -165,7 +168,8 @@ def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
     for leftover in entries:
         match = _LEFTOVER.fullmatch(leftover.name)
         if (not match or (wanted is not None and match["name"] not in wanted) or not leftover.is_dir()
-                or _process_alive(int(match["pid"]), match["host"])):
+                # Another machine's leftovers (shared storage) are never touched: this one cannot tell.
+                or not writer_gone(leftover, int(match["pid"]), match["host"] in (None, _host_tag()))):
             continue
         target = folder / match["name"]
         try:

@@ -404,6 +404,32 @@ def test_a_store_cut_short_or_missing_a_file_is_named_so(tmp_path, cache):
         TokenStore.open(store)
 
 
+def test_a_leftover_whose_writer_holds_its_lock_is_not_swept(tmp_path, cache):
+    """A writer in another PID namespace (a container beside this one, sharing the cache): its process number
+    means nothing here, and its store was removed mid-write. Its lock says it lives; the same goes for a
+    checkpoint being saved and a tokenizer being cached."""
+    from core.checkpoint.folders import _host_tag, sweep_leftovers
+    from core.paths import WriterLock
+    from core.tokenizer_cache import sweep_stale_tokenizers, tokenizers_dir
+
+    stores_dir().mkdir(parents=True)
+    tokenizers_dir().mkdir(parents=True)
+    host = socket.gethostname()
+    writing = [stores_dir() / f".tmp-{'0' * 32}-{host}-999999999-abcdef",
+               tmp_path / f".step_1.tmp-999999999@{_host_tag()}-abcdef",
+               tokenizers_dir() / f".source-x.json.{host}-999999999.tmp"]
+    writing[0].mkdir()
+    writing[1].mkdir()
+    writing[2].write_text("{")
+    locks = [WriterLock(path) for path in writing]
+    assert sweep_stale() == [] and sweep_leftovers(tmp_path / "step_1") == [] and sweep_stale_tokenizers() == []
+    assert all(path.exists() for path in writing)
+    for lock in locks:  # the writer died: the kernel dropped its lock
+        lock.release()
+    assert sweep_stale() == [writing[0]] and sweep_leftovers(tmp_path / "step_1") == [writing[1]]
+    assert sweep_stale_tokenizers() == [writing[2]] and not any(path.exists() for path in writing)
+
+
 def test_damaged_or_stale_leftovers_are_not_used(tmp_path, cache):
     cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
     prepare_data(cfg)
