@@ -873,7 +873,7 @@ def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import torch
 
-    from core.checkpoint import check_tokenizer_fits, load_weights, read_checkpoint
+    from core.checkpoint import check_finite, check_tokenizer_fits, load_weights, read_checkpoint
     from core.config import GenerationConfig
     from core.device import resolve_device
     from core.errors import CheckpointError, ConfigError
@@ -896,6 +896,7 @@ def _generate(args: argparse.Namespace) -> int:
     check_tokenizer_fits(tok, model_config)
     device = resolve_device(args.device)
     model = LlamaForCausalLM(model_config)
+    check_finite(loaded.state_dict, str(loaded.source), "generate from an earlier checkpoint")
     load_weights(model, loaded.state_dict, str(loaded.source))
     model.to(device).eval()
     ids = ([tok.bos_id] if tok.bos_id is not None else []) + _prompt_ids(tok, args.prompt)

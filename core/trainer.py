@@ -482,10 +482,9 @@ class Trainer:
         torch.manual_seed(tc.seed)
         model = LlamaForCausalLM(model_cfg)
         if loaded:
+            # Before the load, else the first step's "loss became nan" would name the wrong cause.
+            ckpt_io.check_finite(loaded.state_dict, str(loaded.source), "start from an earlier checkpoint")
             ckpt_io.load_weights(model, loaded.state_dict, source=str(loaded.source))
-            if not _finite(model):  # else the first step's "loss became nan" would name the wrong cause
-                raise CheckpointError(f"the weights of {loaded.source} are not finite (NaN or inf): it was saved "
-                                      f"from a diverged or damaged model; start from an earlier checkpoint")
         self.model = model.to(device)
         # FSDP shards in place and replaces the parameters, so it comes before the optimizer.
         if self.fsdp:

@@ -38,6 +38,7 @@ from core.checkpoint.keys import ROPE_TABLES, clean_key, clean_state_dict, model
 from core.checkpoint.load import (
     check_compatible,
     check_config_matches,
+    check_finite,
     load_checkpoint,
     load_weights,
     model_from_checkpoint,
@@ -70,7 +71,8 @@ from core.runs import CHECKPOINTS_DIR, CONFIG_FILE
 __all__ = [
     "CHECKPOINTS_DIR", "CONFIG_CHECKSUM", "CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "PICKLE_SUFFIXES",
     "ROPE_TABLES", "STATE_FILE", "TOKENIZER_FILE", "WEIGHTS_FILE", "AtomicFolder", "CheckpointInfo",
-    "LoadedCheckpoint", "check_compatible", "check_config_matches", "check_tokenizer_fits", "check_writable",
+    "LoadedCheckpoint", "check_compatible", "check_config_matches", "check_finite", "check_tokenizer_fits",
+    "check_writable",
     "clean_key", "clean_state_dict", "config_checksum", "embedding_rows", "export_hf", "file_record",
     "infer_model_config", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_trainer_state",
     "load_weights", "model_from_checkpoint", "model_shapes", "model_state_dict", "peek_checkpoint",

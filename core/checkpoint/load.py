@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from core.checkpoint.infer import infer_model_config, rope_theta_of
-from core.checkpoint.keys import ROPE_TABLES, clean_state_dict, plain_module
+from core.checkpoint.keys import ROPE_TABLES, clean_key, clean_state_dict, plain_module
 from core.checkpoint.read import LoadedCheckpoint, read_checkpoint
 from core.compile import CompiledModel
 from core.config import ModelConfig
@@ -139,6 +139,17 @@ def load_weights(model: torch.nn.Module | CompiledModel, state: dict[str, torch.
             if target is None or key in ROPE_TABLES:  # the tied head (the embedding's tensor); derived tables
                 continue
             target.copy_(value.to(dtype=target.dtype))
+
+
+def check_finite(state: dict[str, torch.Tensor], source: str, instead: str) -> None:
+    """Refuse weights that hold NaN or inf (saved from a diverged or damaged model), naming the first tensor
+    that does; ``instead`` says what to do. Checked where the weights were read (the CPU): no device sync.
+    Training, generation and export all refuse them: a NaN in an attention projection that CPU attention
+    hides from the outputs still makes every output wrong."""
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"the weights of {source} are not finite (NaN or inf in {clean_key(key)}): it "
+                                  f"was saved from a diverged or damaged model; {instead}")
 
 
 def check_config_matches(model: torch.nn.Module | CompiledModel, model_config: ModelConfig,

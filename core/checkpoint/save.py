@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from core.checkpoint.folders import AtomicFolder, check_writable, file_record
 from core.checkpoint.keys import clean_state_dict, model_state_dict, plain_module
+from core.checkpoint.load import check_finite
 from core.checkpoint.read import (
     CONFIG_CHECKSUM,
     FORMAT,
@@ -103,6 +104,7 @@ def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
                               f"(it holds the model config and the tokenizer)")
     if loaded.tokenizer is None:
         raise CheckpointError(f"{checkpoint} has no tokenizer to export")
+    check_finite(loaded.state_dict, str(loaded.source), "export an earlier checkpoint")
     cfg = loaded.model_config
     weights = dict(loaded.state_dict)
     if cfg.tie_word_embeddings:

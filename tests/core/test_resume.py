@@ -215,9 +215,36 @@ def test_init_from_a_bare_state_dict_with_its_tokenizer_given_or_with_weights_no
     torch.save(weights, bare)
     runs = Path(cfg.out_dir)
     before = sorted(runs.iterdir())
-    with pytest.raises(CheckpointError, match=r"the weights of .*weights\.pt are not finite \(NaN or inf\)"):
+    with pytest.raises(CheckpointError,
+                       match=r"the weights of .*weights\.pt are not finite \(NaN or inf in model\.norm\.weight\)"):
         train(cfg.replace(init_from=str(bare)))
     assert sorted(runs.iterdir()) == before  # no run folder
+
+
+@pytest.mark.parametrize("command", ["export", "generate"])
+def test_export_and_generate_refuse_weights_that_are_not_finite(stopped_parent, tmp_path, capsys, command):
+    """A NaN in an attention projection that CPU attention hides from the first token's outputs: export wrote
+    it into a Hugging Face folder and generate printed text from it, both with exit code 0."""
+    from safetensors.torch import load_file, save_file
+
+    _, checkpoint = stopped_parent
+    damaged = tmp_path / "damaged"
+    shutil.copytree(checkpoint, damaged)
+    weights = load_file(damaged / ck.WEIGHTS_FILE)
+    weights["model.layers.0.self_attn.q_proj.weight"][0, 0] = float("nan")
+    save_file(weights, damaged / ck.WEIGHTS_FILE)
+    meta = json.loads((damaged / "config.json").read_text())
+    meta["files"][ck.WEIGHTS_FILE] = ck.file_record(damaged / ck.WEIGHTS_FILE)
+    meta[ck.CONFIG_CHECKSUM] = ck.config_checksum(meta)  # a checkpoint sealed as it was saved
+    (damaged / "config.json").write_text(json.dumps(meta))
+    argv = ["export", str(damaged), str(tmp_path / "hf")] if command == "export" else \
+        ["generate", str(damaged), "--max-new-tokens", "2", "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (f"speedboard: error: the weights of {damaged} are not finite (NaN or inf in "
+                   f"model.layers.0.self_attn.q_proj.weight): it was saved from a diverged or damaged model; "
+                   f"{command} {'an' if command == 'export' else 'from an'} earlier checkpoint\n")
+    assert not (tmp_path / "hf").exists()
 
 
 def test_a_bare_state_dict_of_another_architecture_is_named_as_such(stopped_parent, tmp_path):
