@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from core.cli import EXIT_USAGE, OneLineParser
+from core.cli import EXIT_USAGE, OneLineParser, path_arg
 from core.config import MAX_COUNT
 from core.interrupts import install_start_handlers
 
@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "reduce-overhead and max-autotune are added at accumulation 1)")
     p.add_argument("--cells", type=_cells,
                    help="comma-separated cell names or patterns, e.g. 'off-*,default-model-a1'")
-    p.add_argument("--out", help="folder for bench.json, bench.md, bench.png (default: the per-user data folder)")
+    p.add_argument("--out", type=path_arg,
+                   help="folder for bench.json, bench.md, bench.png (default: the per-user data folder)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny preset, eager cells, 1 timed step, 1 repeat (options given still win)")
     p.add_argument("--no-hf", action="store_true", help="skip the Hugging Face reference")
@@ -279,6 +280,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     )
     from core.errors import SpeedboardError
     from core.event_text import counted
+    from core.paths import why_not_writable
     from core.precision import cached_peak, matmul_peak, measure_gemm_peak
     from core.runs import default_out_dir
     from core.trials import loss_tolerance
@@ -330,6 +332,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         default_out_dir().parent / "bench" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device.type}")
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out {out} is a file, not a folder")
+    problem = why_not_writable(out)  # said now, not after the whole matrix has been measured
+    if problem is not None:
+        raise BenchError(f"--out {out}: {problem}")
     # Made now so that a folder that cannot be made is said before the measurements, and removed
     # again until the report is written: a run that ends without one leaves no empty folder.
     _remove_if_empty(_make_folder(out))

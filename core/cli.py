@@ -56,7 +56,7 @@ def _micro_batch(text: str) -> int | str:
     return "auto" if text.strip().lower() == "auto" else _integer(text)
 
 
-def _path(text: str) -> str:
+def path_arg(text: str) -> str:
     """A path as the user meant it: ``~`` expanded, absolute (see ``core.paths.user_path``)."""
     from core.paths import user_path
 
@@ -122,13 +122,13 @@ def _add_settings_flags(t: argparse.ArgumentParser) -> None:
     t.add_argument("--precision", choices=PRECISIONS)
     t.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
     t.add_argument("--seed", type=_integer, help=f"weights and sample order (default {TrainConfig.seed})")
-    t.add_argument("--out", type=_path, help="folder for run folders (default: the per-user data folder)")
+    t.add_argument("--out", type=path_arg, help="folder for run folders (default: the per-user data folder)")
     t.add_argument("--eval-every", type=_integer)
     t.add_argument("--eval-batches", type=_integer)
     t.add_argument("--sample-every", type=_integer)
     t.add_argument("--save-every", type=_integer)
     t.add_argument("--keep", type=_integer, help="periodic checkpoints to keep")
-    t.add_argument("--config", type=_path,
+    t.add_argument("--config", type=path_arg,
                    help="a run configuration JSON file (RunConfig.to_dict()); flags override it")
 
 
@@ -138,9 +138,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="train a model (headless)")
     _add_settings_flags(t)
     start = t.add_mutually_exclusive_group()
-    start.add_argument("--resume", type=_path, help="checkpoint (or run folder) to continue exactly; its settings "
+    start.add_argument("--resume", type=path_arg, help="checkpoint (or run folder) to continue exactly; its settings "
                                                      "are the defaults, flags override them")
-    start.add_argument("--init-from", type=_path,
+    start.add_argument("--init-from", type=path_arg,
                        help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.safetensors weights to start a "
                             "new run from (fresh optimizer and schedule); a bare state dict's architecture is read "
                             "from its tensors, or given by --preset/--config")
@@ -170,12 +170,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "or those of every corpus with 'all'")
 
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
-    g.add_argument("checkpoint", type=_path,
+    g.add_argument("checkpoint", type=path_arg,
                    help="run folder, checkpoint folder, Hugging Face folder, or a .pt/.pth/.safetensors state dict")
-    g.add_argument("--tokenizer", type=_path, help="tokenizer.json for a checkpoint without one (a bare state dict)")
+    g.add_argument("--tokenizer", type=path_arg, help="tokenizer.json for a checkpoint without one (a bare state dict)")
     g.add_argument("--preset", choices=list(PRESETS),
                    help="the architecture of a bare state dict whose tensors do not tell it")
-    g.add_argument("--config", type=_path, help="a run configuration JSON file whose model is a bare state dict's")
+    g.add_argument("--config", type=path_arg, help="a run configuration JSON file whose model is a bare state dict's")
     g.add_argument("--prompt", default="The")
     g.add_argument("--max-new-tokens", type=_integer, default=64)
     g.add_argument("--temperature", type=_number, default=0.0, help="0 is greedy")
@@ -184,8 +184,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--device", default="auto")
 
     e = sub.add_parser("export", help="export a checkpoint to another format")
-    e.add_argument("checkpoint", type=_path)
-    e.add_argument("out", type=_path)
+    e.add_argument("checkpoint", type=path_arg)
+    e.add_argument("out", type=path_arg)
     e.add_argument("--format", choices=["hf"], default="hf")
 
 

@@ -47,9 +47,9 @@ def add_tune_command(sub: argparse._SubParsersAction,
     add_settings_flags(u)
     u.add_argument("--budget-seconds", type=_positive_number,
                    help="time for all the trials (estimated up front; default 600)")
-    from core.cli import _path
+    from core.cli import path_arg
 
-    u.add_argument("--json", type=_path, help="write the report here (default: the per-user data folder's tune/)")
+    u.add_argument("--json", type=path_arg, help="write the report here (default: the per-user data folder's tune/)")
     u.add_argument("--trial-steps", type=_count, help="timed optimizer steps per trial, after its warm-up (default 3)")
     u.add_argument("--repeats", type=_count, help="interleaved repeats of all the trials (default 2)")
     u.add_argument("--precisions", type=_precisions,

@@ -55,6 +55,25 @@ def test_a_list_option_with_no_item_is_refused_in_one_line(flag, value, message,
     assert not (tmp_path / "bench").exists()
 
 
+def test_an_output_folder_that_cannot_be_written_is_refused_before_anything_is_measured(capsys, tmp_path,
+                                                                                           monkeypatch):
+    """An existing read-only --out was found out after the whole matrix had run; an empty one meant the default
+    folder."""
+    import core.paths
+    import core.trials
+
+    assert _run_main(["bench", *TINY, "--out", ""]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "speedboard bench: error: argument --out: expected a path, got an empty one"
+    out = tmp_path / "bench"
+    out.mkdir()
+    monkeypatch.setattr(core.paths, "why_not_writable", lambda path: f"{path} is on a read-only file system")
+    monkeypatch.setattr(core.trials, "run_trial", lambda *a, **k: pytest.fail("measured before --out was checked"))
+    assert _run_main(["bench", *TINY, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"speedboard bench: error: --out {out}: {out} is on a read-only file system"]
+
+
 def test_duplicates_and_blanks_in_a_list_option_are_dropped():
     from bench.run import build_parser
 
