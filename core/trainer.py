@@ -305,6 +305,7 @@ class Trainer:
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:
         assert self.phase is Phase.NEW, "a Trainer runs once"
+        abandoned = False
         try:
             self.set_up()
             self.phase = Phase.TRAINING
@@ -312,6 +313,7 @@ class Trainer:
             self.phase = Phase.FINISHED
             return result
         except BaseException as exc:
+            abandoned = self.phase is Phase.SETTING_UP and isinstance(exc, KeyboardInterrupt)
             self.phase = Phase.FAILED
             # A collective that failed because a peer died: one clear line, not a backend trace.
             failure = PeerLost(peer_failure_message(exc, self.dist)) if is_peer_failure(exc, self.dist) else exc
@@ -330,6 +332,10 @@ class Trainer:
                 self._heartbeat.stop()
             if self._jsonl is not None:
                 self._jsonl.close()
+            if abandoned and self.run_dir is not None:
+                # Ctrl-C or SIGTERM before the first step: nothing to keep, so nothing is (the run folder
+                # a torchrun job's rank 0 made during its longer set-up stayed, holding one "failed" line).
+                shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def record_abort(self, message: str) -> None:
         """Record a ``RunFailed`` now, from any thread, when the process must end before ``run`` can.

@@ -345,6 +345,34 @@ def events(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, JobTerminated])
+def test_a_run_interrupted_in_set_up_after_its_folder_exists_keeps_nothing(tmp_path, monkeypatch, interruption):
+    """A torchrun job's rank 0 makes its folder seconds before its first step; Ctrl-C then left the folder
+    with its config, tokenizer and one "failed" line. An interruption later than set-up keeps what it made."""
+    from core.trainer import Trainer
+    from tests.conftest import micro_config
+
+    def interrupted(self):
+        assert self.run_dir is not None and self.run_dir.is_dir()
+        raise interruption("interrupted")
+
+    monkeypatch.setattr(Trainer, "_prepare_measurements", interrupted)
+    cfg = micro_config(tmp_path, train={"budget": 2})
+    with pytest.raises(interruption):
+        Trainer(cfg).run()
+    assert list(Path(cfg.out_dir).iterdir()) == []
+    monkeypatch.undo()
+
+    def failed(self):
+        raise RuntimeError("a failure, not an interruption")
+
+    monkeypatch.setattr(Trainer, "_prepare_measurements", failed)
+    with pytest.raises(RuntimeError):
+        Trainer(cfg).run()
+    (kept,) = Path(cfg.out_dir).iterdir()  # the failure is recorded where it happened
+    assert "a failure, not an interruption" in (kept / METRICS_FILE).read_text()
+
+
 def test_closing_the_terminal_stops_after_the_step_and_saves(tmp_path):
     proc, out = start_run(tmp_path, "--steps", "100000")
     run_dir = wait_for_steps(out, proc)
