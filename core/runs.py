@@ -18,6 +18,7 @@ A launcher of several processes creates the folder before it starts them
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import platform
@@ -271,6 +272,12 @@ class JsonlSink:
                         self.close()  # a cut line would stay: write nothing more after it
                 return False
             self._size += written
+            # Deleted (alone, or with its run folder) while the run writes it: every later line would go to a
+            # file no one can read. One stat per event; the caller says it once.
+            if os.fstat(self._fd).st_nlink == 0:
+                self.error = self.error or FileNotFoundError(
+                    errno.ENOENT, "it was deleted while the run wrote it", str(self.path))
+                return False
             return True
 
     @property

@@ -61,6 +61,29 @@ def test_a_full_metrics_file_is_said_once_and_the_run_goes_on_to_its_final_check
     assert ck.read_checkpoint(run_dir).meta["step"] == 8
 
 
+def test_a_run_folder_deleted_mid_run_is_said_once_and_the_run_goes_on(tmp_path):
+    """Deleted while the run wrote it, metrics.jsonl took every later line without a word: a finished run with
+    its whole history gone."""
+    import shutil
+
+    from core.events import ListSink, StepMetrics, WarningRaised
+    from core.trainer import Trainer
+    from tests.conftest import micro_config
+
+    events = ListSink()
+
+    def sink(event):
+        events(event)
+        if isinstance(event, StepMetrics) and event.step == 2:
+            shutil.rmtree(trainer.run_dir)
+
+    trainer = Trainer(micro_config(tmp_path, train={"budget": 4}), sink=sink)
+    trainer.run()
+    warnings = [w.message for w in events.of(WarningRaised)]
+    assert len(warnings) == 1 and "metrics.jsonl (it was deleted while the run wrote it)" in warnings[0], warnings
+    assert sorted({e.step for e in events.of(StepMetrics)}) == [1, 2, 3, 4]  # trained to its end
+
+
 def test_a_run_on_a_full_disk_trains_to_its_end_and_says_why_nothing_is_saved(tmp_path):
     corpus = str(corpus_file(tmp_path))
     prepare_data(DataConfig(source=corpus, vocab_size=300, seq_len=32))  # the token store is written here
