@@ -310,9 +310,16 @@ def drops_unknown_text(tok: BPETokenizer) -> bool:
     return True
 
 
+def _without_post_processor(tok: BPETokenizer) -> dict:
+    spec = json.loads(tok.to_str())
+    spec.pop("post_processor", None)
+    return spec
+
+
 def require_checkpoint_tokenizer(path: str, own: BPETokenizer, source: str) -> None:
     """A tokenizer file given beside a checkpoint that has its own must be that one: its weights learned its
-    ids (train --resume/--init-from, generate). An identical copy is accepted."""
-    if load_tokenizer_file(path).to_str() != own.to_str():
+    ids (train --resume/--init-from, generate). A copy is accepted, also one that adds BOS in a post-processor
+    (``speedboard export``'s, for Hugging Face): Speedboard encodes without it and places BOS itself."""
+    if _without_post_processor(load_tokenizer_file(path)) != _without_post_processor(own):
         raise ConfigError(f"tokenizer {path} is not the one of {source}, whose weights learned its token ids; "
                           f"leave --tokenizer out to use the checkpoint's", "tokenizer")

@@ -131,6 +131,11 @@ def test_generate_refuses_another_tokenizer_than_the_checkpoints_own(tmp_path, c
     same = tok.save(tmp_path / "same")  # an identical copy is the checkpoint's own
     code, out, err = generate(capsys, str(checkpoint), "--tokenizer", str(same), "--prompt", "The")
     assert code == 0 and out.startswith("The"), err
+    (tmp_path / "exported").mkdir()  # so is the copy `speedboard export` writes, with a BOS post-processor
+    exported = tok.save(tmp_path / "exported", for_hf=True)
+    assert exported.read_text() != same.read_text()
+    code, out, err = generate(capsys, str(checkpoint), "--tokenizer", str(exported), "--prompt", "The")
+    assert code == 0 and out.startswith("The"), err
 
 
 def test_a_tokenizer_in_a_folder_whose_name_is_not_utf8_reads_back(tmp_path):
