@@ -117,6 +117,7 @@ class CheckpointActions(QObject):
         self.status.showMessage(f"Model saved to {path}", 10_000)
 
     def _on_save_failed(self, path: str, message: str) -> None:
+        self.status.clearMessage()  # "Saving …" is over
         self.log.add(f"save failed: {message}", "error")
         dialogs.show_error(self._window, "Save failed", f"The model was not saved:\n{message}")
 

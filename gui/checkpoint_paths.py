@@ -33,6 +33,8 @@ def save_target_problem(path: str) -> str | None:
         return f"{target} is a file; a checkpoint is a folder, so choose a new name."
     if target.is_dir() and any(target.iterdir()) and not is_speedboard_checkpoint(target):
         return f"{target} is a folder with other files in it (not a Speedboard checkpoint); choose a new name."
+    if target.parent.exists() and not target.parent.is_dir():
+        return f"{target.parent} is a file, not a folder; choose a folder to save in."
     if not target.parent.is_dir():
         return f"the folder {target.parent} does not exist."
     if not os.access(target.parent, os.W_OK):

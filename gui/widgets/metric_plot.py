@@ -173,6 +173,16 @@ class MetricPlot(pg.PlotWidget):
             self._draw_outliers(key, series)
         else:
             curve.setData(x, y)
+        if style in ("line", "faint"):
+            # A line of one point draws nothing: a run of a single step showed no loss and no learning rate.
+            lone = int(np.isfinite(y).sum()) == 1
+            if lone and curve.opts["symbol"] is None:
+                curve.setSymbol("o")
+                curve.setSymbolSize(5)
+                curve.setSymbolBrush(pg.mkBrush(color))
+                curve.setSymbolPen(None)
+            elif not lone and curve.opts["symbol"] is not None:
+                curve.setSymbol(None)
         found = _bounds(x, y)
         if found is None:
             self._bounds.pop((key, series), None)

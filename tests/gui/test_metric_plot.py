@@ -109,3 +109,13 @@ def test_an_axis_of_optimizer_steps_has_ticks_on_whole_steps_only(qtbot):
         ticks = [v for _, values in axis.tickValues(low, high, 600) for v in values]
         assert all(float(v).is_integer() for v in ticks), (low, high, ticks)
     assert [v for _, values in axis.tickValues(0.8, 3.2, 600) for v in values] != []
+
+
+def test_a_curve_of_one_point_shows_it_and_a_longer_one_is_a_plain_line(qtbot):
+    """A run of a single step drew no loss and no learning rate: a line needs two points."""
+    plot = MetricPlot("lossPlot", "Loss", "loss")
+    qtbot.addWidget(plot)
+    curve = plot.set_curve(1, "train", np.array([1.0]), np.array([2.5]), color="#1f77b4")
+    assert curve.opts["symbol"] == "o"
+    plot.set_curve(1, "train", np.array([1.0, 2.0]), np.array([2.5, 2.4]), color="#1f77b4")
+    assert curve.opts["symbol"] is None

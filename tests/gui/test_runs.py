@@ -243,12 +243,12 @@ def test_continue_counts_the_steps_of_its_token_horizon_and_refuses_tokens_alrea
 
 
 def test_continue_to_the_parents_own_budget_counts_the_steps_at_the_new_batch(qtbot, make_window):
-    window = make_window(train={"budget": 6})
+    window = make_window(train={"budget": 400})  # never reached: the parent is stopped, and so is its child
     click(window, "startButton")
     parent = wait_steps(qtbot, window, 1)
     click(window, "stopButton")
     wait_idle(qtbot, window)
-    assert parent.state == "stopped" and parent.budget_tokens == 6 * 4 * 32
+    assert parent.state == "stopped" and parent.budget_tokens == 400 * 4 * 32
     child(window, "accumStepsSpin").setValue(2)
     click(window, "continueButton")
     left = parent.budget_tokens - parent.tokens
@@ -256,8 +256,11 @@ def test_continue_to_the_parents_own_budget_counts_the_steps_at_the_new_batch(qt
     plan = (f"Continue: {parent.label} goes on to its budget of {parent.budget_tokens:,} tokens ({left:,} tokens "
             f"more: {steps} steps of 256 tokens)")
     assert any(plan in line for line in window.log.messages())
+    records = window.session.records
+    qtbot.waitUntil(lambda: len(records) == 2 and records[-1].total_steps > 0, timeout=90_000)
+    assert records[-1].total_steps == parent.step + steps  # what the trainer planned: what the log said
+    click(window, "stopButton")
     wait_idle(qtbot, window)
-    assert window.session.records[-1].step == parent.step + steps
 
 
 def test_pause_and_resume(qtbot, make_window):

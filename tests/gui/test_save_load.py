@@ -174,6 +174,7 @@ def test_only_a_place_that_was_saved_to_is_where_the_next_save_opens(qtbot, wind
     qtbot.waitUntil(lambda: window.session.pending_save is None)
     assert any("no space left" in line for line in window.log.messages())
     assert window.checkpoints.folders.save() == str(good)  # the failed place is not offered next time
+    assert window.status.message.text() == ""  # "Saving …" is over with the failure, not 10 s later
 
 
 def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path):
@@ -186,6 +187,10 @@ def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path
     (message,) = dialogs.warnings()
     assert "other files" in message
     assert (busy / "notes.txt").read_text() == "mine"
+    dialogs.files["ask_save_target"] = str(busy / "notes.txt" / "model")  # below a file: not "does not exist"
+    click(window, "saveButton")
+    assert dialogs.warnings()[-1] == f"Cannot save there: {busy / 'notes.txt'} is a file, not a folder; choose a " \
+                                     f"folder to save in."
 
 
 # --------------------------------------------------------------------------- the fit, checked at Load

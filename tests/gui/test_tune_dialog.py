@@ -185,7 +185,7 @@ def test_in_a_small_window_the_table_keeps_four_rows_in_sight(qtbot, window):
     assert dialog.minimumSizeHint().height() <= 450
 
 
-def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, window, dialogs):
+def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, window, dialogs, tmp_path):
     """A report opened for another effective batch (or model, data, device): Apply set its split silently, and
     a run of 16 sequences per step became one of 4."""
     from PySide6.QtWidgets import QMessageBox
@@ -193,9 +193,13 @@ def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, win
     dialog = open_dialog(window)
     click(dialog, "tuneRunButton")
     wait_done(qtbot, dialog)
-    dialog.report["recommendation"] = {**dialog.report["recommendation"], "is_current": False,
-                                       "settings": {"micro_batch": 2, "accum_steps": 2, "compile_mode": "off",
-                                                    "compile_scope": "model", "precision": "fp32"}}
+    report = dict(dialog.report)  # its pick made another split, which Apply offers
+    report["recommendation"] = {**report["recommendation"], "is_current": False,
+                                "settings": {"micro_batch": 2, "accum_steps": 2, "compile_mode": "off",
+                                             "compile_scope": "model", "precision": "fp32"}}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    assert dialog.open_report(str(path))
     panel = window.config_panel
     panel.accum.setValue(3)  # 4 × 3 sequences per step here; the trials ran 4
     dialogs.question_answer = QMessageBox.StandardButton.No
