@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from core.cli import EXIT_USAGE, OneLineParser, path_arg
+from core.cli import EXIT_USAGE, OneLineParser, console_writes_every_line, path_arg
 from core.config import MAX_COUNT
 from core.interrupts import install_start_handlers
 
@@ -529,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     install_start_handlers()
+    console_writes_every_line()
     try:
         args = build_parser().parse_args(argv)
         with _sigterm_as_interrupt():

@@ -1048,8 +1048,18 @@ def interrupted(exc: KeyboardInterrupt, say: bool = True) -> int:
     return 128 + signal.SIGTERM if terminated else 130
 
 
+def console_writes_every_line() -> None:
+    """A character the console's encoding lacks ("…", "×", "é" under ``PYTHONIOENCODING=ascii`` or a C locale)
+    is written as its escape (``\\u2026``): the line that held it was dropped whole, and a generated "café"
+    printed as "caf"."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):  # not a text file of its own (a test's capture)
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     install_start_handlers()
+    console_writes_every_line()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)

@@ -389,3 +389,13 @@ def test_a_run_without_its_final_checkpoint_says_how_it_ended(stopped, said, tmp
     assert main(["train", *SMALL, "--out", str(tmp_path)]) == 1
     assert capsys.readouterr().err == (f"speedboard: error: the run {said} at step 7, but its final checkpoint "
                                        f"could not be saved (see the warning above)\n")
+
+
+def test_a_console_that_cannot_write_a_character_gets_its_escape_not_a_lost_line(tmp_path):
+    """Under PYTHONIOENCODING=ascii (or a C locale) every line holding "…", "×" or "é" was dropped whole."""
+    cache = tmp_path / "café"
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "SPEEDBOARD_CACHE_DIR": str(cache)}
+    proc = subprocess.run([sys.executable, "-m", "speedboard.cli", "prepare", "--list"], env=env,
+                          capture_output=True, text=True, encoding="ascii", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"no token stores in {tmp_path}/caf\\xe9/stores\n"
