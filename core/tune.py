@@ -377,13 +377,19 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     follow the step times measured so far.
     """
     from core.data import prepare_data
+    from core.device import training_flops_per_token
 
     if report_path is not None:
         check_report_path(report_path, flag=None)  # before any trial: measurements are not lost at the end
     emit = sink or (lambda event: None)
     stop = cancelled or (lambda: False)
     t0 = time.perf_counter()
-    prepare_data(plan.config.data)  # the corpus' store and tokenizer, once, before any clock runs
+    data = prepare_data(plan.config.data)  # the corpus' store and tokenizer, once, before any clock runs
+    if not plan.config.init_from:
+        # MFU of the model the trials train: the tokenizer's vocabulary, as the Trainer (and so the CLI, the
+        # dashboard and the bench) counts it, not the size asked for (a corpus may give fewer tokens).
+        trained = replace(plan.config.model, vocab_size=data.tokenizer.vocab_size)
+        plan = replace(plan, flops_per_token=training_flops_per_token(trained, plan.config.data.seq_len))
     emit(TuneStarted(plan.to_dict()))
     live = replace(plan, cells=list(plan.cells), estimates=dict(plan.estimates), left_out=list(plan.left_out),
                    spare=list(plan.spare))

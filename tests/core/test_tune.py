@@ -216,6 +216,26 @@ def test_a_huge_repeat_count_is_lowered_to_what_the_budget_holds_at_once(micro):
     assert len(plan_tune(config, TuneOptions(budget_seconds=20, repeats=plan.repeats), cells=EAGER).cells) >= 2
 
 
+def test_the_mfu_of_trials_counts_the_vocabulary_they_train_with(micro, private_tmp):
+    """A corpus that gives fewer tokens than the vocabulary asked for: the trials' model has the tokenizer's
+    size, and their MFU counts that model, as a run's own MFU does (it counted the size asked for: 1.68× high)."""
+    from dataclasses import replace
+
+    from core.data import prepare_data
+    from core.device import training_flops_per_token
+
+    config = micro(data={"vocab_size": 20_000})
+    vocab = prepare_data(config.data).tokenizer.vocab_size
+    assert vocab < 20_000
+    events = []
+    report = run_tune(plan_tune(config, TuneOptions(budget_seconds=600, steps=1, repeats=1), cells=EAGER[:1]),
+                      events.append)
+    trained = training_flops_per_token(replace(config.model, vocab_size=vocab), config.data.seq_len)
+    assert report["plan"]["flops_per_token"] == events[0].plan["flops_per_token"] == trained
+    row = report["summary"]["rows"][EAGER[0].name]
+    assert row["mfu"] == pytest.approx(row["tokens_per_s"]["median"] * trained / report["plan"]["peaks"]["fp32"])
+
+
 def test_tune_interleaves_trials_and_recommends_with_a_report_that_round_trips(micro, private_tmp, tmp_path):
     events = []
     config = micro()
