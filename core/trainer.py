@@ -225,6 +225,9 @@ class Trainer:
         self.peak_flops = 0.0
         self.flops_per_token = 0.0
         self.peak_rss = 0.0
+        """Resident memory sampled after each step: the CPU peak where the kernel's cannot be reset."""
+        self._peak_resets = False
+        """The device's own high-water mark restarts at this run's start (CUDA; Linux's peak resident set)."""
         self.mem_baseline = 0.0
         # Loop state.
         self._periodic_step = -1
@@ -612,7 +615,7 @@ class Trainer:
                                         f"CPU, {fp32 / self.peak_flops:.0f}× slower than fp32's "
                                         f"{fp32 / 1e9:,.0f}: fp16 is for GPUs; bf16 or fp32 train faster here")
         self.flops_per_token = training_flops_per_token(self.model_cfg, self.cfg.data.seq_len)
-        reset_peak_memory(self.device)
+        self._peak_resets = reset_peak_memory(self.device)
         self.peak_rss = memory_gib(self.device)
 
     def _announce(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
@@ -957,8 +960,8 @@ class Trainer:
         self._set_split(*smaller, reason, self.step + 1)
 
     def _peak_mem(self) -> float:
-        peak = peak_memory_gib(self.device)
-        return peak if peak is not None else self.peak_rss
+        peak = peak_memory_gib(self.device) if self._peak_resets else None
+        return max(peak, self.peak_rss) if peak is not None else self.peak_rss
 
     def _emit_metrics(self, loss: float, grad_norm: float, lr: float, step_time: float, warmup: bool) -> None:
         mem = memory_gib(self.device)

@@ -274,7 +274,7 @@ class TrialResult:
     """Trainer only: each timed step's loop iteration minus the optimizer step the Trainer timed itself
     (control polling, metrics event, run-folder line): the bookkeeping's own cost, free of run-to-run noise."""
     peak_mem_gib: float | None = None
-    """CUDA: max allocated during the trial; CPU: the process's resident set, sampled after each step."""
+    """CUDA: max allocated during the trial; CPU: the peak resident set (Linux; elsewhere sampled per step)."""
     mem_before_gib: float | None = None
     """The same reading just before the trial: training memory is the peak minus this."""
     warnings: list[str] = field(default_factory=list)
