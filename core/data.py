@@ -252,14 +252,15 @@ class Data:
 
 def build_views(store: TokenStore, cfg: DataConfig, tokenizer: BPETokenizer) -> tuple[Any, Any]:
     """Training and validation samples of ``store`` in ``cfg``'s layout; DataError if there are too few."""
-    from core.samples import DocumentRows, PackedWindows, SplitView
+    from core.samples import DocumentRows, PackedWindows, SplitView, packed_split
 
     width = cfg.seq_len + 1
     if cfg.layout == "packed":
-        base = PackedWindows(store, cfg.seq_len)
-        if len(base) < 1:
+        if PackedWindows(store, cfg.seq_len).n < 1:
             raise DataError(f"corpus has {store.num_tokens} tokens, fewer than one sample of {width} tokens; "
                             f"use more text or a shorter sequence length")
+        train, val = packed_split(store, cfg.seq_len, cfg.val_fraction)
+        return PackedWindows(store, cfg.seq_len, train), PackedWindows(store, cfg.seq_len, val)
     else:
         if tokenizer.pad_id is None:
             raise DataError("the document layout needs a PAD token, and this tokenizer has none", "layout")

@@ -1,7 +1,8 @@
 """Samples read from a token store: no sample is ever held in memory before its batch is built.
 
-- ``PackedWindows``: sample i is ``tokens[i·T : i·T + T + 1]`` of the flat stream
-  (windows overlap by one token, so every position is a target exactly once);
+- ``PackedWindows``: sample i is ``tokens[i·T : i·T + T + 1]`` of a range of the flat stream
+  (windows overlap by one token, so every position is a target exactly once); ``packed_split``
+  gives the training and the validation ranges, whole documents apart;
 - ``DocumentRows``: sample i is document i (``[BOS] doc [EOS]``), truncated to
   T + 1 tokens or padded with PAD; padding is positional (past the document's
   end), so its count of real targets comes from the offsets alone;
@@ -93,17 +94,31 @@ class StoreSamples(abc.ABC):
 
 
 class PackedWindows(StoreSamples):
-    def __init__(self, store: TokenStore, seq_len: int) -> None:
+    """Windows of ``seq_len + 1`` tokens cut from token ranges of the store (``regions``; the whole stream by
+    default), numbered region after region: a window never crosses from one region into the next."""
+
+    def __init__(self, store: TokenStore, seq_len: int, regions: list[tuple[int, int]] | None = None) -> None:
         super().__init__(store, seq_len, None)
-        self.n = max(0, (store.num_tokens - 1) // seq_len)
+        regions = regions if regions is not None else [(0, store.num_tokens)]
+        counts = [max(0, (end - start - 1) // seq_len) for start, end in regions]
+        self._starts = np.array([start for start, _ in regions], dtype=np.int64)
+        self._first = np.cumsum([0, *counts], dtype=np.int64)
+        """The number of each region's first window."""
+        self.n = int(self._first[-1])
 
     def __len__(self) -> int:
         return self.n
 
+    def token_starts(self, indices: np.ndarray) -> np.ndarray:
+        """Where in the stream each of these windows begins."""
+        region = np.searchsorted(self._first, indices, side="right") - 1
+        return self._starts[region] + (indices - self._first[region]) * self.seq_len
+
     def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert len(indices) == 0 or (indices.min() >= 0 and indices.max() < self.n), "sample index out of range"
         lengths = np.full(len(indices), self.width, dtype=np.int64)
-        return self.store.read_rows(indices * self.seq_len, lengths, self.width), lengths
+        return self.store.read_rows(self.token_starts(np.asarray(indices, dtype=np.int64)), lengths,
+                                    self.width), lengths
 
     def row_lengths(self, indices: np.ndarray) -> np.ndarray:
         return np.full(len(indices), self.width, dtype=np.int64)
@@ -129,6 +144,47 @@ class DocumentRows(StoreSamples):
         rows = self.store.read_rows(starts, lengths, self.width)
         rows[np.arange(self.width)[None, :] >= lengths[:, None]] = self.pad_id
         return rows, lengths
+
+
+SPLIT_SEGMENTS = 20
+"""The packed layout holds out a validation range in each of this many stretches of the corpus (fewer in a
+small one), so that validation spreads over the corpus as the document layout's every k-th document does."""
+
+
+def packed_split(store: TokenStore, seq_len: int, val_fraction: float) -> tuple[list[tuple[int, int]],
+                                                                                 list[tuple[int, int]]]:
+    """Training and validation token ranges of the packed layout: in each of ``SPLIT_SEGMENTS`` stretches of
+    the stream, its last ``val_fraction`` validates, every bound at a document boundary where one lies near.
+
+    Every k-th window held out cut documents between the two sides: two thirds of the validation tokens came
+    from documents trained on (the builtin corpus, tiny preset), and the validation loss read low. A corpus
+    of one document (or of documents longer than a stretch's validation part) is still cut where it must be."""
+    total, width = store.num_tokens, seq_len + 1
+    windows = (total - 1) // seq_len
+    if windows < 2:
+        raise DataError(f"corpus yields {windows} sample; at least 2 are needed (one for validation); "
+                        f"use more text or a shorter sequence length")
+    offsets = store.offsets
+
+    def boundary(x: int, lo: int, hi: int) -> int:
+        """The document boundary nearest ``x`` within [lo, hi], else ``x`` brought into it."""
+        i = int(np.searchsorted(offsets, x))
+        near = [int(offsets[j]) for j in (i - 1, i) if 0 <= j < len(offsets) and lo <= int(offsets[j]) <= hi]
+        return min(near, key=lambda b: abs(b - x)) if near else min(max(x, lo), hi)
+
+    segments = max(1, min(SPLIT_SEGMENTS, windows // 100))
+    edges = [0]
+    for k in range(1, segments):
+        edges.append(boundary(round(total * k / segments), edges[-1] + 4 * width, total - 4 * width))
+    edges.append(total)
+    train, val = [], []
+    for start, end in zip(edges, edges[1:], strict=False):
+        # The validation part: a share of the stretch, at least one window. The training part ends on the cut's
+        # token (a document's BOS there), its last target, as windows overlap: each side keeps a window.
+        cut = boundary(end - max(width, round((end - start) * val_fraction)), start + seq_len, end - width)
+        train.append((start, cut + 1))
+        val.append((cut, end))
+    return train, val
 
 
 class SplitView:
