@@ -102,6 +102,22 @@ def test_samples_are_the_in_memory_layouts(tmp_path, cache, layout, read, monkey
     assert batch.inputs.dtype == torch.int64
 
 
+def test_the_packed_validation_spreads_over_the_corpus_at_document_boundaries(tmp_path, cache):
+    from core.samples import SPLIT_SEGMENTS, packed_split
+
+    cfg = DataConfig(source=str(corpus(tmp_path, n=3000)), seq_len=8, vocab_size=300)
+    data = prepare_data(cfg)
+    offsets = set(np.asarray(data.store.offsets).tolist())
+    train, val = packed_split(data.store, 8, 0.05)
+    assert len(val) == SPLIT_SEGMENTS and all(cut in offsets for cut, _ in val)  # stretches all over
+    held = sum(end - cut for cut, end in val) / data.store.num_tokens
+    assert 0.04 < held < 0.06 and len(data.val) > 0.04 * (len(data.train) + len(data.val))
+    # One document (a book without blank lines): cut where it must be, a window on each side.
+    (tmp_path / "book.txt").write_text(" ".join(WORDS * 40))
+    one = prepare_data(DataConfig(source=str(tmp_path / "book.txt"), seq_len=8, vocab_size=300))
+    assert one.store.num_documents == 1 and len(one.train) >= 1 and len(one.val) >= 1
+
+
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process' mappings from /proc")
 @pytest.mark.parametrize("layout", ["packed", "document"])
 def test_training_reads_the_store_without_mapping_it(tmp_path, cache, layout):
