@@ -29,36 +29,34 @@ def show_error(parent: QWidget | None, title: str, message: str) -> None:
     QMessageBox.warning(parent, title, message)
 
 
+def _yes(parent: QWidget | None, title: str, text: str, default_yes: bool = False) -> bool:
+    """A Yes/No question; True for Yes."""
+    yes, no = QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.No
+    return QMessageBox.question(parent, title, text, yes | no, yes if default_yes else no) == yes
+
+
 def confirm_stop_and_close(parent: QWidget | None, compiling: bool = False) -> bool:
     wait = ("\n\nIt is compiling: torch.compile cannot be cut short, so the window stays until the compile is "
             "done (seconds to minutes, more for a large model or max-autotune)." if compiling else "")
-    answer = QMessageBox.question(
-        parent, "Stop the run and quit?",
-        "A run is in progress. Stop it at the next optimizer step and close Speedboard?\n\n"
-        f"Its metrics are already in its run folder, and a final checkpoint is saved.{wait}",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
-    return answer == QMessageBox.StandardButton.Yes
+    return _yes(parent, "Stop the run and quit?",
+                "A run is in progress. Stop it at the next optimizer step and close Speedboard?\n\n"
+                f"Its metrics are already in its run folder, and a final checkpoint is saved.{wait}")
 
 
 def offer_fitting_split(parent: QWidget | None, reason: str, micro: int, accum: int, sequences: int) -> bool:
     """Before Start: train with the split that fits (True), or start as set (False)?"""
-    answer = QMessageBox.question(
-        parent, "Micro-batch does not fit",
-        f"The {reason}.\n\nTrain with micro-batch {micro} × accumulation {accum} instead? The effective batch "
-        f"({sequences:,} sequences per optimizer step) stays the same, and so do the updates.\n\n"
-        f"Yes sets these in the settings and starts; No starts as set.",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.Yes)
-    return answer == QMessageBox.StandardButton.Yes
+    return _yes(parent, "Micro-batch does not fit",
+                f"The {reason}.\n\nTrain with micro-batch {micro} × accumulation {accum} instead? The effective "
+                f"batch ({sequences:,} sequences per optimizer step) stays the same, and so do the updates.\n\n"
+                f"Yes sets these in the settings and starts; No starts as set.", default_yes=True)
 
 
 def confirm_apply_other(parent: QWidget | None, differences: list[str]) -> bool:
     """Apply a tuning report's pick, measured for other settings than those shown?"""
-    answer = QMessageBox.question(
-        parent, "Apply a pick measured for other settings?",
-        f"This report was measured for {'; '.join(differences)}.\n\nIts pick may not be the fastest for the "
-        f"settings here, and its micro-batch × accumulation sets the report's effective batch. Apply it anyway?",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
-    return answer == QMessageBox.StandardButton.Yes
+    return _yes(parent, "Apply a pick measured for other settings?",
+                f"This report was measured for {'; '.join(differences)}.\n\nIts pick may not be the fastest for "
+                f"the settings here, and its micro-batch × accumulation sets the report's effective batch. Apply "
+                f"it anyway?")
 
 
 def ask_load_mode(parent: QWidget | None, description: str) -> str | None:
@@ -153,12 +151,9 @@ def ask_save_target(parent: QWidget | None, folder: str, name: str) -> str | Non
 
 
 def confirm_replace(parent: QWidget | None, path: str) -> bool:
-    answer = QMessageBox.question(
-        parent, "Replace the checkpoint?",
-        f"{path} already holds a Speedboard checkpoint. Replace it with the current model?\n\n"
-        f"The old one stays whole until the new one is written.",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
-    return answer == QMessageBox.StandardButton.Yes
+    return _yes(parent, "Replace the checkpoint?",
+                f"{path} already holds a Speedboard checkpoint. Replace it with the current model?\n\n"
+                f"The old one stays whole until the new one is written.")
 
 
 def run_folder_dialog(parent: QWidget | None, start: str) -> QFileDialog:
