@@ -142,11 +142,13 @@ class BPETokenizer:
         file = path / TOKENIZER_FILE if path.is_dir() else path
         try:
             # Read here, parsed from the text: tokenizers' from_file takes a str path, which cannot hold a
-            # folder name that is not UTF-8 (a run saved under one could never be read back).
+            # folder name that is not UTF-8 (a run saved under one could never be read back). An OSError (a
+            # checkpoint rotated away while it is read) goes to the caller as it is.
             text = file.read_text(encoding="utf-8-sig")  # a byte order mark (Windows' editors) is no JSON
-            tok = Tokenizer.from_str(text)
         except UnicodeDecodeError:
             raise CheckpointError(f"cannot read tokenizer {file}: it is not UTF-8 text") from None
+        try:
+            tok = Tokenizer.from_str(text)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise CheckpointError(f"cannot read tokenizer {file}: {_why_not_a_tokenizer(text, exc)}") from None
         special: dict[str, str | None] = {}
@@ -279,6 +281,8 @@ def load_tokenizer_file(path: str | Path) -> BPETokenizer:
         tok = BPETokenizer.load(p)
     except CheckpointError as exc:
         raise DataError(f"{exc} (is it a Hugging Face tokenizer.json?)", "tokenizer") from None
+    except OSError as exc:  # unreadable (permissions), or gone since it was looked at
+        raise DataError(f"cannot read tokenizer {path}: {exc.strerror or exc}", "tokenizer") from None
     check_special_tokens(tok, str(path))
     return tok
 

@@ -52,7 +52,7 @@ def cached_trained_tokenizer(fingerprint: str, vocab_size: int, sample_documents
         if candidate.is_file():
             try:
                 return BPETokenizer.load(candidate)
-            except CheckpointError:
+            except (CheckpointError, OSError):  # damaged, or removed meanwhile (prepare --remove): trained again
                 return None
     return None
 

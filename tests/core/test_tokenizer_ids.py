@@ -173,3 +173,20 @@ def test_a_file_that_is_no_tokenizer_says_what_it_is(tmp_path, text, why):
     with pytest.raises(CheckpointError) as err:
         BPETokenizer.load(path)
     assert str(err.value).startswith(f"cannot read tokenizer {path}: {why}")
+
+
+def test_a_tokenizer_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
+    """A read that failed (a file removed by a checkpoint rotation, no permission) raised UnboundLocalError."""
+    from core.errors import DataError
+    from core.tokenizer import load_tokenizer_file, train_bpe
+
+    path = train_bpe(["a few words of text, and some more words of text"] * 20, 300).save(tmp_path)
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(PermissionError):
+        BPETokenizer.load(path)  # as it is: a rotating run's reader tries its newest checkpoint again
+    with pytest.raises(DataError, match=f"cannot read tokenizer {path}: Permission denied"):
+        load_tokenizer_file(path)
