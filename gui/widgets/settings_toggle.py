@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QCoreApplication, QEvent, Signal
 from PySide6.QtWidgets import QSplitter, QToolButton
 
 SETTINGS_MIN_WIDTH = 250
@@ -37,6 +37,11 @@ class SettingsToggle(QToolButton):
         if shown != (sizes[0] > 0):
             total = sum(sizes)
             if shown:
+                # Said first: what stands in for the column while it is collapsed (the window's compact Start,
+                # Pause and Stop) leaves the plots' side, whose minimum width would otherwise keep the column
+                # narrow (257 px of 400 at 1024 px, its controls cut).
+                self.shown_changed.emit(True)
+                QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)  # their room given back now
                 left = min(self._width, total // 2)
                 self._splitter.setSizes([left, total - left])
             else:

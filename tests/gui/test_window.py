@@ -159,3 +159,16 @@ def test_the_empty_loss_plot_says_a_started_run_is_setting_up_not_press_start(qt
     wait_idle(qtbot, window)
     window.plots.refresh(force=True)  # the curves are drawn at the redraw pacer's next frame
     assert record.state == "finished" and hint.text() == EMPTY_HINT and not hint.isVisible()
+
+
+def test_the_settings_column_comes_back_as_wide_as_it_was(qtbot, window):
+    """Collapsed and shown again at 1024 px, it came back 257 px wide of 400, its controls cut: the compact
+    Start/Pause/Stop that stand in for it still held the plots' side wide when its room was given back."""
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: window.width() == 1024)
+    before = window.main_splitter.sizes()[0]
+    toggle = child(window, "settingsToggle")
+    toggle.click()
+    assert window.main_splitter.sizes()[0] == 0
+    toggle.click()
+    assert window.main_splitter.sizes()[0] == before
