@@ -185,6 +185,7 @@ class RunTable(QTableWidget):
         self.scrollToItem(self.item(row, 1))  # a new run is in view
 
     def remove_record(self, key: int) -> None:
+        selected = key in self.selected_keys()
         row = self.row_of(key)
         self._records.pop(row)
         self._hidden.discard(key)
@@ -197,7 +198,8 @@ class RunTable(QTableWidget):
                 self.removeRow(row)
         finally:
             self._filling = False
-        self._on_selection()
+        if selected:  # else the selection is as it was: runs hidden in the legend stay hidden
+            self._on_selection()
         self.fit_columns()
         if key == self._baseline:
             self._baseline = None

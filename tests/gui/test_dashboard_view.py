@@ -342,8 +342,11 @@ def test_rows_are_removed_with_delete_and_failed_runs_cleared(qtbot, window, tmp
     menu = table.context_menu()
     clear = next(a for a in menu.actions() if a.text().startswith("Clear failed"))
     assert clear.text() == "Clear failed runs (2)" and clear.isEnabled()
+    window.plots.set_run_visible(records[0].key, False)  # hidden in the legend, nothing selected
     clear.trigger()
     assert table.rowCount() == 2 and all(r.removed for r in failed)
+    assert not window.plots.loss.run_visible(records[0].key)  # clearing other rows showed it again
+    window.plots.set_run_visible(records[0].key, True)
 
     table.selectRow(0)
     table.setFocus()
