@@ -471,7 +471,16 @@ class MainWindow(QMainWindow):
                                     until=lambda r: r.key != key)  # the continued run is in focus
             self._update_controls()
             return
-        source = self.session.continue_source(self.table.selected_keys())
+        selected = self.table.selected_keys()
+        source = self.session.continue_source(selected)
+        if len(selected) == 1 and (source is None or source.key not in selected):
+            # The run picked cannot be continued: said, not another run's weights taken in its stead.
+            (picked,) = (r for r in self.session.records if r.key in selected)
+            why = "it is still training" if not picked.ended else "it saved no checkpoint (it failed or was " \
+                  "stopped before its first one)" if not picked.checkpoint else "its checkpoint is gone"
+            dialogs.show_error(self, "Cannot continue", f"{picked.label} cannot be continued: {why}. Select a run "
+                                                        f"that has a final checkpoint, or none to continue the latest.")
+            return
         if source is None:
             dialogs.show_error(self, "Nothing to continue", "Finish or stop a run first: Continue starts from "
                                                             "its final checkpoint.")

@@ -421,3 +421,18 @@ def test_layout_and_vocabulary_make_throughputs_incomparable():
     assert not_comparable(record(1, "packed", 2048), record(2, "packed", 2048)) == []
     assert not_comparable(record(1, "document", 8192), record(2, "packed", 2048)) == \
         ["layout document vs packed", "vocabulary 8192 vs 2048"]
+
+
+def test_continue_of_a_selected_run_without_a_checkpoint_says_so_not_another_runs(qtbot, window, tmp_path, dialogs):
+    """With a failed row selected, Continue took the latest run that had a checkpoint, and said so only in
+    the log."""
+    from tests.gui.conftest import click, run_once
+
+    good = run_once(qtbot, window)
+    (failed,) = open_runs(window, tmp_path, 1, fail="ValueError: no data")
+    window.table.selectRow(window.table.row_of(failed.key))
+    click(window, "continueButton")
+    assert dialogs.warnings() == [f"Cannot continue: {failed.label} cannot be continued: it saved no checkpoint "
+                                  f"(it failed or was stopped before its first one). Select a run that has a "
+                                  f"final checkpoint, or none to continue the latest."]
+    assert window.session.records[-1] is failed and good.state == "finished"  # nothing started
