@@ -1019,7 +1019,9 @@ class Trainer:
         new = out[0, 1:].tolist()
         if tok.eos_id in new:
             new = new[: new.index(tok.eos_id) + 1]
-        text = tok.decode(new)
+        # A sample cut off by its length may end inside a character a byte-level tokenizer spreads over tokens:
+        # that half character is left out, not shown as U+FFFD.
+        text = tok.decode(new).removesuffix("\ufffd")
         self.emit(SampleGenerated(self.run_id, self.now(), self.step, DEFAULT_PROMPT, text))
 
     def save(self, path: Path) -> Path | None:

@@ -23,6 +23,8 @@ COLUMNS = ("Base", "Run", "State", "Compile", "Accum", "Micro", "Precision", "De
 _STATE_COLORS = {"failed": "#b00020", "stopped": "#8a6d00", "finished": "#1b5e20"}
 _HIDDEN_COLOR = "#a0a0a0"
 _NOT_COMPARABLE_COLOR = "#8a6d00"
+_NOISE_COLOR = "#8c8c8c"
+"""A speedup whose range spans 1×: grey, as no measured difference."""
 PRIORITY = ("Base", "Run", "State", "Tokens/s", "Speedup", "Loss", "Compile s", "Train GiB", "Accum", "Compile",
             "Val loss", "MFU", "Micro", "Started from", "Precision", "Device", "Procs")
 """Columns in the order they give way when the table is narrow (the last first)."""
@@ -388,7 +390,7 @@ class RunTable(QTableWidget):
                 if differ:
                     text += " ≠"
                 item.setText(text)
-                item.setForeground(QColor(_NOT_COMPARABLE_COLOR if differ or noise else "#202020"))
+                item.setForeground(QColor(_NOT_COMPARABLE_COLOR if differ else _NOISE_COLOR if noise else "#202020"))
                 tip = (f"Median tokens/s of {record.label} ({record.median_tokens_per_s:,.0f} over "
                        f"{len(record.step_seconds)} steady steps) ÷ median of {base.label} "
                        f"({base.median_tokens_per_s:,.0f} over {len(base.step_seconds)} steady steps).\n"
