@@ -1021,7 +1021,7 @@ class Trainer:
             new = new[: new.index(tok.eos_id) + 1]
         # A sample cut off by its length may end inside a character a byte-level tokenizer spreads over tokens:
         # that half character is left out, not shown as U+FFFD.
-        text = tok.decode(new).removesuffix("\ufffd")
+        text = tok.decode(new).rstrip("\ufffd")
         self.emit(SampleGenerated(self.run_id, self.now(), self.step, DEFAULT_PROMPT, text))
 
     def save(self, path: Path) -> Path | None:
