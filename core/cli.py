@@ -26,7 +26,13 @@ EXIT_USAGE = 2
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and exit code 2, not a usage dump."""
+    """An argument parser whose errors are one line and exit code 2, not a usage dump. Flags are taken only
+    whole: an abbreviation (``--ru`` for ``--run-id``) read here would reach torchrun's own parser with
+    ``--nproc``, where it is ambiguous, after the data was prepared."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -468,6 +474,7 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
         LAUNCH_EVENTS_ENV,
         check_before_launch,
         check_nproc,
+        crowded_cpu,
         event_line,
         run_torchrun,
         worker_env,
@@ -476,6 +483,9 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
 
     config = config_from_args(args)
     check_nproc(args.nproc, config.train.device)
+    crowded = crowded_cpu(args.nproc, config.train.device)
+    if crowded:
+        print(f"warning: {crowded}", file=sys.stderr, flush=True)
     check_run_root(config.out_dir)  # one line here, not one traceback per process
     run_id, run_dir = plan_run_dir(config, args.nproc, args.run_id)
     if run_dir.exists():

@@ -89,12 +89,24 @@ def _need_text(estimate: MemoryEstimate, micro_batch: int, seq_len: int, process
             f"GiB{per} ({estimate.activations / GIB:,.1f} GiB of activations), more than {limit}")
 
 
-def _check_states_fit(estimate: MemoryEstimate, processes: int, available: int, limit: str) -> None:
-    if estimate.states * processes > available:
+def _check_states_fit(estimate: MemoryEstimate, processes: int, available: int, limit: str,
+                      overhead: int = 0) -> None:
+    if (estimate.states + overhead) * processes > available:
         per = f" per process × {processes:,}" if processes > 1 else ""
+        libraries = f", and each process {overhead / GIB:,.2f} GiB for itself (Python, torch)" if overhead else ""
         fewer = "use fewer processes, or " if processes > 1 else ""
         raise ConfigError(f"the model alone needs about {estimate.states / GIB:,.2f} GiB{per} (weights, gradients "
-                          f"and AdamW state), more than {limit}; {fewer}choose a smaller model", "preset")
+                          f"and AdamW state){libraries}, more than {limit}; {fewer}choose a smaller model", "preset")
+
+
+def process_overhead(device: torch.device, processes: int) -> int:
+    """Bytes each CPU process of a multi-process job holds before any model: its Python and torch, as this
+    process (the launcher, torch imported) holds them. 0 for one process, already running, and on GPUs."""
+    if device.type != "cpu" or processes <= 1:
+        return 0
+    import psutil
+
+    return psutil.Process().memory_info().rss
 
 
 CPU_RAM_SHARE = 0.5
@@ -123,12 +135,21 @@ def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: st
     """
     estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
     available, what = device_memory(device)
-    if available is None or estimate.total * processes <= available:
+    overhead = process_overhead(device, processes)
+    if available is None or (estimate.total + overhead) * processes <= available:
         return estimate
     all_of_it = f"the {available / GIB:.1f} GiB of {what}"
-    _check_states_fit(estimate, processes, available, all_of_it)
+    _check_states_fit(estimate, processes, available, all_of_it, overhead)
     need = _need_text(estimate, micro_batch, seq_len, processes, all_of_it)
+    if overhead:
+        need += f" with the {overhead / GIB:,.2f} GiB each process holds for itself (Python, torch)"
     limit, _ = _fitting_limit(device, available, what)
+    limit -= overhead * processes
+    if micro_batch == 1 or largest_fitting_micro_batch(model, micro_batch, accum_steps or 1, seq_len, precision,
+                                                       limit, shards, processes) >= micro_batch:
+        # No smaller split helps (it would name the one refused): fewer processes, or a smaller model.
+        fewer = "use fewer processes, or " if processes > 1 else ""
+        raise ConfigError(f"{need}; {fewer}choose a smaller model or sequence length", "micro_batch")
     if accum_steps is not None:
         micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, limit,
                                             shards, processes)

@@ -399,3 +399,12 @@ def test_a_console_that_cannot_write_a_character_gets_its_escape_not_a_lost_line
                           capture_output=True, text=True, encoding="ascii", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"no token stores in {tmp_path}/caf\\xe9/stores\n"
+
+
+def test_an_abbreviated_flag_is_refused_in_one_line(capsys):
+    """`--ru` was taken for --run-id here, and with --nproc reached torchrun's parser, where it is ambiguous
+    (23 lines of usage, after the data was prepared)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--ru", "x", "--steps", "1"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "speedboard: error: unrecognized arguments: --ru x\n"

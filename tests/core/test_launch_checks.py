@@ -220,3 +220,28 @@ def test_a_model_that_does_not_fit_in_so_many_processes_says_so(monkeypatch):
     monkeypatch.setattr("core.memory_budget.device_memory", lambda device: (2**30, "available RAM"))
     with pytest.raises(ConfigError, match="per process × 1,000.*use fewer processes, or choose a smaller model"):
         check_fits(config_from_preset("tiny").model, 1, 32, "fp32", torch.device("cpu"), processes=1000)
+
+
+def test_cpu_processes_count_what_each_holds_for_itself_and_a_crowded_cpu_is_said(monkeypatch):
+    """--nproc 400 on a CPU was accepted (the estimate left out each process's own ~0.3-0.5 GiB), and a
+    refusal at micro-batch 1 recommended the very split it refused."""
+    import os
+
+    import torch
+
+    from core.config import config_from_preset
+    from core.errors import ConfigError
+    from core.launch import crowded_cpu
+    from core.memory_budget import GIB, check_fits, process_overhead
+
+    cpu, model = torch.device("cpu"), config_from_preset("tiny").model
+    assert process_overhead(cpu, 1) == 0 and process_overhead(cpu, 4) > 0.05 * GIB
+    monkeypatch.setattr("core.memory_budget.device_memory", lambda device: (int(8 * GIB), "available RAM"))
+    with pytest.raises(ConfigError) as err:
+        check_fits(model, 1, 128, "fp32", cpu, processes=400, accum_steps=16)
+    assert "GiB for itself (Python, torch)" in str(err.value) and "use fewer processes" in str(err.value)
+    check_fits(model, 1, 128, "fp32", cpu, processes=4, accum_steps=16)  # a few fit
+    cores = os.cpu_count() or 1
+    assert crowded_cpu(cores, "cpu") is None
+    assert crowded_cpu(cores + 1, "cpu") == (f"{cores + 1} processes on {cores} CPU cores: each has less than one "
+                                             f"core, and the job trains slower than {cores} processes would")
