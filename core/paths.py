@@ -68,7 +68,7 @@ class WriterLock:
         self.release()
 
 
-def _locked(path: str | os.PathLike[str]) -> bool:
+def is_locked(path: str | os.PathLike[str]) -> bool:
     """Whether some process holds a ``WriterLock`` on ``path`` (this one included)."""
     try:
         import fcntl
@@ -93,7 +93,7 @@ def writer_gone(path: str | os.PathLike[str], pid: int, same_host: bool) -> bool
     """Whether what a writer left at ``path`` (its process number ``pid`` in its name) may be removed: written
     on this machine, by a process no longer running here, and not locked by a live writer (one of another PID
     namespace, whose number means nothing here). Another machine's leftovers are never judged."""
-    return same_host and pid != os.getpid() and not process_alive(pid) and not _locked(path)
+    return same_host and pid != os.getpid() and not process_alive(pid) and not is_locked(path)
 
 
 def fsync(path: str | os.PathLike[str]) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished, RunStarted, event_from_dict
 from core.json_text import parse_json
-from core.paths import user_path, why_not_writable
+from core.paths import WriterLock, is_locked, user_path, why_not_writable
 
 METRICS_FILE = "metrics.jsonl"
 HEARTBEAT_FILE = "heartbeat.json"
@@ -145,8 +145,11 @@ def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
     try:
         _make_folder(path)
     except FileExistsError:
-        if not _take_claim(path):
+        if _take_claim(path):
+            return path
+        if not _clear_stale_claim(path):
             raise
+        _make_folder(path)
     return path
 
 
@@ -170,19 +173,50 @@ def claim_run_dir(path: Path) -> str:
     try:
         _make_folder(path)
     except FileExistsError:
-        raise ConfigError(f"run folder {path} already exists; choose another run id", "run_id") from None
+        if not _clear_stale_claim(path):
+            raise ConfigError(f"run folder {path} already exists; choose another run id", "run_id") from None
+        try:
+            _make_folder(path)
+        except FileExistsError:  # another job took it meanwhile
+            raise ConfigError(f"run folder {path} already exists; choose another run id", "run_id") from None
     token = secrets.token_hex(16)
+    pending = path / f"{CLAIM_FILE}.{token}"
     try:
-        with open(path / CLAIM_FILE, "x", encoding="utf-8") as f:
+        # Written and locked under a name of its own, then renamed (the lock goes with the file): the lock is
+        # held while this launcher lives (dropped by the kernel when it dies, kill -9 too), and a claim no
+        # launcher holds any more is stale, its folder free again (_clear_stale_claim).
+        with open(pending, "x", encoding="utf-8") as f:
             f.write(token)
+        _CLAIM_LOCKS[str(path)] = WriterLock(pending)
+        os.replace(pending, path / CLAIM_FILE)
     except OSError as exc:  # a full disk: nothing of the claim stays
-        for remove in ((path / CLAIM_FILE).unlink, path.rmdir):
+        lock = _CLAIM_LOCKS.pop(str(path), None)
+        if lock is not None:
+            lock.release()
+        for remove in (pending.unlink, (path / CLAIM_FILE).unlink, path.rmdir):
             try:
                 remove()
             except OSError:
                 pass
         raise ConfigError(f"cannot create the run folder {path}: {exc.strerror or exc}", "out_dir") from None
     return token
+
+
+_CLAIM_LOCKS: dict[str, WriterLock] = {}
+"""The locks of this process's claims, by folder, until ``release_run_dir``."""
+
+
+def _clear_stale_claim(path: Path) -> bool:
+    """Remove a folder that holds nothing but the claim of a launcher that is gone (killed before any worker
+    took the claim over: its run id was taken for good); True when it was removed."""
+    try:
+        if [p.name for p in path.iterdir()] != [CLAIM_FILE] or is_locked(path / CLAIM_FILE):
+            return False
+        (path / CLAIM_FILE).unlink()
+        path.rmdir()
+    except OSError:  # not a folder, another process took it meanwhile, or no longer empty
+        return False
+    return True
 
 
 def _holds_claim(path: Path, token: str | None) -> bool:
@@ -208,7 +242,8 @@ def run_id_taken(root: Path, run_id: str) -> bool:
     """Whether the run folder ``root / run_id`` exists other than as this process's launcher's claim: checked
     before a run prepares anything; creating the folder (``create_run_dir``) stays the check that counts."""
     path = root / run_id
-    return os.path.lexists(path) and not _holds_claim(path, os.environ.get(CLAIM_ENV))
+    return os.path.lexists(path) and not _holds_claim(path, os.environ.get(CLAIM_ENV)) \
+        and not _clear_stale_claim(path)
 
 
 def _take_claim(path: Path) -> bool:
@@ -219,6 +254,9 @@ def _take_claim(path: Path) -> bool:
 
 def release_run_dir(path: Path, token: str) -> None:
     """Remove a claim that no worker took over: its marker, and the folder when nothing else is in it."""
+    lock = _CLAIM_LOCKS.pop(str(path), None)
+    if lock is not None:
+        lock.release()
     if not _drop_claim(path, token):
         return  # taken over (the run's folder now), or gone
     try:

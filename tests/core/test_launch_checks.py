@@ -245,3 +245,27 @@ def test_cpu_processes_count_what_each_holds_for_itself_and_a_crowded_cpu_is_sai
     assert crowded_cpu(cores, "cpu") is None
     assert crowded_cpu(cores + 1, "cpu") == (f"{cores + 1} processes on {cores} CPU cores: each has less than one "
                                              f"core, and the job trains slower than {cores} processes would")
+
+
+def test_a_claim_whose_launcher_is_gone_frees_its_run_id(tmp_path):
+    """A launcher killed (kill -9, the OOM killer) before a worker took its claim left a folder holding only
+    ``.claim``: that run id was refused for good, though no run ever started."""
+    import subprocess
+    import sys
+
+    from core.runs import run_id_taken
+
+    folder = tmp_path / "runs" / "job"
+    script = ("import sys, os; from pathlib import Path; from core.runs import claim_run_dir; "
+              "claim_run_dir(Path(sys.argv[1])); os._exit(0)")  # gone without releasing it
+    subprocess.run([sys.executable, "-c", script, str(folder)], check=True, cwd=Path(__file__).parents[2])
+    assert [p.name for p in folder.iterdir()] == [CLAIM_FILE]
+    assert not run_id_taken(tmp_path / "runs", "job") and not folder.exists()
+    token = claim_run_dir(folder)  # this process's claim is held: another job finds the id taken
+    assert run_id_taken(tmp_path / "runs", "job")
+    with pytest.raises(ConfigError, match="already exists"):
+        claim_run_dir(folder)
+    release_run_dir(folder, token)
+    assert not folder.exists()
+    subprocess.run([sys.executable, "-c", script, str(folder)], check=True, cwd=Path(__file__).parents[2])
+    assert create_run_dir(tmp_path / "runs", "job") == folder and list(folder.iterdir()) == []
