@@ -154,8 +154,12 @@ def test_a_taken_run_id_is_one_line_before_the_corpus_is_prepared(tmp_path, caps
     assert one_error_line(capsys) == "speedboard: error: run folder taken already exists; choose another run id"
     assert not (tmp_path / "cache").exists() and list((out / "taken").iterdir()) == []  # nothing prepared
     # A launcher's claim is this run's own folder, not a taken one: its workers go on to take it over.
+    from core.paths import WriterLock
+
     (out / "taken" / CLAIM_FILE).write_text("token")
+    launcher = WriterLock(out / "taken" / CLAIM_FILE)  # a live launcher holds its claim
     monkeypatch.setenv(CLAIM_ENV, "token")
     assert not run_id_taken(out, "taken") and not run_id_taken(out, "free")
     monkeypatch.setenv(CLAIM_ENV, "another job's")
     assert run_id_taken(out, "taken")
+    launcher.release()
