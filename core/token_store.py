@@ -295,7 +295,7 @@ def _complete(path: Path) -> bool:
 
 def find_store(fingerprint: str, tokenizer: BPETokenizer) -> TokenStore | None:
     """The complete store of this corpus and tokenizer, if one was prepared."""
-    path = stores_dir() / store_key(fingerprint, tokenizer_sha256(tokenizer))
+    path = stores_dir() / store_key(fingerprint, tokenizer_key(tokenizer))
     if not (path / MANIFEST).is_file():
         return None
     return TokenStore.open(path)
@@ -401,6 +401,19 @@ def _delete(path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- writing
+def _plain_roles(tok, tokenizer: BPETokenizer) -> list:
+    """The added tokens of ``tok`` that are ``tokenizer``'s BOS, EOS or PAD but not marked special."""
+    roles = {tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token} - {None}
+    return [t for t in tok.get_added_tokens_decoder().values() if t.content in roles and not t.special]
+
+
+def tokenizer_key(tokenizer: BPETokenizer) -> str:
+    """What a store's key takes of its tokenizer: its hash, and whether a plain-token BOS/EOS/PAD is read as
+    text in documents (stores written before that was so hold it mid-document: they are not reused)."""
+    plain = _plain_roles(tokenizer.tok, tokenizer)
+    return tokenizer_sha256(tokenizer) + (":plain roles read as text" if plain else "")
+
+
 def plain_text_tokenizer(tokenizer: BPETokenizer):
     """A copy of ``tokenizer.tok`` that reads the names of special tokens inside a document as text.
 
@@ -413,8 +426,7 @@ def plain_text_tokenizer(tokenizer: BPETokenizer):
     from tokenizers import AddedToken, Tokenizer
 
     tok = Tokenizer.from_str(tokenizer.to_str())
-    roles = {tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token} - {None}
-    plain = [t for t in tok.get_added_tokens_decoder().values() if t.content in roles and not t.special]
+    plain = _plain_roles(tok, tokenizer)
     if plain:  # added again as special: the same ids, now read as text inside a document
         tok.add_special_tokens([AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
                                            normalized=t.normalized, special=True) for t in plain])
@@ -565,7 +577,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
         raise DataError("the tokenizer has no end-of-text token")
     t0 = time.perf_counter()
     folder = stores_dir()
-    key = store_key(fingerprint, tokenizer_sha256(tokenizer))
+    key = store_key(fingerprint, tokenizer_key(tokenizer))
     final = folder / key
     dtype = token_dtype(tokenizer.vocab_size)
     sweep_stale(folder)

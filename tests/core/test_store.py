@@ -192,6 +192,10 @@ def test_an_end_of_text_token_added_as_a_plain_token_inside_a_document_is_text(t
     last = store.tokens[int(store.offsets[-2]):int(store.offsets[-1])].tolist()
     assert last[0] == last[-1] == tok.eos_id and tok.eos_id not in last[1:-1]
     assert tok.decode(last[1:-1], skip_special=False) == "a page quoting <|endoftext|> in its text."
+    # A store written before, with EOS mid-document, is not the one found: such a tokenizer keys its own.
+    assert token_store.tokenizer_key(tok) != token_store.tokenizer_sha256(tok)
+    trained = prepare_data(DataConfig(source=str(path), seq_len=16, vocab_size=300)).tokenizer
+    assert token_store.tokenizer_key(trained) == token_store.tokenizer_sha256(trained)  # others keep their stores
 
 
 def test_order_needs_no_memory_per_sample():
