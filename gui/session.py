@@ -431,8 +431,11 @@ class RunSession(QObject):
         process, self._process = self._process, None
         record = self._active
         if record is not None and not record.ended:
-            # No final event in the folder (bad settings, or a crash before rank 0 wrote one).
-            reason = message or f"the training processes exited with code {code}"
+            # No final event in the folder (bad settings, or a crash before rank 0 wrote one). A Stop before any
+            # rank began is said as such, not by the exit code of a launcher ended in its own start.
+            stopped_early = record.state == "stopping" and not record.run_id
+            reason = message or ("stopped before its processes had begun" if stopped_early else
+                                 f"the training processes exited with code {code}")
             self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))
         elif record is not None and record.state == "failed" and message:
             # Rank 0 recorded its own failure, often only that another process went away: the launcher's

@@ -426,3 +426,18 @@ def test_a_second_shutdown_after_the_thread_is_released_answers_without_touching
     assert session.controller.shutdown()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # the thread's deleteLater, done now
     assert session.controller.shutdown() and session.controller.thread_finished
+
+
+def test_a_torchrun_job_stopped_before_any_rank_began_says_so_not_its_exit_code(qtbot, session, tmp_path,
+                                                                                  monkeypatch):
+    """Stop at once after Start: the row said "stopped before training: the training processes exited with
+    code 2", the code of a launcher ended in its own start (2 reads as bad settings)."""
+    monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
+        tmp_path, [], [], exit_code=2,
+        printed=[DataPreparationStarted("", 0.5, source="big.jsonl", source_kind="jsonl", files=1,
+                                        bytes_total=100, documents_total=None, train_tokenizer=False)]))
+    record = session.start(micro_config(tmp_path), nproc=2)
+    qtbot.waitUntil(lambda: record.preparing, timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
+        session.stop()
+    assert record.state == "stopped" and record.message == "stopped before its processes had begun"
