@@ -164,6 +164,9 @@ class RunRecord:
     """``time.monotonic()`` when its compile warm-up began, while it compiles (the elapsed time shown)."""
     compile_what: str = ""
     """What torch.compile compiles: its mode and scope, in words."""
+    eval_seconds: float | None = None
+    """How long its last validation took (from the step before it to its result): the ETA counts those to come."""
+    _last_step_at: float | None = field(default=None, repr=False)
     _before_pause: str = field(default="training", repr=False)
 
     @property
@@ -251,6 +254,7 @@ class RunRecord:
             return False
         if isinstance(event, StepMetrics):
             self.step, self.tokens, self.last_loss = event.step, event.tokens, event.loss
+            self._last_step_at = event.time
             self.mem_gib = event.mem_gib - self.mem_baseline_gib
             self.peak_mem_gib = event.peak_mem_gib - self.mem_baseline_gib
             if not event.warmup:
@@ -296,6 +300,8 @@ class RunRecord:
                 self.state = "training"
         elif isinstance(event, ValidationDone):
             self.val_loss = event.loss
+            if self._last_step_at is not None:
+                self.eval_seconds = max(0.0, event.time - self._last_step_at)
         elif isinstance(event, MicroBatchChanged):  # the split it trains with now (same effective batch)
             self.config = {**self.config, "train": {**self.train, "micro_batch": event.new_micro,
                                                     "accum_steps": event.new_accum}}
@@ -337,6 +343,17 @@ class RunRecord:
         minutes, seconds = divmod(int(max(0.0, elapsed)), 60)
         # The time first: the table's State column and the status bar cut a long text at its end.
         return f"compiling {minutes}:{seconds:02d} ({self.compile_what})"
+
+    def seconds_left(self, step_time: float) -> float:
+        """Time to its end at ``step_time`` per optimizer step, with the validations still to come at the
+        last one's duration (every ``eval_every`` steps, and one at the end)."""
+        steps = max(0, self.total_steps - self.step)
+        if not self.eval_seconds:
+            return steps * step_time
+        every = int(self.train.get("eval_every") or 0)
+        evaluations = (self.total_steps // every - self.step // every + (self.total_steps % every != 0)
+                       if every else 1)
+        return steps * step_time + max(0, evaluations) * self.eval_seconds
 
     def progress_text(self) -> str:
         if self.state == "compiling" and self.compile_started is not None:

@@ -159,7 +159,7 @@ class StatusBar(QStatusBar):
         self.progress.setValue(min(done, span))
         self.progress.setFormat(f"step {step:,} / {total:,}")
         live = record.state in ("training", "compiling", "following")
-        eta = (total - step) * step_time if live and step_time and total else None
+        eta = record.seconds_left(step_time) if live and step_time and total else None
         self.eta.setText(f"ETA {format_duration(eta)}" if eta is not None else "")
         self.device.setText(record.device)
         now, peak = record.mem_gib, record.peak_mem_gib

@@ -92,3 +92,20 @@ def test_a_run_of_several_processes_says_so_in_its_label():
     followed.apply(RunStarted("r1", 0.0, run_dir="/runs/r1", config=config, device="cpu", precision="fp32",
                               num_parameters=1, tokens_per_step=1, budget_tokens=9, total_steps=9, world_size=4))
     assert followed.label == "#4 default ×2 on 4 processes"
+
+
+def test_the_time_left_counts_the_validations_still_to_come():
+    """The ETA was the steps left × the step time: 0:00 with seconds of validation still to run."""
+    from core.events import ValidationDone
+
+    record = RunRecord(key=1, number=1, config={"train": {"eval_every": 4}})
+    assert record.seconds_left(0.5) == 0.0  # nothing known yet
+    record.apply(RunStarted("r1", 0.0, run_dir="/runs/r1", config={"train": {"eval_every": 4}}, device="cpu",
+                            precision="fp32", num_parameters=1000, tokens_per_step=128, budget_tokens=1280,
+                            total_steps=10))
+    record.apply(step(4))  # at 4.0 s
+    assert record.seconds_left(0.5) == 3.0  # no validation measured yet: the steps alone
+    record.apply(ValidationDone("r1", 6.0, step=4, tokens=512, loss=2.0, perplexity=7.4))
+    assert record.eval_seconds == 2.0
+    # 6 steps, and the validations at step 8 and at the end (10): 3 + 2 × 2.
+    assert record.seconds_left(0.5) == 7.0
