@@ -100,11 +100,11 @@ def crowded_cpu(nproc: int, device: str | None) -> str | None:
     """A warning when CPU processes outnumber the cores: each gets less than one, and the job trains slower
     than fewer processes would (a job of more processes than cores still runs: a test of the set-up)."""
     cores = os.cpu_count() or 1
-    if nproc <= cores or not (device is None or device in ("auto", "cpu") or device.startswith("cpu")):
+    if nproc <= cores or not (device in (None, "auto") or device.startswith("cpu")):
         return None
     import torch
 
-    if (device in (None, "auto")) and torch.cuda.is_available():
+    if device in (None, "auto") and torch.cuda.is_available():
         return None
     return (f"{nproc} processes on {cores} CPU cores: each has less than one core, and the job trains slower "
             f"than {cores} processes would")

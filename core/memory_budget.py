@@ -145,14 +145,13 @@ def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: st
         need += f" with the {overhead / GIB:,.2f} GiB each process holds for itself (Python, torch)"
     limit, _ = _fitting_limit(device, available, what)
     limit -= overhead * processes
-    if micro_batch == 1 or largest_fitting_micro_batch(model, micro_batch, accum_steps or 1, seq_len, precision,
-                                                       limit, shards, processes) >= micro_batch:
+    micro = largest_fitting_micro_batch(model, micro_batch, accum_steps or 1, seq_len, precision, limit, shards,
+                                        processes)
+    if micro >= micro_batch:
         # No smaller split helps (it would name the one refused): fewer processes, or a smaller model.
         fewer = "use fewer processes, or " if processes > 1 else ""
         raise ConfigError(f"{need}; {fewer}choose a smaller model or sequence length", "micro_batch")
     if accum_steps is not None:
-        micro = largest_fitting_micro_batch(model, micro_batch, accum_steps, seq_len, precision, limit,
-                                            shards, processes)
         per_process = micro_batch * accum_steps
         cpu = "; on a CPU a split is fitted to half the available RAM, the estimate being a lower bound"
         raise ConfigError(f"{need}; micro-batch {micro:,} × accumulation {per_process // micro:,} fits with the "

@@ -143,13 +143,10 @@ def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
     """
     path = check_run_root(out_dir) / run_id
     try:
-        _make_folder(path)
+        _make_free_folder(path)
     except FileExistsError:
-        if _take_claim(path):
-            return path
-        if not _clear_stale_claim(path):
+        if not _take_claim(path):
             raise
-        _make_folder(path)
     return path
 
 
@@ -171,14 +168,9 @@ def claim_run_dir(path: Path) -> str:
     ``release_run_dir`` removes a claim that no worker took.
     """
     try:
-        _make_folder(path)
+        _make_free_folder(path)
     except FileExistsError:
-        if not _clear_stale_claim(path):
-            raise ConfigError(f"run folder {path} already exists; choose another run id", "run_id") from None
-        try:
-            _make_folder(path)
-        except FileExistsError:  # another job took it meanwhile
-            raise ConfigError(f"run folder {path} already exists; choose another run id", "run_id") from None
+        raise ConfigError(f"run folder {path} already exists; choose another run id", "run_id") from None
     token = secrets.token_hex(16)
     pending = path / f"{CLAIM_FILE}.{token}"
     try:
@@ -204,6 +196,17 @@ def claim_run_dir(path: Path) -> str:
 
 _CLAIM_LOCKS: dict[str, WriterLock] = {}
 """The locks of this process's claims, by folder, until ``release_run_dir``."""
+
+
+def _make_free_folder(path: Path) -> None:
+    """``_make_folder``, once more after removing a stale claim that stood in the way; ``FileExistsError``
+    when the folder is taken (a live launcher's claim included: its worker takes it over)."""
+    try:
+        _make_folder(path)
+    except FileExistsError:
+        if not _clear_stale_claim(path):
+            raise
+        _make_folder(path)  # another job may have taken it meanwhile: FileExistsError
 
 
 def _clear_stale_claim(path: Path) -> bool:

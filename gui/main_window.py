@@ -475,9 +475,10 @@ class MainWindow(QMainWindow):
         source = self.session.continue_source(selected)
         if len(selected) == 1 and (source is None or source.key not in selected):
             # The run picked cannot be continued: said, not another run's weights taken in its stead.
-            (picked,) = (r for r in self.session.records if r.key in selected)
+            # Ended with a checkpoint, it would be the source: it has not ended, or it saved none.
+            picked = self.session.record(next(iter(selected)))
             why = "it is still training" if not picked.ended else "it saved no checkpoint (it failed or was " \
-                  "stopped before its first one)" if not picked.checkpoint else "its checkpoint is gone"
+                  "stopped before its first one)"
             dialogs.show_error(self, "Cannot continue", f"{picked.label} cannot be continued: {why}. Select a run "
                                                         f"that has a final checkpoint, or none to continue the latest.")
             return

@@ -156,8 +156,6 @@ def remove_folder(path: Path) -> bool:
     return True
 
 
-
-
 def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
     wanted = set(names) if names is not None else None
     touched = []

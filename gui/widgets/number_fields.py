@@ -59,11 +59,8 @@ class _KeepsValueBefore:
     """Remembers the value a spin box had when the user began to edit it (Qt updates ``value()`` with every
     acceptable keystroke: "3" of "3.5" is already 3)."""
 
-    def _remember(self) -> None:
-        self._before = self.value()
-
     def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 (Qt's name)
-        self._remember()
+        self._before = self.value()
         super().focusInEvent(event)
 
     def _value_before(self) -> str:

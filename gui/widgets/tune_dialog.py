@@ -99,21 +99,16 @@ def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> 
     here = current.train.sequences_per_step()
     pairs = [
         ("preset", measured_for.get("preset"), current.preset),
-        ("model", measured_for.get("model"), current.model.to_dict()),
         ("data", data.get("source"), current.data.source),
         ("sequence length", data.get("seq_len"), current.data.seq_len),
         ("device", train.get("device"), current.train.device),
         ("effective batch", sequences and f"{sequences:,} sequences", f"{here:,} sequences"),
     ]
-    differences = []
-    for what, theirs, ours in pairs:
-        if theirs is None or theirs == ours:
-            continue
-        if what == "model":  # said by the preset when that differs too
-            if measured_for.get("preset") == current.preset:
-                differences.append("another model architecture under the same preset name")
-            continue
-        differences.append(f"{what} {theirs} (here {ours})")
+    differences = [f"{what} {theirs} (here {ours})" for what, theirs, ours in pairs
+                   if theirs is not None and theirs != ours]
+    model = measured_for.get("model")
+    if model is not None and model != current.model.to_dict() and measured_for.get("preset") == current.preset:
+        differences.insert(0, "another model architecture under the same preset name")  # else the preset says it
     return differences
 
 
