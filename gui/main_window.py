@@ -200,7 +200,7 @@ class MainWindow(QMainWindow):
     def find_fastest_settings(self) -> TuneDialog:
         """Open (or raise) the speed advisor's dialog for the current settings."""
         if self.tune_dialog is None:
-            self.tune_dialog = TuneDialog(self.session, lambda: self.config_panel.config, self.config_panel, self)
+            self.tune_dialog = TuneDialog(self.session, self.config_panel.committed_config, self.config_panel, self)
             self.tune_dialog.applied.connect(
                 lambda settings: self.status.showMessage("Applied the fastest settings found", 10_000))
         self.tune_dialog.show()
@@ -368,7 +368,7 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ commands
     def _settings_or_explain(self) -> RunConfig | None:
-        cfg = self.config_panel.config
+        cfg = self.config_panel.committed_config()
         if cfg is None:
             dialogs.show_error(self, "Invalid settings", self.config_panel.error)
         return cfg

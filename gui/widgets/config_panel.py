@@ -15,6 +15,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QApplication,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -348,6 +350,18 @@ class ConfigPanel(QWidget):
     @property
     def config(self) -> RunConfig | None:
         """The next run's config, or None while a setting is invalid (see ``error``)."""
+        return self._config
+
+    def committed_config(self) -> RunConfig | None:
+        """``config`` with the field being typed in taken as if it were left: a command run by its shortcut does
+        not leave the field, and while typing its value is the longest prefix in range (2048 reads 204)."""
+        focused = QApplication.focusWidget()
+        if focused is not None and self.isAncestorOf(focused):
+            spin = focused if isinstance(focused, QAbstractSpinBox) else focused.parentWidget()
+            if isinstance(spin, QAbstractSpinBox):
+                spin.interpretText()  # the bound, or the value before the edit, as leaving the field gives
+            elif focused is self.text_field:
+                self._on_text_field()
         return self._config
 
     @property

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import re
 
-from PySide6.QtGui import QFocusEvent, QValidator
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFocusEvent, QKeyEvent, QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
 
 EXACT_INTEGERS = 2**53 - 1
@@ -56,12 +57,22 @@ def parse_number(text: str, counts: bool = True) -> float | None:
 
 
 class _KeepsValueBefore:
-    """Remembers the value a spin box had when the user began to edit it (Qt updates ``value()`` with every
-    acceptable keystroke: "3" of "3.5" is already 3)."""
+    """Remembers the value a spin box had when the user began this edit (Qt updates ``value()`` with every
+    acceptable keystroke: "3" of "3.5" is already 3): on focus, after each edit ended (Enter), after each step
+    of the arrows."""
 
     def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 (Qt's name)
         self._before = self.value()
         super().focusInEvent(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
+        super().keyPressEvent(event)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):  # the edit is over: the next one starts here
+            self._before = self.value()
+
+    def stepBy(self, steps: int) -> None:  # noqa: N802 (Qt's name)
+        super().stepBy(steps)
+        self._before = self.value()
 
     def _value_before(self) -> str:
         return self.textFromValue(getattr(self, "_before", self.value()))
@@ -130,6 +141,7 @@ class NumberField(_KeepsValueBefore, QDoubleSpinBox):
         for _ in range(abs(steps)):
             value = _ladder(value, up=steps > 0)
         self.setValue(min(max(value, self.minimum()), self.maximum()))
+        self._before = self.value()
 
     def stepEnabled(self):
         flags = QAbstractSpinBox.StepEnabledFlag.StepNone

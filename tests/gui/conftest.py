@@ -106,10 +106,16 @@ def make_window(qtbot, tmp_path, settings_path):
 
     windows = []
 
+    def stop_run(window) -> None:
+        # pytest-qt closes and deletes the window before any fixture's teardown: a run still active then would
+        # report its end to a controller already gone, and be waited for in vain.
+        window.session.controller.stop()
+        qtbot.waitUntil(lambda: not window.session.controller.running, timeout=RUN_TIMEOUT_MS)
+
     def make(**overrides):
         settings = QSettings(str(settings_path), QSettings.Format.IniFormat)
         window = MainWindow(settings=settings, extra_presets={"micro": micro_config(tmp_path, **overrides)})
-        qtbot.addWidget(window)
+        qtbot.addWidget(window, before_close_func=stop_run)
         window.show()
         child(window, "presetCombo").setCurrentText("micro")
         windows.append(window)
@@ -117,8 +123,7 @@ def make_window(qtbot, tmp_path, settings_path):
 
     yield make
     for window in windows:  # no test leaves a thread behind, whatever it did
-        window.session.controller.stop()
-        qtbot.waitUntil(lambda w=window: not w.session.controller.running, timeout=RUN_TIMEOUT_MS)
+        stop_run(window)
         window.close()
         assert window.session.controller.thread_finished
 

@@ -242,3 +242,40 @@ def test_a_count_typed_with_a_sign_a_fraction_or_nothing_is_never_taken_from_its
     widget.setValue(2 if field in ("accum", "micro_batch") else 7 if field == "seed" else widget.value())
     type_into(qtbot, widget, typed)
     assert widget.value() == value and widget.cleanText() == widget.textFromValue(value)
+
+
+def test_a_fraction_gives_back_the_value_of_the_last_edit_not_the_one_before_the_field_was_entered(qtbot, panel):
+    """The field stays focused between edits ended by Return: "3.5" after "4" gave back 2, the value it had when
+    it was entered; so did one after the arrows."""
+    from PySide6.QtCore import Qt
+
+    panel.accum.setValue(2)
+    type_into(qtbot, panel.accum, "4")
+    assert panel.accum.value() == 4
+    type_into(qtbot, panel.accum, "3.5")
+    assert panel.accum.value() == 4
+    qtbot.keyClick(panel.accum.lineEdit(), Qt.Key.Key_Up)
+    type_into(qtbot, panel.accum, "")
+    assert panel.accum.value() == 5
+    panel.lr.setValue(1e-3)
+    panel.lr.setFocus()
+    qtbot.keyClick(panel.lr.lineEdit(), Qt.Key.Key_Up)  # the 1-2-5 ladder
+    type_into(qtbot, panel.lr, "1e")
+    assert panel.lr.value() == 2e-3
+
+
+@pytest.mark.parametrize(("field", "typed", "value"), [("accum", "2048", 1024), ("micro_batch", "-2", 1),
+                                                     ("lr", "2000", 1e3), ("accum", "3.5", 2)])
+def test_a_number_still_being_typed_counts_as_left_when_the_settings_are_taken(qtbot, panel, field, typed, value):
+    """A shortcut (Ctrl+Return: Start) does not leave the field: Qt's value was the longest prefix in range,
+    and a run started with accumulation 204 while the field read 2048."""
+    widget = getattr(panel, field)
+    widget.setValue(2)
+    widget.setFocus()
+    widget.lineEdit().selectAll()
+    qtbot.keyClicks(widget.lineEdit(), typed)
+    cfg = panel.committed_config()
+    assert widget.value() == value and widget.cleanText() == widget.textFromValue(value)
+    assert cfg is not None and cfg == panel.config
+    taken = {"accum": cfg.train.accum_steps, "micro_batch": cfg.train.micro_batch, "lr": cfg.train.lr}[field]
+    assert taken == value

@@ -172,3 +172,17 @@ def test_the_settings_column_comes_back_as_wide_as_it_was(qtbot, window):
     assert window.main_splitter.sizes()[0] == 0
     toggle.click()
     assert window.main_splitter.sizes()[0] == before
+
+
+def test_start_by_its_shortcut_while_a_number_is_typed_takes_it_as_the_field_left(qtbot, window):
+    """Ctrl+Return does not leave the field: a run started with accumulation 204 while it read 2048."""
+    from PySide6.QtCore import Qt
+
+    field = child(window, "accumStepsSpin")
+    window.activateWindow()
+    field.setFocus()
+    field.lineEdit().selectAll()
+    qtbot.keyClicks(field.lineEdit(), "2048")
+    qtbot.keyClick(field.lineEdit(), Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert window.session.active is not None, "the shortcut started nothing"
+    assert window.session.active.train["accum_steps"] == 1024 and field.value() == 1024
