@@ -397,9 +397,10 @@ def read_events(run_dir: str | Path) -> list[Event]:
 
 
 def is_run_dir(path: str | Path) -> bool:
-    """A folder a run wrote: it has a metrics.jsonl or a checkpoints folder."""
+    """A folder a run wrote: it has a metrics.jsonl or a checkpoints folder, or the heartbeat of a run still
+    setting up (its first event not yet written)."""
     path = Path(path)
-    return (path / METRICS_FILE).is_file() or (path / CHECKPOINTS_DIR).is_dir()
+    return any((path / name).is_file() for name in (METRICS_FILE, HEARTBEAT_FILE)) or (path / CHECKPOINTS_DIR).is_dir()
 
 
 # ----------------------------------------------------------------------------- liveness

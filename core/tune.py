@@ -742,15 +742,17 @@ def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
+TABLE_HEADER = ("setting", "tokens/s median (min–max)", "vs current", "MFU", "compile cold / warm (s)",
+                "peak mem (GiB)", "loss", "status")
+
+
 def table_rows(report_or_summary: dict[str, Any], running: bool = False) -> list[list[str]]:
     """The table the CLI prints and the dashboard shows, as text cells (header first). A report names why a
     setting was not run (the time budget, memory); while the trials run (``running``) it is still to come."""
     summary = report_or_summary.get("summary", report_or_summary)
     why_not = {x["cell"]: x["reason"] for x in [*report_or_summary.get("plan", {}).get("left_out", []),
                                                  *report_or_summary.get("skipped", [])]}
-    header = ["setting", "tokens/s median (min–max)", "vs current", "MFU", "compile cold / warm (s)",
-              "peak mem (GiB)", "loss", "status"]
-    rows = [header]
+    rows = [list(TABLE_HEADER)]
     for row in summary["rows"].values():
         s = row["tokens_per_s"]
         rate = "–" if not s else (f"{s['median']:,.0f}" if s["n"] == 1 else

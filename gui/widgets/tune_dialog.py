@@ -40,6 +40,7 @@ from core.config import RunConfig
 from core.errors import SpeedboardError
 from core.tune import (
     DEFAULT_BUDGET_SECONDS,
+    TABLE_HEADER,
     TrialFinished,
     TrialStarted,
     TuneFinished,
@@ -197,8 +198,9 @@ class TuneDialog(QDialog):
         self.plan_label.setWordWrap(True)
         self.progress_label = QLabel("")
         self.progress_label.setObjectName("tuneProgressLabel")
-        self.table = QTableWidget(0, 8)
+        self.table = QTableWidget(0, len(TABLE_HEADER))
         self.table.setObjectName("tuneTable")
+        self.table.setHorizontalHeaderLabels(TABLE_HEADER)  # from the start, not once a first trial ended
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.verticalHeader().setToolTip("the setting's number in the chart below")

@@ -316,6 +316,32 @@ def test_an_empty_metrics_file_of_a_live_writer_is_followed(qtbot, window, dialo
     assert window.session.followed == set()
 
 
+@pytest.mark.parametrize("picked", ["run", "parent"])
+def test_a_run_folder_picked_before_its_first_event_is_followed(qtbot, window, dialogs, tmp_path, picked):
+    """The first moments of a run: its heartbeat and no metrics.jsonl yet. Picked then (the folder, or the
+    folder of runs above it), it was refused as "Not a run folder" while the run went on."""
+    import shutil
+    from pathlib import Path
+
+    from core.runs import Heartbeat
+
+    folder = Path(_finished_run(tmp_path / "runs", "starting"))
+    metrics = folder / "metrics.jsonl"
+    lines = metrics.read_bytes()
+    metrics.unlink()
+    shutil.rmtree(folder / "checkpoints")  # saved at its end: not there yet
+    heartbeat = Heartbeat(folder).start()
+    try:
+        dialogs.files["pick_run_folders"] = [str(folder if picked == "run" else folder.parent)]
+        (record,) = window.open_run_folders()
+        assert not dialogs.warnings() and record.state == "following"
+        metrics.write_bytes(lines)
+        qtbot.waitUntil(lambda: record.state == "finished", timeout=10_000)
+    finally:
+        heartbeat.stop()
+    assert record.step == 3
+
+
 def test_a_removed_row_opened_again_shows_again(window, tmp_path):
     folder = _finished_run(tmp_path, "twice")
     first = window.open_run_folder(folder)

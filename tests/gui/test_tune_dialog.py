@@ -213,3 +213,12 @@ def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, win
     assert (panel.micro_batch.value(), panel.accum.value()) == (2, 2)
     panel.preset.setCurrentText("tiny")
     assert measured_for_other(dialog.report["plan"]["config"], panel.config)[0] == "preset micro (here tiny)"
+
+
+def test_the_table_has_its_column_titles_before_any_trial_ended(window):
+    """Until the first trial's row, the headers read 1 … 8."""
+    from core.tune import TABLE_HEADER
+
+    table = open_dialog(window).table
+    titles = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    assert titles == list(TABLE_HEADER) and titles[0] == "setting"
