@@ -64,10 +64,12 @@ def _micro_batch(text: str) -> int | str:
 
 def path_arg(text: str) -> str:
     """A path as the user meant it: ``~`` expanded, absolute (see ``core.paths.user_path``)."""
-    from core.paths import user_path
+    from core.paths import unnameable, user_path
 
     if not text.strip():  # "" would silently mean the current folder
         raise argparse.ArgumentTypeError("expected a path, got an empty one")
+    if (why := unnameable(text)) is not None:
+        raise argparse.ArgumentTypeError(why)
     return str(user_path(text))
 
 
@@ -483,9 +485,6 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
 
     config = config_from_args(args)
     check_nproc(args.nproc, config.train.device)
-    crowded = crowded_cpu(args.nproc, config.train.device)
-    if crowded:
-        print(f"warning: {crowded}", file=sys.stderr, flush=True)
     check_run_root(config.out_dir)  # one line here, not one traceback per process
     run_id, run_dir = plan_run_dir(config, args.nproc, args.run_id)
     if run_dir.exists():
@@ -507,6 +506,9 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
         console.close()
     if control.stop_requested:  # a stop that came while the checks ran no step of theirs could poll
         raise Cancelled("stopped before training began; nothing was started or kept")
+    crowded = crowded_cpu(args.nproc, config.train.device)
+    if crowded:  # once the job is sure to start: a refused one says its one line alone
+        print(f"warning: {crowded}", file=sys.stderr, flush=True)
     rest = _without_option(_without_option(argv, "--nproc"), "--run-id")
     return run_torchrun(args.nproc, [*rest, "--run-id", run_id], run_dir,
                         env=worker_env(args.nproc, config.train.device))

@@ -22,6 +22,29 @@ def user_path(value: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(value))))
 
 
+def unnameable(path: str | os.PathLike[str]) -> str | None:
+    """Why the operating system cannot name ``path`` (a part longer than its file system allows, or the whole
+    longer than a path may be), or None. Asked before anything looks at it: ``stat`` of such a path raises
+    "File name too long" where a missing file was expected."""
+    target = user_path(path)
+    existing = next((p for p in (target, *target.parents) if os.path.lexists(p)), Path(target.anchor or "/"))
+    name_max, path_max = _limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096)
+    if len(os.fsencode(target)) >= path_max:
+        return f"the path is {len(os.fsencode(target)):,} bytes long: more than the {path_max - 1:,} a path may have"
+    for part in target.parts:
+        if len(os.fsencode(part)) > name_max:
+            return (f"a name in the path is {len(os.fsencode(part)):,} bytes long: more than the {name_max} "
+                    f"its file system allows ({part[:24]}…)")
+    return None
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(path, name)
+    except (OSError, ValueError):  # no such limit here (or not a file system that says)
+        return default
+
+
 def process_alive(pid: int) -> bool:
     """Whether a process of this number runs on this machine (signal 0 only asks). One that belongs to
     someone else, or that the OS will not say about, counts as alive: what it may own is left alone."""
@@ -125,6 +148,8 @@ def why_not_writable(path: str | os.PathLike[str]) -> str | None:
     Nothing is created.
     """
     target = user_path(path)
+    if (why := unnameable(target)) is not None:
+        return why
     probe = target
     while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
         probe = probe.parent

@@ -302,6 +302,35 @@ def test_an_empty_path_is_refused_not_taken_for_the_current_folder(command, exis
     assert list(tmp_path.iterdir()) == []
 
 
+LONG_NAME = "x" * 300
+DEEP_PATH = "/".join(["y" * 200] * 25)
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "--out", "{tmp}/" + LONG_NAME, "--steps", "1"], ["train", "--resume", "{tmp}/" + LONG_NAME],
+    ["generate", "{tmp}/" + LONG_NAME], ["export", "{run}", "{tmp}/" + LONG_NAME],
+    ["train", "--init-from", "{tmp}/" + DEEP_PATH],
+])
+def test_a_path_the_system_cannot_name_is_one_line_not_file_name_too_long(command, existing_run, tmp_path, capsys):
+    """A name over 255 bytes, or a path over 4,095: stat raised "File name too long" (a traceback) where a missing
+    file or a folder to create was expected."""
+    _, run_dir, snapshot = existing_run
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(run=run_dir, tmp=tmp_path) for a in command])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("bytes long: more than the" in err), err
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == snapshot
+
+
+def test_an_output_folder_from_a_config_file_that_cannot_be_named_is_refused(tmp_path):
+    from core.errors import SpeedboardError
+    from core.runs import check_run_root
+
+    with pytest.raises(SpeedboardError, match="300 bytes long"):
+        check_run_root(tmp_path / LONG_NAME)
+
+
 def test_an_error_while_generating_comes_on_a_line_of_its_own(existing_run, capsys, monkeypatch):
     from core.errors import NotFinite
     from core.model import LlamaForCausalLM

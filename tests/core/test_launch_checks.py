@@ -247,6 +247,18 @@ def test_cpu_processes_count_what_each_holds_for_itself_and_a_crowded_cpu_is_sai
                                              f"core, and the job trains slower than {cores} processes would")
 
 
+@pytest.mark.parametrize("nproc", ["400", "99999999999999999999999"])
+def test_a_refused_process_count_is_said_in_its_one_line_without_the_crowded_cpu_warning(nproc, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """The warning that the processes share too few cores came first, then the refusal: two lines."""
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    code = main(["train", "--nproc", nproc, "--device", "cpu", "--preset", "tiny", "--steps", "2",
+                 "--data", str(corpus_file(tmp_path)), "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and "less than one core" not in err and err.count("speedboard: error:") == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_claim_whose_launcher_is_gone_frees_its_run_id(tmp_path):
     """A launcher killed (kill -9, the OOM killer) before a worker took its claim left a folder holding only
     ``.claim``: that run id was refused for good, though no run ever started."""
