@@ -191,6 +191,8 @@ class ModelConfig:
         if hf.get("hidden_act", "silu") != "silu":
             raise ConfigError(f"hidden_act {hf.get('hidden_act')!r} is not supported (only silu)")
         heads = hf["num_attention_heads"]
+        if not isinstance(heads, int) or heads <= 0:  # the divisor of hidden_size below
+            raise ConfigError(f"num_attention_heads must be a positive integer, got {heads!r}")
         head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
         if head_dim * heads != hf["hidden_size"]:
             raise ConfigError("head_dim × num_attention_heads must equal hidden_size")
@@ -210,6 +212,10 @@ class ModelConfig:
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             initializer_range=hf.get("initializer_range", 0.02),
         )
+
+
+MAX_SAMPLE_TOKENS = 10_000
+"""The most tokens a sample during training generates."""
 
 
 @dataclass(frozen=True)
@@ -345,7 +351,10 @@ class TrainConfig:
             _require(getattr(self, name) >= 0, f"{name.replace('_', ' ')} must be ≥ 0", name)
         _require(self.eval_batches >= 1, "eval batches must be ≥ 1", "eval_batches")
         _require(self.keep >= 1, "keep must be ≥ 1", "keep")
-        _require(self.sample_tokens >= 1, "sample tokens must be ≥ 1", "sample_tokens")
+        # A sample runs between two steps, deaf to Stop: bounded (1e9 tokens held a run for good).
+        _require(1 <= self.sample_tokens <= MAX_SAMPLE_TOKENS,
+                 f"sample tokens must be between 1 and {MAX_SAMPLE_TOKENS:,} (a glimpse of the model's text; "
+                 f"speedboard generate writes more), got {self.sample_tokens!r}", "sample_tokens")
 
     def sequences_per_step(self, world_size: int = 1) -> int:
         """Effective batch in sequences per optimizer step."""

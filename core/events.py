@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 import types
 import typing
@@ -271,6 +272,8 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     for name, value in data.items():
         if name not in hints:
             continue
+        if value is None and hints[name] is float:
+            value = math.nan  # how a writer records a number that is not finite (``core.json_text.finite_json``)
         if _fits(value, hints[name]):
             values[name] = value
         elif name not in _optional(cls):

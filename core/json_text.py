@@ -1,13 +1,17 @@
-"""JSON from files a user or another program may have written, parsed so that any damage is a ValueError.
+"""JSON from files a user or another program may have written, parsed so that any damage is a ValueError;
+and JSON that any reader parses.
 
 ``json.loads`` raises ``RecursionError`` for deeply nested arrays (``[[[[…]]]]``) and a ValueError
 that is not a ``JSONDecodeError`` for an integer of more than 4,300 digits: a reader that catches
-``JSONDecodeError`` alone would end in a traceback on either.
+``JSONDecodeError`` alone would end in a traceback on either. ``json.dumps`` writes ``NaN`` and
+``Infinity``, which are not JSON: strict readers (JavaScript's, jq's, most outside Python) refuse the
+whole file. ``finite_json`` writes them as ``null``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -24,3 +28,19 @@ def parse_json(text: str | bytes) -> Any:
         if "integer string conversion" not in str(exc):
             raise
         raise ValueError(f"an integer of more than {sys.get_int_max_str_digits():,} digits") from None
+
+
+def finite_json(value: Any, **dumps_kwargs: Any) -> str:
+    """``json.dumps(value, **dumps_kwargs)`` with every NaN or infinity written as ``null``: a number that is
+    not finite (a diverged loss, a ratio to a zero) has no JSON of its own."""
+    return json.dumps(_finite(value), allow_nan=False, **dumps_kwargs)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

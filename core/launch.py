@@ -41,6 +41,7 @@ from pathlib import Path
 from core.config import BUILTIN_CORPUS
 from core.errors import ConfigError
 from core.events import RunFailed, RunFinished
+from core.json_text import finite_json
 from core.runs import (
     CLAIM_ENV,
     HEARTBEAT_FILE,
@@ -222,7 +223,7 @@ EVENT_LINE_PREFIX = "speedboard-event: "
 
 def event_line(event) -> str:
     """``event`` as one line of the launcher's output: ``EVENT_LINE_PREFIX`` and its JSON."""
-    return EVENT_LINE_PREFIX + json.dumps(event.to_dict(), default=str)
+    return EVENT_LINE_PREFIX + finite_json(event.to_dict(), default=str)
 
 
 def event_from_line(line: str):

@@ -42,10 +42,12 @@ class MemoryEstimate:
     optimizer: int
     activations: int
     """Of one micro-batch (gradient accumulation does not multiply it)."""
+    tables: int = 0
+    """The rotary cos/sin tables, sized by the model's positions (10**12 positions: 4 TB)."""
 
     @property
     def states(self) -> int:
-        return self.weights + self.gradients + self.optimizer
+        return self.weights + self.gradients + self.optimizer + self.tables
 
     @property
     def total(self) -> int:
@@ -61,6 +63,11 @@ def activation_bytes_per_token(model: ModelConfig, precision: str = "fp32") -> i
     return model.num_layers * per_layer + logits
 
 
+def table_bytes(model: ModelConfig) -> int:
+    """The rotary tables a model holds whatever it trains on: cos and sin, fp32, a row per position."""
+    return 2 * model.max_position_embeddings * model.head_dim * 4
+
+
 def estimate_training_memory(model: ModelConfig, micro_batch: int, seq_len: int, precision: str = "fp32",
                              shards: int = 1) -> MemoryEstimate:
     """Memory of one process training ``model`` on micro-batches of ``micro_batch × seq_len`` tokens;
@@ -68,7 +75,8 @@ def estimate_training_memory(model: ModelConfig, micro_batch: int, seq_len: int,
     params = model.num_parameters()
     per = -(-params // max(1, shards))
     return MemoryEstimate(weights=4 * per, gradients=4 * per, optimizer=8 * per,
-                          activations=micro_batch * seq_len * activation_bytes_per_token(model, precision))
+                          activations=micro_batch * seq_len * activation_bytes_per_token(model, precision),
+                          tables=table_bytes(model))
 
 
 def device_memory(device: torch.device) -> tuple[int | None, str]:
@@ -95,8 +103,36 @@ def _check_states_fit(estimate: MemoryEstimate, processes: int, available: int, 
         per = f" per process × {processes:,}" if processes > 1 else ""
         libraries = f", and each process {overhead / GIB:,.2f} GiB for itself (Python, torch)" if overhead else ""
         fewer = "use fewer processes, or " if processes > 1 else ""
-        raise ConfigError(f"the model alone needs about {estimate.states / GIB:,.2f} GiB{per} (weights, gradients "
-                          f"and AdamW state){libraries}, more than {limit}; {fewer}choose a smaller model", "preset")
+        parts = "weights, gradients and AdamW state"
+        if estimate.tables > estimate.weights:  # max_position_embeddings is what is too large
+            parts = (f"weights, gradients, AdamW state and rotary tables; the tables of its positions alone "
+                     f"{estimate.tables / GIB:,.2f} GiB")
+        raise ConfigError(f"the model alone needs about {estimate.states / GIB:,.2f} GiB{per} ({parts}){libraries}, "
+                          f"more than {limit}; {fewer}choose a smaller model", "preset")
+
+
+def check_model_fits(model: ModelConfig, device: torch.device, shards: int = 1, processes: int = 1) -> None:
+    """Refuse, in one line, a model whose weights, gradients, AdamW state and tables alone exceed the device's
+    memory: asked before any model is built (the precision probe builds one)."""
+    estimate = estimate_training_memory(model, 0, 0, shards=shards)
+    available, what = device_memory(device)
+    if available is not None:
+        _check_states_fit(estimate, processes, available, f"the {available / GIB:.1f} GiB of {what}",
+                          process_overhead(device, processes))
+
+
+def check_allocatable(model: ModelConfig) -> None:
+    """Refuse, in one line, a model whose weights and tables alone exceed the available RAM, where every model
+    is built before it moves to its device: a config or checkpoint of absurd sizes (10**12 positions, a hidden
+    size of 2**20) was an allocation failure's traceback, or worse, an allocation the OS granted and then
+    killed the process for touching."""
+    if torch.get_default_device().type == "meta":  # shapes only (``model_shapes``): nothing is allocated
+        return
+    need = 4 * model.num_parameters() + table_bytes(model)
+    available, what = device_memory(torch.device("cpu"))
+    if available is not None and need > available:
+        raise ConfigError(f"the model's weights and rotary tables alone need about {need / GIB:,.2f} GiB, more than "
+                          f"the {available / GIB:.1f} GiB of {what}; choose a smaller model", "preset")
 
 
 def process_overhead(device: torch.device, processes: int) -> int:

@@ -19,6 +19,7 @@ from torch import nn
 from core.config import ModelConfig
 from core.errors import NotFinite
 from core.loss import token_loss_sum
+from core.memory_budget import check_allocatable
 
 
 class RMSNorm(nn.Module):
@@ -142,6 +143,7 @@ def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:
 class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        check_allocatable(cfg)  # every model is built in RAM first: absurd sizes are one line, not an abort
         self.config = cfg
         self.model = LlamaModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

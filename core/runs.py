@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
-import json
 import os
 import platform
 import re
@@ -33,7 +32,7 @@ from typing import Any
 
 from core.errors import ConfigError
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished, RunStarted, event_from_dict
-from core.json_text import parse_json
+from core.json_text import finite_json, parse_json
 from core.paths import WriterLock, is_locked, user_path, why_not_writable
 
 METRICS_FILE = "metrics.jsonl"
@@ -272,7 +271,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write JSON atomically: a reader sees the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str)
+        f.write(finite_json(data, indent=2, default=str))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -296,7 +295,7 @@ class JsonlSink:
         """The first write that failed, if any."""
 
     def __call__(self, event: Event) -> bool:
-        line = (json.dumps(event.to_dict(), default=str) + "\n").encode("utf-8")
+        line = (finite_json(event.to_dict(), default=str) + "\n").encode("utf-8")
         with self._lock:
             if self._fd is None:
                 return False

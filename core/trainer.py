@@ -76,7 +76,7 @@ from core.events import (
     WarningRaised,
     null_sink,
 )
-from core.memory_budget import check_fits, fit_split
+from core.memory_budget import check_fits, check_model_fits, fit_split
 from core.model import LlamaForCausalLM
 from core.paths import user_path, why_write_failed
 from core.precision import PrecisionChoice, check_precision, decide_precision
@@ -477,11 +477,13 @@ class Trainer:
             if problem:
                 raise CheckpointError(problem)
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
-        self.precision_choice = self._decide_precision(tc.precision, device, model_cfg)
-        self.precision = self.precision_choice.precision
-        # Before anything is allocated: a micro-batch that cannot fit is one line, not an allocation failure.
+        # Before anything is allocated: a model or a micro-batch that cannot fit is one line, not an allocation
+        # failure; the model first, as auto precision's probe builds one of its layers.
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled and device.type != "cuda" else 1
         shards = self.dist.world_size if self.fsdp else 1
+        check_model_fits(model_cfg, device, shards=shards, processes=local)
+        self.precision_choice = self._decide_precision(tc.precision, device, model_cfg)
+        self.precision = self.precision_choice.precision
         if tc.auto_micro_batch:
             self._fit_before_run(model_cfg, shards, local)
         else:
@@ -1000,6 +1002,11 @@ class Trainer:
                 total += loss
         all_reduce_sum(total, self.dist)
         loss = total.item() / max(count, 1)  # host sync: once per validation
+        if not math.isfinite(loss):
+            # The step's own loss and gradient were finite; its update was not (a weight decay that scales the
+            # weights past what fp32 holds): ended here, not recorded as a validation of nan.
+            raise NotFinite(f"the validation loss became {loss} at step {self.step}: the last update made the "
+                            f"weights diverge; lower the learning rate or the weight decay")
         self.emit(ValidationDone(self.run_id, self.now(), self.step, self.tokens, loss,
                                  math.exp(min(loss, 50.0))))
         return loss

@@ -78,6 +78,13 @@ def check_compatible(model: torch.nn.Module | CompiledModel, state: dict[str, to
     bad = [k for k, v in state.items() if not v.is_floating_point()]
     if bad:
         raise CheckpointError(f"{source} holds non-float tensors for weights: {_more(bad)}")
+    packed = [f"{k} ({v.dtype})".replace("torch.", "") for k, v in state.items() if v.dtype not in LOADABLE_DTYPES]
+    if packed:  # float8 weights are quantized: their scales live elsewhere, a plain cast would be wrong
+        raise CheckpointError(f"{source} holds quantized weights ({_more(packed)}): only fp32, bf16, fp16 and "
+                              f"fp64 weights load; dequantize them first")
+
+
+LOADABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def model_shapes(model_config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -147,7 +154,8 @@ def check_finite(state: dict[str, torch.Tensor], source: str, instead: str) -> N
     Training, generation and export all refuse them: a NaN in an attention projection that CPU attention
     hides from the outputs still makes every output wrong."""
     for key, value in state.items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        # Other dtypes (integers, float8) are refused by the load, in their own words.
+        if value.dtype in LOADABLE_DTYPES and not bool(torch.isfinite(value).all()):
             raise CheckpointError(f"the weights of {source} are not finite (NaN or inf in {clean_key(key)}): it "
                                   f"was saved from a diverged or damaged model; {instead}")
 

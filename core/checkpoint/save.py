@@ -24,7 +24,7 @@ from core.checkpoint.read import (
 from core.compile import CompiledModel
 from core.config import ModelConfig
 from core.errors import CheckpointError
-from core.json_text import parse_json
+from core.json_text import finite_json, parse_json
 from core.paths import user_path
 from core.runs import CONFIG_FILE, library_versions
 from core.tokenizer import BPETokenizer
@@ -89,7 +89,7 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module | CompiledModel, *,
         if trainer_state is not None:
             torch.save(trainer_state, tmp / STATE_FILE)
         meta["files"] = {f.name: file_record(f) for f in sorted(tmp.iterdir())}
-        meta = json.loads(json.dumps(meta, default=str))  # the values as a reader will see them
+        meta = json.loads(finite_json(meta, default=str))  # the values as a reader will see them
         meta[CONFIG_CHECKSUM] = config_checksum(meta)
         # config.json last: a folder without it is never taken for a checkpoint.
         (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")

@@ -360,6 +360,22 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         path = tmp_path / "deeper.safetensors"
         save_file(make_model(7, num_layers=3).state_dict(), str(path))
         return path
+    if kind == "float8_weights":
+        path = tmp_path / "fp8.safetensors"
+        save_file({k: v.to(torch.float8_e4m3fn) for k, v in make_model(7).state_dict().items()}, str(path))
+        return path
+    if kind in ("hf_zero_heads", "hf_huge_positions"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        hf = make_model(0).config.to_hf_dict()
+        if kind == "hf_zero_heads":
+            hf.pop("head_dim", None)
+            hf["num_attention_heads"] = 0  # hidden_size // heads: a ZeroDivisionError's traceback
+        else:
+            hf["max_position_embeddings"] = 10**12  # rotary tables of 4 TB
+        (folder / "config.json").write_text(json.dumps(hf))
+        save_file(make_model(7).state_dict(), str(folder / "model.safetensors"))
+        return folder
     if kind == "non_float_weights":
         path = tmp_path / "ints.pt"
         torch.save({k: v.to(torch.int32) for k, v in make_model(7).state_dict().items()}, path)
@@ -436,6 +452,9 @@ BAD_CASES = {
     "missing_keys": r"missing keys model\.layers\.1\.mlp\.up_proj\.weight, model\.norm\.weight",
     "unexpected_keys": r"unexpected keys model\.layers\.2\.",
     "non_float_weights": "non-float tensors",
+    "float8_weights": r"holds quantized weights \(.*float8_e4m3fn.*dequantize them first",
+    "hf_zero_heads": "num_attention_heads must be a positive integer, got 0",
+    "hf_huge_positions": "max_position_embeddings",
     "tokenizer_too_large": r"the tokenizer has \d+ tokens but the model's embedding has only \d+ rows",
     "shapeless_config_mismatch": "architecture mismatch .*rope_theta: expected 10000.0, found 500000.0",
     "own_head_into_tied_model": "has its own output head",

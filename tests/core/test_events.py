@@ -87,3 +87,24 @@ def test_a_folder_read_elsewhere_than_it_was_written_names_its_own_paths(tmp_pat
     # Read where it was written: unchanged.
     (seen / "metrics.jsonl").write_text(json.dumps({**started(), "run_dir": str(seen)}) + "\n")
     assert EventTail(seen / "metrics.jsonl").poll()[0].run_dir == str(seen)
+
+
+def test_numbers_that_are_not_finite_are_written_as_null_and_read_back_as_nan(tmp_path):
+    """NaN and Infinity are not JSON: a strict reader (JavaScript's, jq) refused the whole metrics.jsonl of a
+    run whose validation or MFU was not finite."""
+    import math
+
+    from core.events import StepMetrics as Step
+    from core.runs import JsonlSink, write_json
+
+    sink = JsonlSink(tmp_path / "metrics.jsonl")
+    sink(event_from_dict(step(loss=float("nan"), mfu=float("inf"))))
+    sink.close()
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    line = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the file"))
+    assert line["loss"] is None and line["mfu"] is None
+    read = event_from_dict(line)
+    assert isinstance(read, Step) and math.isnan(read.loss) and math.isnan(read.mfu)
+    write_json(tmp_path / "config.json", {"speedup": float("inf"), "nested": [1.0, float("-inf")]})
+    assert json.loads((tmp_path / "config.json").read_text()) == {"speedup": None, "nested": [1.0, None]}

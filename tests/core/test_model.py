@@ -180,3 +180,35 @@ def test_a_huge_temperature_samples_among_the_allowed_tokens(top_k):
     assert out.shape == (1, 11) and 0 <= int(out.min()) and int(out.max()) < CFG.vocab_size
     if top_k == 1:  # only the most likely token is allowed, however flat the temperature makes the rest
         assert torch.equal(out, model.generate(prompt, 8, temperature=0.0))
+
+
+@pytest.mark.parametrize(("sizes", "says"), [({"max_position_embeddings": 10**12}, "rotary tables"),
+                                             ({"hidden_size": 2**20, "num_heads": 2**14, "num_kv_heads": 2**14,
+                                               "intermediate_size": 2**20}, "weights")])
+def test_a_model_no_memory_holds_is_one_line_before_anything_is_allocated(sizes, says):
+    """From a config file or a checkpoint's config.json: 10**12 positions asked the allocator for 4 TB of rotary
+    tables (a traceback, or a process killed by the OS); shapes alone, on the meta device, still work."""
+    import dataclasses
+
+    cfg = dataclasses.replace(CFG, **sizes)
+    with pytest.raises(ConfigError, match=f"{says}.*GiB of available RAM; choose a smaller model"):
+        LlamaForCausalLM(cfg)
+    with torch.device("meta"):
+        assert LlamaForCausalLM(cfg).config == cfg
+
+
+def test_training_a_model_no_memory_holds_is_refused_before_auto_precision_builds_one(tmp_path, monkeypatch):
+    """auto's probe builds one layer of the model: it came before the memory check."""
+    import core.precision
+    from core.trainer import train
+    from tests.conftest import micro_config
+
+    def probe(*args, **kwargs):
+        raise AssertionError("the precision probe ran")
+
+    monkeypatch.setattr(core.precision, "decide_precision", probe)
+    monkeypatch.setattr("core.trainer.decide_precision", probe, raising=False)
+    cfg = micro_config(tmp_path, model={"max_position_embeddings": 10**12}, train={"precision": "auto"})
+    with pytest.raises(ConfigError, match="the model alone needs .*the tables of its positions alone"):
+        train(cfg)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

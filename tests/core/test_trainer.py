@@ -185,6 +185,14 @@ def test_a_budget_in_steps_or_tokens_is_whole_and_one_in_epochs_need_not_be():
     TrainConfig(budget_kind="epochs", budget=0.5)
 
 
+@pytest.mark.parametrize("tokens", [0, 10_001, 10**9])
+def test_a_sample_is_bounded_as_it_runs_deaf_to_stop(tokens):
+    """A sample runs between two optimizer steps: 10**9 tokens held a run past every Stop."""
+    with pytest.raises(ConfigError, match=f"sample tokens must be between 1 and 10,000 .*got {tokens}"):
+        TrainConfig(sample_tokens=tokens)
+    TrainConfig(sample_tokens=10_000)
+
+
 def test_nan_loss_fails_clearly(micro):
     sink = ListSink()
     with pytest.raises(NotFinite, match="became (nan|inf).*lower the learning rate"):
@@ -201,6 +209,18 @@ def test_a_diverging_run_fails_at_the_step_that_broke_its_weights(micro, train_s
         train(micro(train={**train_settings, "budget": 6, "sample_every": 1, "eval_every": 1}), sink=sink)
     assert "gradient norm became nan" in sink.of(RunFailed)[0].message
     assert not sink.of(SampleGenerated)[1:]  # nothing sampled from the broken weights
+
+
+def test_an_update_that_breaks_the_weights_on_the_last_step_is_not_recorded_as_a_validation_of_nan(micro):
+    """Weight decay 1e23 scales the weights past what fp32 holds while step 2's own loss and gradient are finite:
+    the final validation read nan, was printed and written, and only then did the run fail."""
+    from core.events import ValidationDone
+
+    sink = ListSink()
+    with pytest.raises(NotFinite, match="validation loss became nan at step 2: the last update made the weights "
+                                        "diverge; lower the learning rate or the weight decay"):
+        train(micro(train={"weight_decay": 1e23, "budget": 2, "eval_every": 0}), sink=sink)
+    assert not sink.of(ValidationDone) and sink.of(RunFailed)
 
 
 @pytest.mark.slow
