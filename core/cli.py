@@ -524,12 +524,12 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
     """
     import threading
 
-    from core.stopping import ABORT_GRACE_S
+    from core.stopping import ABORT_GRACE_S, exit_now
 
     def watchdog():
         threading.Event().wait(ABORT_GRACE_S if grace_s is None else grace_s)
         _error_line("speedboard: aborted")
-        os._exit(130)
+        exit_now(130)
 
     again = DiscardedRaiser(signal.SIGINT)
 
@@ -555,11 +555,16 @@ def _terminable():
 
     Python discards an exception raised while it runs a weakref callback (frequent during torch.compile: the
     work went on, or a tune finished and exited 0): such a discarded ``JobTerminated`` is raised again at once
-    (``DiscardedRaiser``), and a watchdog ends the process should it still not have left the work."""
+    (``DiscardedRaiser``), and a watchdog ends the process should it still not have left the work. Either forced
+    exit removes what the work was writing (``core.stopping.exit_now``).
+
+    Work cut short (SIGTERM, Ctrl-C, a stop) may leave a worker thread in native code, a tokenizer still training:
+    the process then ends as soon as the command has said why, not in Python's shutdown, which would abort it
+    (``core.stopping.leave_workers``)."""
     import threading
 
-    from core.errors import JobTerminated
-    from core.stopping import ABORT_GRACE_S
+    from core.errors import Cancelled, JobTerminated
+    from core.stopping import ABORT_GRACE_S, exit_now, leave_workers
 
     unwound = threading.Event()  # the exception left the work: the caller ends the process itself
     again = DiscardedRaiser(signal.SIGTERM)
@@ -567,12 +572,12 @@ def _terminable():
     def watchdog():
         if not unwound.wait(ABORT_GRACE_S):
             _error_line("speedboard: terminated (SIGTERM)")
-            os._exit(128 + signal.SIGTERM)
+            exit_now(128 + signal.SIGTERM)
 
     def terminate(signum, frame):
         if again.exc is not None:  # a second SIGTERM
             _error_line("speedboard: terminated (SIGTERM)")
-            os._exit(128 + signal.SIGTERM)
+            exit_now(128 + signal.SIGTERM)
         threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
         exc = JobTerminated("terminated (SIGTERM)")
         again.arm(exc)
@@ -585,6 +590,10 @@ def _terminable():
             raise again.exc
     except JobTerminated:
         unwound.set()
+        leave_workers(128 + signal.SIGTERM)
+        raise
+    except (KeyboardInterrupt, Cancelled):  # exit code 130, as ``_run_command`` gives it
+        leave_workers(128 + signal.SIGINT)
         raise
     finally:
         again.disarm()
@@ -732,9 +741,12 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     with no store left, they only hold a disk's room); with ``tokenizer``, only the stores made with it."""
     from core.errors import DataError
     from core.sources import resolve_source
-    from core.token_store import list_stores, remove_store
-    from core.tokenizer_cache import remove_trained_tokenizers
+    from core.token_store import list_stores, remove_store, sweep_stale
+    from core.tokenizer_cache import remove_trained_tokenizers, sweep_stale_tokenizers
 
+    if data == "all":  # and the leftovers of killed preparations: half stores, temporary files, write probes
+        sweep_stale()
+        sweep_stale_tokenizers()
     damaged = [m["path"] for m in list_stores() if "damaged" in m] if data != "all" else []
     stores = _stores_of(data, text_field, tokenizer)
     for m in stores:

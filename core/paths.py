@@ -11,9 +11,13 @@ a reason a person can act on (a full disk, a file-size limit).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import re
 import shutil
+import socket
+import time
 from pathlib import Path
 
 
@@ -117,6 +121,39 @@ def writer_gone(path: str | os.PathLike[str], pid: int, same_host: bool) -> bool
     on this machine, by a process no longer running here, and not locked by a live writer (one of another PID
     namespace, whose number means nothing here). Another machine's leftovers are never judged."""
     return same_host and pid != os.getpid() and not process_alive(pid) and not is_locked(path)
+
+
+_PROBE = re.compile(r"\.probe-(?:(?P<host>.+)-(?P<pid>\d+)-)?[a-z0-9_]+")
+_PROBE_STALE_S = 60.0
+"""Age past which a write probe is a leftover whoever made it: one lives for microseconds."""
+
+
+def probe_prefix() -> str:
+    """How a write probe's name begins (a file created and deleted at once to see that a folder can be written):
+    with the machine and process that made it, so that a sweep knows one left by a killed process."""
+    return f".probe-{socket.gethostname()}-{os.getpid()}-"
+
+
+def sweep_probes(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the write probes in ``folder`` left by processes killed between creating and deleting them: made
+    on this machine by a process now gone, or older than any probe lives (of another machine, another PID
+    namespace or an earlier version's name). A live prober whose probe is removed loses nothing by it."""
+    removed: list[Path] = []
+    host, now = socket.gethostname(), time.time()
+    with contextlib.suppress(OSError):
+        for entry in Path(folder).iterdir():
+            m = _PROBE.fullmatch(entry.name)
+            if m is None:
+                continue
+            try:
+                old = now - entry.lstat().st_mtime > _PROBE_STALE_S
+            except OSError:  # deleted meanwhile by its prober
+                continue
+            if old or m["pid"] is not None and writer_gone(entry, int(m["pid"]), m["host"] == host):
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+                    removed.append(entry)
+    return removed
 
 
 def fsync(path: str | os.PathLike[str]) -> None:

@@ -15,9 +15,9 @@ so a later start finds it (and through it the store) without reading the corpus.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from core.config import DataConfig
 from core.errors import DataError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event, WarningRaised
 from core.sources import Source, resolve_source
+from core.stopping import native_worker
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
 from core.tokenizer import BPETokenizer, check_special_tokens, drops_unknown_text, load_tokenizer_file, train_bpe
 from core.tokenizer_cache import cached_trained_tokenizer, store_trained_tokenizer, tokenizers_dir
@@ -98,28 +99,17 @@ class _Reporter:
 
 
 def _trained_in_a_thread(docs: list[str], vocab_size: int, should_stop: Callable[[], bool] | None) -> BPETokenizer:
-    """``train_bpe`` in a worker thread: its Rust training releases the GIL, so this thread keeps answering
-    Ctrl-C, SIGTERM and a stop request (which leave the worker to finish on its own, its result unused) instead
-    of waiting for the training to return."""
+    """``train_bpe`` in a native worker (``core.stopping.native_worker``): its Rust training releases the GIL, so
+    this thread keeps answering Ctrl-C, SIGTERM and a stop request (which leave the worker to finish on its own,
+    its result unused) instead of waiting for the training to return."""
     from core.errors import Cancelled
 
-    result: list = []
-
-    def train() -> None:
-        try:
-            result.append(train_bpe(docs, vocab_size))
-        except BaseException as exc:  # handed to the caller's thread
-            result.append(exc)
-
-    worker = threading.Thread(target=train, name="speedboard-tokenizer-training", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.2)
+    training = native_worker(lambda: train_bpe(docs, vocab_size), "speedboard-tokenizer-training")
+    while not training.done():
+        wait([training], timeout=0.2)
         if should_stop is not None and should_stop():
             raise Cancelled("data preparation stopped; nothing was kept")
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
+    return training.result()
 
 
 def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: _Reporter,

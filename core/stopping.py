@@ -27,18 +27,37 @@ A SIGHUP that ``nohup`` set to be ignored stays ignored. SIGINT is always
 handled: a shell ignores it in background jobs to shield them from the
 terminal's Ctrl-C, but ``kill -INT`` is how scripts and the dashboard ask a
 run to stop.
+
+What an ending must not leave behind, whichever way it comes: the temporary
+files and folders the work is writing (``removed_on_forced_exit``), which
+an exit by the watchdog (``exit_now``) removes as the work's own clean-up
+would have; and worker threads busy in native code (``native_worker``: a
+tokenizer's training, a batch's encoding), which a cut-short command leaves
+running rather than waiting for. Python's shutdown would stop such a thread by
+unwinding it through its Rust frames, which aborts the process ("FATAL:
+exception not rethrown", exit code 134): a command that ends with one still
+running ends at once instead (``leave_workers``).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import shutil
 import signal
 import sys
 import threading
-from typing import Protocol
+import weakref
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import NoReturn, Protocol, TypeVar
 
 from core.errors import JobTerminated
 from core.interrupts import DiscardedRaiser
+
+T = TypeVar("T")
 
 ABORT_GRACE_S = 5.0
 """How long an abort may take to reach the training loop before the watchdog ends the process."""
@@ -76,6 +95,7 @@ class StopSignals:
         self._finished = threading.Event()
         self._watchdog: threading.Thread | None = None
         self._again: DiscardedRaiser | None = None  # the first abort, raised again should Python discard it
+        self._aborted_with: int | None = None  # the exit code of the abort raised, if one was
 
     # ------------------------------------------------------------------ installing
     def install(self) -> StopSignals:
@@ -91,6 +111,8 @@ class StopSignals:
     def restore(self) -> None:
         """The run is over (its ending recorded): disarm the watchdog, put the previous handlers back."""
         self._finished.set()
+        if self._aborted_with is not None:  # its data preparation may have left a tokenizer training
+            leave_workers(self._aborted_with)
         if self._again is not None:
             self._again.disarm()
         for signum, handler in self._previous.items():
@@ -148,6 +170,7 @@ class StopSignals:
         if self._again is None:
             self._again = DiscardedRaiser(signum)
             self._again.arm(exc)
+            self._aborted_with = exit_code
         raise exc
 
     def _watch(self, message: str, exit_code: int) -> None:
@@ -156,4 +179,75 @@ class StopSignals:
         # The exception was swallowed where the signal landed: end the process from here.
         self.run.record_abort(f"{message}; ended at once: the interrupt did not reach the training loop")
         self._say("speedboard: aborted")
-        os._exit(exit_code)
+        exit_now(exit_code)
+
+
+# ----------------------------------------------------------------------------- what an ending leaves behind
+_writing: dict[Path, None] = {}
+"""Temporary files and folders being written now, in the order they were begun."""
+_native_workers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_left: list[tuple[threading.Thread, int]] = []
+"""Native workers of a command that was cut short, each with the exit code its process ends with."""
+
+
+@contextlib.contextmanager
+def removed_on_forced_exit(path: str | os.PathLike[str]) -> Iterator[None]:
+    """While the block runs, ``path`` (a temporary file or folder, or a lock file held) is the work's to remove
+    should it be cut short; a forced exit (``exit_now``), which skips the work's own clean-up, removes it too."""
+    path = Path(path)
+    _writing[path] = None
+    try:
+        yield
+    finally:
+        _writing.pop(path, None)
+
+
+def native_worker(call: Callable[[], T], name: str) -> Future[T]:
+    """``call()`` run in a daemon thread that spends its time in native code with the GIL released (Rust), its
+    outcome in the future returned: a caller cut short leaves it to finish on its own, its result unused, instead
+    of waiting for it (a ``ThreadPoolExecutor`` waits for its threads as the process ends)."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            result = call()
+        except BaseException as exc:  # handed to the caller's thread
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    _native_workers.add(worker)
+    worker.start()
+    return future
+
+
+def leave_workers(exit_code: int) -> None:
+    """The command was cut short and its process ends with ``exit_code``: should a native worker it started still
+    run when Python shuts down, the process ends then, at once, with that code (``exit_now``)."""
+    alive = [worker for worker in _native_workers if worker.is_alive()]
+    if alive and not _left:
+        atexit.register(_end_before_shutdown)  # after the command's own line and clean-up, before finalization
+    _left.extend((worker, exit_code) for worker in alive)
+
+
+def _end_before_shutdown() -> None:
+    for worker, exit_code in _left:
+        if worker.is_alive():
+            exit_now(exit_code)
+
+
+def exit_now(exit_code: int) -> NoReturn:
+    """End the process at once, leaving nothing it had begun to write: the paths of ``removed_on_forced_exit``
+    are removed and what was printed is flushed; no thread is waited for, none is unwound."""
+    for path in reversed(list(_writing)):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(exit_code)

@@ -30,6 +30,7 @@ only the batch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -42,7 +43,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,8 +51,9 @@ import numpy as np
 
 from core.errors import Cancelled, DataError, first_line
 from core.json_text import parse_json
-from core.paths import WriterLock, fsync, why_write_failed, writer_gone
+from core.paths import WriterLock, fsync, probe_prefix, sweep_probes, why_write_failed, writer_gone
 from core.sources import Continued, Source, sampled_sha256, source_location
+from core.stopping import native_worker, removed_on_forced_exit
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, iter_pieces
 
 STORE_FORMAT = "speedboard-token-store"
@@ -306,8 +307,11 @@ def ensure_writable(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = _mkstemp(folder)
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.close(fd)
+        finally:  # whatever stops it here (SIGTERM's JobTerminated too) deletes the probe
+            with contextlib.suppress(FileNotFoundError):  # swept by another process meanwhile
+                os.unlink(probe)
     except OSError as exc:
         raise DataError(f"cannot write to the cache folder {folder} ({exc.strerror or exc}); set "
                         f"SPEEDBOARD_CACHE_DIR to a writable folder") from None
@@ -316,7 +320,7 @@ def ensure_writable(folder: Path) -> None:
 def _mkstemp(folder: Path) -> tuple[int, str]:
     import tempfile
 
-    return tempfile.mkstemp(prefix=".probe-", dir=folder)
+    return tempfile.mkstemp(prefix=probe_prefix(), dir=folder)
 
 
 # ----------------------------------------------------------------------------- one preparer at a time
@@ -356,13 +360,14 @@ def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None
             os.close(fd)
             raise
         os.close(fd)  # the holder before this one deleted it: lock the file under that name now
-    try:
-        yield
-    finally:
-        # Deleted while held, then closed (which lets go): nobody can lock this name's file in between.
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
-        os.close(fd)
+    with removed_on_forced_exit(lock):  # held: a forced exit deletes it as its holder would
+        try:
+            yield
+        finally:
+            # Deleted while held, then closed (which lets go): nobody can lock this name's file in between.
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
+            os.close(fd)
 
 
 def _names_this_file(path: Path, fd: int) -> bool:
@@ -375,12 +380,14 @@ def _names_this_file(path: Path, fd: int) -> bool:
 
 
 def sweep_stale(folder: Path | None = None) -> list[Path]:
-    """Remove hidden folders of preparations whose process on this machine is gone (killed, crashed), and of
-    removals cut short (``remove_store`` renames a store aside, then deletes it: what is aside is never used)."""
+    """Remove hidden folders of preparations whose process on this machine is gone (killed, crashed), of
+    removals cut short (``remove_store`` renames a store aside, then deletes it: what is aside is never used),
+    and the write probes of killed processes (``ensure_writable``)."""
     folder = folder or stores_dir()
     removed = []
     if not folder.is_dir():
         return removed
+    removed += sweep_probes(folder)
     host = socket.gethostname()
     for entry in folder.iterdir():
         m = _TMP.fullmatch(entry.name)
@@ -586,85 +593,86 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
     seen = (0, 0, 0)  # (bytes of the source, documents, tokens) encoded so far, written or not: a full disk's rate
     encode = _encoder(tokenizer, tokenizer_origin, source.spec)
     lock: WriterLock | None = None
-    try:
-        tmp.mkdir(parents=True)
-        lock = WriterLock(tmp)  # held while it is written: no other process' sweep removes it meanwhile
-        with open(tmp / TOKENS, "wb") as tf, open(tmp / OFFSETS, "wb") as of, \
-                ThreadPoolExecutor(1, thread_name_prefix="speedboard-encode") as pool:
-            pending = None
+    with removed_on_forced_exit(tmp):  # a forced exit removes it, as the clean-up below does
+        try:
+            tmp.mkdir(parents=True)
+            lock = WriterLock(tmp)  # held while it is written: no other process' sweep removes it meanwhile
+            with open(tmp / TOKENS, "wb") as tf, open(tmp / OFFSETS, "wb") as of:
+                pending = None
 
-            def flush(job) -> None:
-                nonlocal documents, tokens, seen
-                future, unit = job
-                packed, starts = _pack(future.result(), unit.opens, unit.closes, dtype, tokenizer.bos_id,
-                                       tokenizer.eos_id)
-                seen = (unit.done_bytes, documents + sum(unit.closes), tokens + len(packed))
-                (starts + tokens).astype(np.uint64).tofile(of)
-                packed.tofile(tf)
-                documents += sum(unit.closes)
-                tokens += len(packed)
-                if progress is not None:
-                    progress(unit.done_bytes, documents, tokens)
+                def flush(job) -> None:
+                    nonlocal documents, tokens, seen
+                    future, unit = job
+                    packed, starts = _pack(future.result(), unit.opens, unit.closes, dtype, tokenizer.bos_id,
+                                           tokenizer.eos_id)
+                    seen = (unit.done_bytes, documents + sum(unit.closes), tokens + len(packed))
+                    (starts + tokens).astype(np.uint64).tofile(of)
+                    packed.tofile(tf)
+                    documents += sum(unit.closes)
+                    tokens += len(packed)
+                    if progress is not None:
+                        progress(unit.done_bytes, documents, tokens)
 
-            # Encoding unit k+1 (Rust threads, no GIL) overlaps reading and writing unit k. A long document spans
-            # several units: its start is written with its first piece, its EOS with its last.
-            for unit in _units(source.iter_documents(batch_chars), batch_chars):
-                if should_stop is not None and should_stop():
-                    raise Cancelled("data preparation stopped; nothing was kept")
-                text_bytes += unit.chars
-                job = (pool.submit(encode, unit), unit)
+                # Encoding unit k+1 (Rust threads, no GIL) overlaps reading and writing unit k. A long document spans
+                # several units: its start is written with its first piece, its EOS with its last. A preparation cut
+                # short leaves the unit being encoded to its worker: waiting for it took seconds, past the watchdog.
+                for unit in _units(source.iter_documents(batch_chars), batch_chars):
+                    if should_stop is not None and should_stop():
+                        raise Cancelled("data preparation stopped; nothing was kept")
+                    text_bytes += unit.chars
+                    job = (native_worker(functools.partial(encode, unit), "speedboard-encode"), unit)
+                    if pending is not None:
+                        flush(pending)
+                    pending = job
                 if pending is not None:
                     flush(pending)
-                pending = job
-            if pending is not None:
-                flush(pending)
-            if documents == 0:
-                raise DataError(f"data source {source.spec} is empty (no text)")
-            _check_unchanged(source)
-            np.array([tokens], dtype=np.uint64).tofile(of)
-        (tmp / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")  # any path, not only a UTF-8 one
-        manifest = {
-            "format": STORE_FORMAT, "version": STORE_VERSION,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "source": {"spec": source.spec, "location": source_location(source.spec), "kind": source.kind,
-                       "name": source.name,
-                       "text_field": source.text_field, "bytes": source.bytes,
-                       "files": [{"path": f.rel, "bytes": f.size} for f in source.files]},
-            "fingerprint": fingerprint,
-            "tokenizer": {"sha256": tokenizer_sha256(tokenizer), "origin": tokenizer_origin,
-                          "vocab_size": tokenizer.vocab_size, "bos": tokenizer.bos_token, "eos": tokenizer.eos_token,
-                          "pad": tokenizer.pad_token, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
-                          "pad_id": tokenizer.pad_id},
-            "dtype": dtype.name, "documents": documents, "tokens": tokens, "text_chars": text_bytes,
-            "digest": _digest(tmp, documents, tokens), "seconds": round(time.perf_counter() - t0, 3),
-        }
-        for name in (TOKENS, OFFSETS, TOKENIZER):
-            fsync(tmp / name)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        fsync(tmp / MANIFEST)
-        if should_stop is not None and should_stop():  # asked during the last batches or the syncs: not kept
-            raise Cancelled("data preparation stopped; nothing was kept")
-        if _complete(final):  # another process finished first (no lock on this platform)
+                if documents == 0:
+                    raise DataError(f"data source {source.spec} is empty (no text)")
+                _check_unchanged(source)
+                np.array([tokens], dtype=np.uint64).tofile(of)
+            (tmp / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")  # any path, not only a UTF-8 one
+            manifest = {
+                "format": STORE_FORMAT, "version": STORE_VERSION,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "source": {"spec": source.spec, "location": source_location(source.spec), "kind": source.kind,
+                           "name": source.name,
+                           "text_field": source.text_field, "bytes": source.bytes,
+                           "files": [{"path": f.rel, "bytes": f.size} for f in source.files]},
+                "fingerprint": fingerprint,
+                "tokenizer": {"sha256": tokenizer_sha256(tokenizer), "origin": tokenizer_origin,
+                              "vocab_size": tokenizer.vocab_size, "bos": tokenizer.bos_token,
+                              "eos": tokenizer.eos_token, "pad": tokenizer.pad_token, "bos_id": tokenizer.bos_id,
+                              "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id},
+                "dtype": dtype.name, "documents": documents, "tokens": tokens, "text_chars": text_bytes,
+                "digest": _digest(tmp, documents, tokens), "seconds": round(time.perf_counter() - t0, 3),
+            }
+            for name in (TOKENS, OFFSETS, TOKENIZER):
+                fsync(tmp / name)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+            fsync(tmp / MANIFEST)
+            if should_stop is not None and should_stop():  # asked during the last batches or the syncs: not kept
+                raise Cancelled("data preparation stopped; nothing was kept")
+            if _complete(final):  # another process finished first (no lock on this platform)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                if final.exists():  # a damaged store of the same key: moved aside, then replaced
+                    remove_store(final)
+                os.rename(tmp, final)
+                fsync(folder)
+        except OSError as exc:
+            # numpy's tofile reports a short write without an error number ("N requested and M written"):
+            # why_write_failed asks the disk (free space, the file-size limit) for a reason a person can act on,
+            # before the half-written store is removed and the disk has room again.
+            reason = why_write_failed(exc, folder)
             shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            if final.exists():  # a damaged store of the same key: moved aside, then replaced
-                remove_store(final)
-            os.rename(tmp, final)
-            fsync(folder)
-    except OSError as exc:
-        # numpy's tofile reports a short write without an error number ("N requested and M written"):
-        # why_write_failed asks the disk (free space, the file-size limit) for a reason a person can act on,
-        # before the half-written store is removed and the disk has room again.
-        reason = why_write_failed(exc, folder)
-        shutil.rmtree(tmp, ignore_errors=True)
-        need = _space_needed(source.bytes, *seen, dtype)
-        raise DataError(f"cannot write the token store in {folder} ({reason}); nothing was kept{need}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if lock is not None:
-            lock.release()
+            need = _space_needed(source.bytes, *seen, dtype)
+            raise DataError(f"cannot write the token store in {folder} ({reason}); nothing was kept{need}") from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            if lock is not None:
+                lock.release()
     return TokenStore.open(final)
 
 

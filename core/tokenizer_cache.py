@@ -20,7 +20,8 @@ import socket
 from pathlib import Path
 
 from core.errors import CheckpointError, DataError
-from core.paths import WriterLock, why_write_failed, writer_gone
+from core.paths import WriterLock, sweep_probes, why_write_failed, writer_gone
+from core.stopping import removed_on_forced_exit
 from core.tokenizer import BPETokenizer, cache_dir
 
 _KEY_FORMAT = "speedboard-source-tokenizer-1"
@@ -64,22 +65,28 @@ def store_trained_tokenizer(tokenizer: BPETokenizer, fingerprint: str, vocab_siz
     sweep_stale_tokenizers()
     tmp = path.parent / f".{path.name}.{socket.gethostname()}-{os.getpid()}.tmp"
     try:
-        tmp.touch()
-        with WriterLock(tmp):  # never swept while it is written (by a process of another PID namespace too)
-            tmp.write_text(tokenizer.to_str(), encoding="utf-8")
-            os.replace(tmp, path)
+        with removed_on_forced_exit(tmp):
+            tmp.touch()
+            with WriterLock(tmp):  # never swept while it is written (by a process of another PID namespace too)
+                tmp.write_text(tokenizer.to_str(), encoding="utf-8")
+                os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise DataError(f"cannot write the tokenizer into the cache folder {path.parent} "
                         f"({why_write_failed(exc, path.parent)}); set SPEEDBOARD_CACHE_DIR to a writable folder "
                         f"with room") from None
+    except BaseException:  # SIGTERM mid-write
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def sweep_stale_tokenizers() -> list[Path]:
-    """Remove the temporary files of writers on this machine whose process is gone (killed mid-write)."""
+    """Remove the temporary files of writers on this machine whose process is gone (killed mid-write), and the
+    write probes of killed processes (``core.token_store.ensure_writable``)."""
     folder, host, removed = tokenizers_dir(), socket.gethostname(), []
     if not folder.is_dir():
         return removed
+    removed += sweep_probes(folder)
     for entry in folder.iterdir():
         m = _TMP.fullmatch(entry.name)
         if m and writer_gone(entry, int(m["pid"]), m["host"] == host):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,8 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert main(["prepare", "--remove", data]) == 0 and capsys.readouterr().out == f"no token store of {data}\n"
     assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
     capsys.readouterr()
+    for folder in ("stores", "tokenizers"):  # write probes of a process killed between creating and deleting them
+        (cache / folder / f".probe-{socket.gethostname()}-999999999-abc").touch()
     assert main(["prepare", "--remove", "all"]) == 0
     assert "removed 1 tokenizer trained on the corpora" in capsys.readouterr().out
     assert not list((cache / "tokenizers").iterdir()) and not list((cache / "stores").iterdir())
