@@ -18,9 +18,12 @@ machine, a new torch or a changed BIOS setting measures again.
   with ``avx512_bf16`` trains small 2.5× faster in bf16 (docs/benchmarks.md).
 - ``matmul_peak``: the best FLOP/s of square GEMMs of several sizes, in the
   run's precision, repeated; the cache keeps the highest figure measured for
-  the machine, precision and thread count (by the first runs there and by
-  every benchmark), so a figure taken on a busy machine is raised by a later
-  quieter one and MFU does not exceed 100% by timing noise.
+  the machine, precision and thread count (by the first runs there, a short
+  measurement at the start of each later process, every benchmark, and the
+  speed advisor when a trial comes near it), so a figure taken on a busy
+  machine is raised by a later quieter one and MFU does not exceed 100% by
+  timing noise. A cached figure outside ``PLAUSIBLE_FLOPS`` (or a probe's
+  bf16 ÷ fp32 outside ``PLAUSIBLE_SPEEDUP``) is damaged: measured again.
 
 ``python -m core.precision`` measures both afresh and prints them.
 """
@@ -62,6 +65,13 @@ PEAK_MEASUREMENTS = 3
 PROBE_MEASUREMENTS = 3
 """Runs that measure the bf16 probe at a model's shapes before its cached (best) figures are simply read."""
 _PEAK_SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192), "mps": (2048, 4096)}
+_QUICK_PEAK_SECONDS = 0.05
+"""A later run's added peak measurement: its smallest size, this long (a tenth of a second on a CPU)."""
+PLAUSIBLE_FLOPS = (1e8, 1e17)
+"""FLOP/s that a CPU or GPU can reach (a slow CPU core to well beyond any GPU): a cached figure outside this range
+was not measured here (a hand edit, a broken file) and is measured again, never divided by."""
+PLAUSIBLE_SPEEDUP = (0.01, 100.0)
+"""bf16 ÷ fp32 of the probe: a cached ratio outside this range is damaged likewise."""
 
 
 # ---------------------------------------------------------------------- machine identity and cache
@@ -115,12 +125,13 @@ def _read_cache(path: Path) -> dict | None:
 
 
 def _flops(value) -> float:
-    """A cached throughput: a finite number above 0, else ValueError (the entry is damaged)."""
+    """A cached throughput: a finite number within ``PLAUSIBLE_FLOPS``, else ValueError (the entry is damaged:
+    ``1e-300`` would make MFU infinite, and a probe's speedup too)."""
     try:
         finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
     except OverflowError:  # an integer too large for a float
         finite = False
-    if not finite or value <= 0:
+    if not finite or not PLAUSIBLE_FLOPS[0] <= value <= PLAUSIBLE_FLOPS[1]:
         raise ValueError("not a throughput")
     return float(value)
 
@@ -160,15 +171,24 @@ class ProbeResult:
 
     @property
     def speedup(self) -> float:
-        return self.bf16_flops / self.fp32_flops if self.fp32_flops > 0 else 0.0
+        """bf16 ÷ fp32; 0.0 where that is no finite number (a probe that could not be timed): bf16 is not taken."""
+        try:
+            ratio = self.bf16_flops / self.fp32_flops if self.fp32_flops > 0 else 0.0
+        except (OverflowError, ZeroDivisionError):
+            return 0.0
+        return ratio if math.isfinite(ratio) else 0.0
 
     def to_dict(self) -> dict:
         return {**asdict(self), "speedup": round(self.speedup, 3)}
 
     @classmethod
     def from_dict(cls, d: dict) -> ProbeResult:
-        """A cached result; a damaged one (a throughput that is not a finite number above 0) is ValueError."""
-        return cls(_flops(d["fp32_flops"]), _flops(d["bf16_flops"]), tuple(tuple(s) for s in d.get("shapes", ())))
+        """A cached result; a damaged one (a throughput outside ``PLAUSIBLE_FLOPS``, a speedup outside
+        ``PLAUSIBLE_SPEEDUP``) is ValueError."""
+        found = cls(_flops(d["fp32_flops"]), _flops(d["bf16_flops"]), tuple(tuple(s) for s in d.get("shapes", ())))
+        if not PLAUSIBLE_SPEEDUP[0] <= found.speedup <= PLAUSIBLE_SPEEDUP[1]:
+            raise ValueError(f"not a plausible speedup: {found.speedup!r}")
+        return found
 
 
 def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int, int, int], ...]:
@@ -417,24 +437,41 @@ def cached_peak(device: torch.device, precision: str) -> float | None:
     return entry[0] if entry else None
 
 
+_PEAK_MEASURED_HERE: set[Path] = set()
+"""Peak files this process has measured: after the first ``PEAK_MEASUREMENTS``, each process adds one."""
+
+
 def matmul_peak(device: torch.device, precision: str, *, refresh: bool = False,
                 measure: Callable[[], float] | None = None) -> float:
     """The MFU denominator for this machine, precision and thread count.
 
     The first ``PEAK_MEASUREMENTS`` calls on a machine measure (a second or
     so) and keep the highest figure, so one measurement on a busy machine does
-    not stay the denominator; later calls read it. ``refresh`` measures again
-    (the benchmark does, between repeats). ``measure`` replaces the GEMM timing.
+    not stay the denominator. Later, each process's first call adds a short
+    measurement (the smallest size, ``_QUICK_PEAK_SECONDS``) that raises the kept
+    figure where the machine is quieter now than when it was taken; its other
+    calls read it. ``refresh`` measures again in full (the benchmark does,
+    between repeats; the speed advisor, when a trial comes near the peak).
+    ``measure`` replaces the GEMM timing.
     """
     precision = "fp32" if precision not in ("bf16", "fp16") else precision
+    path = _peak_path(device, precision)
     entry = _peak_entry(device, precision)
-    if entry is not None and entry[1] >= PEAK_MEASUREMENTS and not refresh:
+    settled = entry is not None and entry[1] >= PEAK_MEASUREMENTS
+    if settled and not refresh and path in _PEAK_MEASURED_HERE:
         return entry[0]
-    flops = measure() if measure is not None else measure_gemm_peak(device, precision)
+    _PEAK_MEASURED_HERE.add(path)
+    if measure is not None:
+        flops = measure()
+    elif settled and not refresh:
+        sizes = _PEAK_SIZES.get(device.type, (1024, 2048))[:1]
+        flops = measure_gemm_peak(device, precision, sizes, seconds=_QUICK_PEAK_SECONDS)
+    else:
+        flops = measure_gemm_peak(device, precision)
     best, count = (max(entry[0], flops), entry[1] + 1) if entry else (flops, 1)
-    _write_cache(_peak_path(device, precision), {"flops": best, "measurements": count, "precision": precision,
-                                                 "threads": torch.get_num_threads(),
-                                                 "identity": machine_identity(device), "measured": time.time()})
+    _write_cache(path, {"flops": best, "measurements": count, "precision": precision,
+                        "threads": torch.get_num_threads(), "identity": machine_identity(device),
+                        "measured": time.time()})
     return best
 
 

@@ -428,11 +428,12 @@ def spread(values: list[float]) -> Spread | None:
     return Spread(statistics.median(values), min(values), max(values), len(values))
 
 
-def relative_noise(rates: list[float]) -> float:
+def relative_noise(rates: list[float]) -> float | None:
     """How much one cell's tokens/s vary from step to step: the interquartile range over the median
-    (quartiles resist the odd slow step a busy machine throws in; with fewer than 4 values, half the range)."""
+    (quartiles resist the odd slow step a busy machine throws in; with fewer than 4 values, half the range).
+    None with fewer than two values: one step shows no spread, which is not the same as none."""
     if len(rates) < 2:
-        return 0.0
+        return None
     med = statistics.median(rates)
     if len(rates) < 4:
         return (max(rates) - min(rates)) / 2 / med
@@ -447,10 +448,12 @@ class Comparison:
     ratio: float
     """Candidate over baseline: the median of the ratios of trials run in the same repeat (drift hits
     both alike), or the ratio of the medians when they never ran in the same repeat."""
-    noise: float
-    """The relative noise of the two cells' step rates (the larger of the two)."""
+    noise: float | None
+    """The relative noise of the two cells' step rates (the larger of the two); None where either cell has
+    fewer than two timed steps, so its noise is unknown."""
     significant: bool
-    """The margin exceeds the noise, and (with several repeats) every repeat points the same way."""
+    """The margin exceeds the noise, and (with several repeats) every repeat points the same way; never
+    where the noise is unknown."""
 
     @property
     def margin(self) -> float:
@@ -460,6 +463,9 @@ class Comparison:
         return {**asdict(self), "margin": self.margin}
 
     def describe(self, what: str = "the current settings") -> str:
+        if self.noise is None:
+            return (f"{self.margin:+.1%} against {what}, but too few timed steps to judge (a noise needs two "
+                    f"or more per setting)")
         if not self.significant:
             return (f"no significant difference from {what} ({self.margin:+.1%}, within the noise of "
                     f"±{self.noise:.1%})")
@@ -486,9 +492,10 @@ def compare(candidate: list[TrialResult], baseline: list[TrialResult]) -> Compar
         ratio = statistics.median(paired)
     else:
         ratio = statistics.median(cand_rates) / statistics.median(base_rates)
-    noise = max(relative_noise(cand_rates), relative_noise(base_rates))
+    noises = [relative_noise(cand_rates), relative_noise(base_rates)]
+    noise = None if None in noises else max(noises)
     # Only trials run side by side (the same repeat) can show a difference: the machine may have drifted between.
-    significant = abs(ratio - 1.0) > noise and bool(paired)
+    significant = noise is not None and abs(ratio - 1.0) > noise and bool(paired)
     if significant and len(paired) >= 2:
         significant = all(p > 1.0 for p in paired) or all(p < 1.0 for p in paired)
     return Comparison(ratio, noise, significant)

@@ -26,10 +26,11 @@ repeats and the run started with its settings a warm one.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-import json
 import math
 import os
+import stat
 import statistics
 import time
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from typing import Any
 from core.config import RunConfig, TrainConfig
 from core.errors import ConfigError
 from core.event_text import counted
-from core.json_text import parse_json
+from core.json_text import finite_json, parse_json
 from core.trials import (
     Cell,
     TrialCancelled,
@@ -72,6 +73,13 @@ EXPECTED_MFU = {"cpu": 0.5, "cuda": 0.3}
 """Share of the matmul peak a training step reaches, for the estimate only."""
 STEP_FLOOR_S = {"cpu": 0.05, "cuda": 0.02}
 """The least an optimizer step takes however small the model: Python, the optimizer, the step's host sync."""
+TIME_PASSES_BELOW_S = 0.1
+"""A sample's forward and backward estimated below this (from ``EXPECTED_MFU``): the estimate times real passes
+instead (``time_passes``), a fraction of a second."""
+PEAK_CHECK_MFU = 0.9
+"""A trial at this share of the cached matmul peak or more has the peak measured again (``_raise_peak_if_reached``)."""
+BUDGET_ADVICE_MARGIN = 1.25
+"""The budget a "too short" refusal advises, over the estimate of the two settings' trials."""
 
 
 MAX_BUDGET_SECONDS = 7 * 24 * 3600
@@ -227,6 +235,45 @@ def _estimate(cell: Cell, device_type: str, step_seconds: float, total_steps: in
             "step": step_seconds}
 
 
+def time_passes(model, seq_len: int, device, precision: str, samples: int) -> tuple[float, float] | None:
+    """Seconds of an eager forward and backward pass of ``model`` (fresh weights, random tokens) in ``precision``:
+    (what a pass costs whatever its size, what each sample of ``seq_len`` tokens adds), from passes of one and of
+    ``samples`` samples taken in turn (the fastest of each). None where it cannot be timed (out of memory,
+    anything): the estimate then assumes ``EXPECTED_MFU``."""
+    import torch
+
+    from core.device import autocast, synchronize
+    from core.model import LlamaForCausalLM
+    from core.precision import _best_interleaved
+
+    samples = max(2, samples)
+    try:
+        with torch.random.fork_rng(devices=[]):  # the trials' seed is theirs: this draws nothing from it
+            torch.manual_seed(0)
+            net = LlamaForCausalLM(model).to(device)
+            batches = [torch.randint(0, model.vocab_size, (n, seq_len), device=device) for n in (1, samples)]
+
+        def timed(x) -> Callable[[], float]:
+            def one_pass() -> float:
+                t0 = time.perf_counter()
+                with autocast(device, precision):
+                    loss = net(x, targets=x)
+                loss.backward()
+                synchronize(device)
+                elapsed = time.perf_counter() - t0
+                net.zero_grad(set_to_none=True)
+                return elapsed
+
+            return one_pass
+
+        one, many = _best_interleaved((timed(batches[0]), timed(batches[1])), seconds=0.05, min_runs=3)
+    except Exception:  # an estimate's aid: never a reason to refuse the tune
+        return None
+    # Timing noise can make the larger pass look barely dearer: a sample costs its share of it at least.
+    per_sample = max((many - one) / (samples - 1), many / samples / 4)
+    return max(0.0, one - per_sample), per_sample
+
+
 def not_tried(plan: dict[str, Any]) -> list[dict[str, str]]:
     """A plan's (``TunePlan.to_dict``) left-out settings that will not be tried: its spare ones may still be,
     until the trials end (a report's plan has none left)."""
@@ -296,13 +343,17 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
         resolve_precision,
         training_flops_per_token,
     )
+    from core.runs import check_run_root
 
     options = options or TuneOptions()
     device = resolve_device(config.train.device)
-    precision = resolve_precision(config.train.precision, device, config.expected_model())
     if config.resume:
         raise ConfigError("the advisor measures new runs of the current settings; it does not resume a "
                           "checkpoint", "resume")
+    # The trials write no run folder there, but the run that follows with the recommended settings does:
+    # refused as train refuses it, before the precision probe or anything else is measured.
+    check_run_root(config.out_dir)
+    precision = resolve_precision(config.train.precision, device, config.expected_model())
     current = cell_of(config, precision)
     precisions = options.precisions or default_precisions(device)
     for p in precisions:
@@ -323,9 +374,22 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     tokens_per_step = config.tokens_per_step()
     efficiency = EXPECTED_MFU.get(device.type, EXPECTED_MFU["cuda"])
     floor = STEP_FLOOR_S.get(device.type, STEP_FLOOR_S["cuda"])
-    estimates = {c.name: _estimate(c, device.type, max(floor, flops * tokens_per_step / (peaks[c.precision]
-                                                                                         * efficiency)),
-                                   total_steps) for c in cells}
+    sample_flops = flops * config.data.seq_len
+    # A small model spends most of its step outside its matmuls (Python, kernel launches, the elementwise rest):
+    # no share of the matmul peak predicts that, so its passes are timed (tiny reached 5-12% of the peak on a
+    # busy CPU where 50% was assumed, and the estimate came out 3-5× short).
+    largest = max(c.micro_batch for c in cells)  # cells that do not fit in memory are already left out
+    timed = {p: time_passes(config.expected_model(), config.data.seq_len, device, p,
+                            min(largest, max(2, int(TIME_PASSES_BELOW_S * 2 / analytic))))
+             for p in peaks if (analytic := sample_flops / (peaks[p] * efficiency)) < TIME_PASSES_BELOW_S}
+
+    def step_seconds(cell: Cell) -> float:
+        if timed.get(cell.precision) is not None:
+            fixed, per_sample = timed[cell.precision]
+            return max(floor, cell.accum * (fixed + cell.micro_batch * per_sample))
+        return max(floor, flops * tokens_per_step / (peaks[cell.precision] * efficiency))
+
+    estimates = {c.name: _estimate(c, device.type, step_seconds(c), total_steps) for c in cells}
 
     def fitting(repeats: int) -> list[Cell]:
         kept, used = [], 0.0
@@ -337,23 +401,31 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
         return kept
 
     enough = min(2, len(cells))
+
+    def holds(repeats: int) -> bool:
+        """Two settings (or the only one) with this many repeats fit the budget."""
+        kept = fitting(repeats)
+        return len(kept) >= enough and sum(estimates[c.name]["first"] + (repeats - 1) * estimates[c.name]["repeat"]
+                                           for c in kept) <= options.budget_seconds
+
     repeats = options.repeats
-    kept = fitting(repeats)
-    if len(kept) < enough and repeats > 1:
-        # The most repeats that keep two settings: fewer repeats never keep fewer settings, so a
-        # bisection finds it (counting down from a huge --repeats would never end).
+    if repeats > 1 and not holds(repeats):
+        # The most repeats that fit (with one setting too: its repeats alone can outgrow any budget): fewer
+        # repeats never keep fewer settings, so a bisection finds it (counting down from a huge --repeats
+        # would never end).
         low, high = 1, repeats - 1
         while low < high:
             mid = (low + high + 1) // 2
-            low, high = (mid, high) if len(fitting(mid)) >= enough else (low, mid - 1)
+            low, high = (mid, high) if holds(mid) else (low, mid - 1)
         repeats = low
-        kept = fitting(repeats)
+    kept = fitting(repeats)
     if len(kept) < enough:
-        need = sum(estimates[c.name]["first"] for c in cells[:2])
-        advice = (f"give --budget-seconds {math.ceil(need)} or more" if need <= MAX_BUDGET_SECONDS else
+        takes = sum(estimates[c.name]["first"] for c in cells[:2])
+        need = math.ceil(BUDGET_ADVICE_MARGIN * takes)  # an estimate is not a promise: room for a slower machine
+        advice = (f"give --budget-seconds {need} or more" if need <= MAX_BUDGET_SECONDS else
                   "give fewer --trial-steps (the budget is at most a week)")
         raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to compare two settings here: "
-                          f"that takes about {need:,.0f} s; {advice}", "budget_seconds")
+                          f"that takes about {takes:,.0f} s; {advice}", "budget_seconds")
     spare = [c for c in cells if c not in kept]
     left_out += [{"cell": c.name, "reason": "left out to stay within the time budget"} for c in spare]
     kept_names = {c.name for c in kept}
@@ -407,10 +479,12 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     started: list[Cell] = []
     """Cells whose first trial ran: their repeats are kept within the budget before any new cell starts."""
     # Planned cells first, then the spare ones, repeat by repeat: a spare cell that starts is interleaved
-    # with the others from its first trial on.
-    order = [(r, c) for r in range(plan.repeats) for c in [*plan.cells, *plan.spare]]
+    # with the others from its first trial on. Walked, never listed: the repeats may be many.
+    lineup = [*plan.cells, *plan.spare]
     spare = {c.name for c in plan.spare}
     device_type = plan.device.split(":")[0]
+    remeasured: set[str] = set()
+    """Precisions whose matmul peak was measured again in this tune (a trial came close to it)."""
 
     def scale() -> float:
         return statistics.median(ratios) if ratios else 1.0
@@ -431,55 +505,73 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         """In the ETA and the trial count: a planned cell, or a spare one that started."""
         return cell.name not in spare or cell in started
 
-    def eta(start_at: int) -> float:
-        return sum(cost(c, r) for r, c in order[start_at:] if counted(c) and (r == 0 or c in started))
+    def eta(repeat: int, position: int) -> float:
+        """Seconds of the trials from ``position`` of ``repeat`` on: the rest of this repeat, then the later
+        repeats (each costs as much as the next: ``cost`` tells only a first trial from a repeat)."""
+        rest = [c for c in lineup[position:] if counted(c) and (repeat == 0 or c in started)]
+        now = sum(cost(c, repeat) for c in rest)
+        later = plan.repeats - repeat - 1
+        return now + (later * sum(cost(c, 1) for c in lineup if counted(c) and c in started) if later else 0.0)
 
-    for i, (repeat, cell) in enumerate(order):
-        if stop():
-            was_cancelled = True
+    for repeat in range(plan.repeats):
+        if was_cancelled:
             break
-        elapsed = time.perf_counter() - t0
-        if repeat == 0:
-            # A new cell starts only if it and the repeats of every cell started so far fit: a few cells
-            # measured with repeats (drift hits them alike) beat many measured once.
-            need = cost(cell, 0) + (plan.repeats - 1) * sum(cost(c, 1) for c in [*started, cell])
-        elif cell not in started:
-            continue  # its first trial was skipped (already listed)
-        else:
-            need = cost(cell, repeat)
-        # Two settings are the least a comparison needs: the first trials of the first two always run, even
-        # where the machine turned out slower than estimated (the report says by how much it overran).
-        least = repeat == 0 and len(started) < min(2, len(plan.cells))
-        if results and not least and elapsed + need > plan.budget_seconds:
-            if cell.name not in spare:  # a spare cell is already listed as left out
-                skipped.append({"cell": cell.name, "repeat": repeat,
-                                "reason": "it would not fit in the time budget left"})
-            continue
-        if repeat == 0:
-            started.append(cell)
-            if cell.name in spare:
-                live.spare = [c for c in live.spare if c != cell]
-                live.cells.append(cell)
-                live.estimates[cell.name] = estimates[cell.name]
-                live.left_out = [x for x in live.left_out if x["cell"] != cell.name]
-        total = sum(1 for _, c in order if counted(c))
-        emit(TrialStarted(cell.name, cell.label, repeat, len(results) + 1, total, elapsed, eta(i)))
-        try:
-            result = run_trial(plan.config, cell, plan.total_steps, repeat, cancelled=stop)
-        except TrialCancelled:
-            was_cancelled = True
+        ran = False
+        for position, cell in enumerate(lineup):
+            if stop():
+                was_cancelled = True
+                break
+            elapsed = time.perf_counter() - t0
+            if repeat == 0:
+                # A new cell starts only if it and the repeats of every cell started so far fit: a few cells
+                # measured with repeats (drift hits them alike) beat many measured once.
+                need = cost(cell, 0) + (plan.repeats - 1) * sum(cost(c, 1) for c in [*started, cell])
+            elif cell not in started:
+                continue  # its first trial was skipped (already listed)
+            else:
+                need = cost(cell, repeat)
+            # Two settings are the least a comparison needs: the first trials of the first two always run, even
+            # where the machine turned out slower than estimated (the report says by how much it overran).
+            least = repeat == 0 and len(started) < min(2, len(plan.cells))
+            if results and not least and elapsed + need > plan.budget_seconds:
+                if cell.name not in spare:  # a spare cell is already listed as left out
+                    skipped.append({"cell": cell.name, "repeat": repeat,
+                                    "reason": "it would not fit in the time budget left"})
+                continue
+            if repeat == 0:
+                started.append(cell)
+                if cell.name in spare:
+                    live.spare = [c for c in live.spare if c != cell]
+                    live.cells.append(cell)
+                    live.estimates[cell.name] = estimates[cell.name]
+                    live.left_out = [x for x in live.left_out if x["cell"] != cell.name]
+            total = plan.repeats * sum(1 for c in lineup if counted(c))
+            emit(TrialStarted(cell.name, cell.label, repeat, len(results) + 1, total, elapsed,
+                              eta(repeat, position)))
+            try:
+                result = run_trial(plan.config, cell, plan.total_steps, repeat, cancelled=stop)
+            except TrialCancelled:
+                was_cancelled = True
+                break
+            ran = True
+            results.append(result)
+            if result.ok:
+                compile_s = result.compiler_seconds or result.compile_seconds or 0.0
+                warm = WARM_COMPILE_S.get(device_type, WARM_COMPILE_S["cuda"]) if cell.compiled else 0.0
+                measured[cell.name] = result.wall_seconds - (compile_s - warm if repeat == 0 else 0.0)
+                if result.step_seconds:
+                    ratios.append(statistics.median(result.step_seconds) / estimates[cell.name]["step"])
+                if repeat == 0 and cell.compiled and estimates[cell.name].get("cold_compile"):
+                    compile_ratios.append(compile_s / estimates[cell.name]["cold_compile"])
+                raised = _raise_peak_if_reached(live, cell, result, remeasured)
+                if raised is not None:
+                    live.peaks = {**live.peaks, cell.precision: raised}
+            elapsed = time.perf_counter() - t0
+            emit(TrialFinished(result.to_dict(), summarise(live, results), elapsed, eta(repeat, position + 1)))
+        if not ran:
+            # Nothing fitted in this repeat: nothing will in a later one (the estimates change only with a
+            # trial, the time left only shrinks). Its skipped trials are listed; the later repeats' are not.
             break
-        results.append(result)
-        if result.ok:
-            compile_s = result.compiler_seconds or result.compile_seconds or 0.0
-            warm = WARM_COMPILE_S.get(device_type, WARM_COMPILE_S["cuda"]) if cell.compiled else 0.0
-            measured[cell.name] = result.wall_seconds - (compile_s - warm if repeat == 0 else 0.0)
-            if result.step_seconds:
-                ratios.append(statistics.median(result.step_seconds) / estimates[cell.name]["step"])
-            if repeat == 0 and cell.compiled and estimates[cell.name].get("cold_compile"):
-                compile_ratios.append(compile_s / estimates[cell.name]["cold_compile"])
-        elapsed = time.perf_counter() - t0
-        emit(TrialFinished(result.to_dict(), summarise(live, results), elapsed, eta(i + 1)))
     live.spare = []  # what was not tried by now stays in the left-out list
     planned = (plan.describe(), plan.estimate_seconds)  # what was estimated up front, as the user saw it
     extra = len(live.cells) - len(plan.cells)
@@ -503,6 +595,24 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     return report
 
 
+def _raise_peak_if_reached(plan: TunePlan, cell: Cell, result: TrialResult, remeasured: set[str]) -> float | None:
+    """A trial whose median step reached ``PEAK_CHECK_MFU`` of its precision's matmul peak: the peak is measured
+    again (once per precision and tune) and the cache keeps the higher figure, which is returned where it rose.
+    A peak cached while the machine was busy reads low, and an MFU near 100% is how it shows."""
+    import torch
+
+    from core.precision import matmul_peak
+
+    peak = plan.peaks.get(cell.precision)
+    if cell.precision in remeasured or not result.step_rates or not peak:
+        return None
+    if statistics.median(result.step_rates) * plan.flops_per_token < PEAK_CHECK_MFU * peak:
+        return None
+    remeasured.add(cell.precision)
+    kept = matmul_peak(torch.device(plan.device), cell.precision, refresh=True)
+    return kept if kept > peak else None
+
+
 # ----------------------------------------------------------------------------- summary
 def _cell_row(plan: TunePlan, cell: Cell, trials: list[TrialResult]) -> dict[str, Any]:
     ok = [t for t in trials if t.ok]
@@ -512,7 +622,9 @@ def _cell_row(plan: TunePlan, cell: Cell, trials: list[TrialResult]) -> dict[str
     rates = [r for t in ok for r in t.step_rates]
     s = spread(rates)
     row["tokens_per_s"] = s.to_dict() if s else None
-    row["mfu"] = s.median * plan.flops_per_token / plan.peaks[cell.precision] if s else None
+    peak = plan.peaks.get(cell.precision)
+    # At most 100%: a model's FLOP/s beyond the measured GEMM peak proves the peak low, not the model faster.
+    row["mfu"] = min(1.0, s.median * plan.flops_per_token / peak) if s and peak and peak > 0 else None
     peaks = [t.peak_mem_gib for t in ok if t.peak_mem_gib is not None]
     row["peak_mem_gib"] = max(peaks) if peaks else None
     train = [t.peak_mem_gib - t.mem_before_gib for t in ok
@@ -652,15 +764,34 @@ def default_report_path(config: RunConfig) -> Path:
     return reports_dir() / f"{stamp}-{config.preset}.json"
 
 
+def _temp_path(target: Path) -> Path:
+    """The temporary file ``save_report`` writes before renaming it into place."""
+    return target.with_name(f".{target.name}.tmp-{os.getpid()}")
+
+
+def _not_a_file(target: Path) -> str | None:
+    """What ``target`` is when it exists and is not a regular file (nor a folder, refused apart): a rename
+    onto it would replace a device, a named pipe or a socket by the report."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:  # absent (or a broken link: the rename replaces the link, not what it named)
+        return None
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((what for test, what in kinds if test(mode)), None)
+
+
 def save_report(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write the report as JSON, whole or not at all (a temporary file renamed into place)."""
     from core.paths import user_path, why_write_failed
 
     target = user_path(path)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    if (what := _not_a_file(target)) is not None:  # it became one during the trials
+        raise ConfigError(f"cannot write the tuning report {target}: it is {what}, not a file", "json")
+    tmp = _temp_path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        tmp.write_text(finite_json(report, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
@@ -678,17 +809,34 @@ class ReportNotSaved(ConfigError):
 
 
 def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json") -> Path:
-    """Before any trial: the report can be written there (not a folder; its folder a writable folder or
-    creatable). ``flag`` names how the user gave the path; None for a default location."""
-    from core.paths import user_path, why_not_writable
+    """Before any trial: the report can be written there (not a folder, a device, a named pipe or a socket;
+    its folder a writable folder or creatable, and where it exists, the temporary file ``save_report`` writes
+    can be created in it). ``flag`` names how the user gave the path; None for a default location."""
+    from core.paths import user_path, why_not_writable, why_write_failed
 
     target = user_path(path)
     lead = f"{flag} {target}" if flag else f"cannot write the tuning report {target}"
     if target.is_dir():
         raise ConfigError(f"{flag} {target} is a folder; name a file" if flag else f"{lead}: it is a folder", "json")
+    if (what := _not_a_file(target)) is not None:
+        raise ConfigError(f"{lead}: it is {what}, not a file; name a file", "json")
     reason = why_not_writable(target.parent)
     if reason:
         raise ConfigError(f"{lead}: {reason}", "json")
+    if target.parent.is_dir():
+        # Permission bits do not tell everything (root passes them in /proc, where nothing can be created):
+        # the temporary file is created and removed now, not first tried after every trial.
+        tmp = _temp_path(target)
+        try:
+            with open(tmp, "x", encoding="utf-8"):
+                pass
+        except FileExistsError:  # this process's own leftover: writable as it is
+            pass
+        except OSError as exc:
+            raise ConfigError(f"{lead}: no file can be created in {target.parent} ({why_write_failed(exc, target)})",
+                              "json") from None
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     return target
 
 
@@ -758,8 +906,10 @@ def table_rows(report_or_summary: dict[str, Any], running: bool = False) -> list
         rate = "–" if not s else (f"{s['median']:,.0f}" if s["n"] == 1 else
                                   f"{s['median']:,.0f} ({s['low']:,.0f}–{s['high']:,.0f})")
         vs = row.get("vs_current")
+        # A ratio of single steps has no noise to be within: said as such, not as noise.
+        unjudged = " (too few steps)" if vs and "noise" in vs and vs["noise"] is None else " (noise)"
         versus = "current" if row["current"] else ("–" if not vs else
-                                                   f"{vs['ratio']:.2f}×{'' if vs['significant'] else ' (noise)'}")
+                                                   f"{vs['ratio']:.2f}×{'' if vs['significant'] else unjudged}")
         compile_s = "–" if row["mode"] == "off" else (f"{_num(row['compile_cold_s'], '{:.1f}')} / "
                                                       f"{_num(row['compile_warm_s'], '{:.1f}')}")
         if row.get("error"):

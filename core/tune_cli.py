@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 from collections.abc import Callable
 
 
@@ -44,6 +45,8 @@ def add_tune_command(sub: argparse._SubParsersAction,
                                    "each, interleaved, and recommends the fastest whose loss agrees. Takes the "
                                    "settings flags of train; its budget flags are not used (every trial trains "
                                    "the same few steps).")
+    # One prefix for every tune error: the flag errors as the checks' own (``speedboard: error: …``).
+    u.error = lambda message: u.exit(2, f"speedboard: error: {message}\n")
     add_settings_flags(u)
     u.add_argument("--budget-seconds", type=_positive_number,
                    help="time for all the trials (estimated up front; default 600)")
@@ -86,7 +89,11 @@ class TuneConsole:
                 return
             compile_s = r["compiler_seconds"] if r["compiler_seconds"] is not None else r["compile_seconds"]
             extra = f", compile {compile_s:.1f} s" if compile_s else ""
-            self.say(f"{where}: {r['tokens_per_s']:,.0f} tok/s, loss {r['losses'][-1]:.4f}{extra}"
+            # The median step, as the table counts it: the whole window's mean would carry a first trial's
+            # one-time set-up (a 7 s step among 0.6 s ones) and disagree with the table's row.
+            rates = [r["tokens_per_step"] / t for t in r["step_seconds"] if t > 0]
+            rate = statistics.median(rates) if rates else r["tokens_per_s"]
+            self.say(f"{where}: {rate:,.0f} tok/s (median step), loss {r['losses'][-1]:.4f}{extra}"
                      f"  (about {event.eta_seconds / 60:.1f} min left)")
 
 

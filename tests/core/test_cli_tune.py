@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -198,3 +199,80 @@ def test_sigterm_ends_a_tune_in_one_line_and_sighup_stops_it_like_ctrl_c(signum,
     else:
         assert "recommendation:" in out and report.is_file()
     assert not [p for p in tmp.iterdir() if p.name.startswith("speedboard-trial-")]
+
+
+def _special_files(tmp_path) -> list[Path]:
+    """A named pipe, and a character device (root only) as ``mknod c 1 3`` makes one: /dev/null's numbers."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    found = [pipe]
+    if os.geteuid() == 0:
+        null = tmp_path / "null"
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        found.append(null)
+    return found
+
+
+def test_a_report_path_that_is_a_device_or_a_pipe_is_refused_not_replaced(micro_file, tmp_path, monkeypatch, capsys):
+    """A rename onto it would replace the device by a JSON file (as root, ``--json /dev/null`` would)."""
+    _no_trials(monkeypatch)
+    for special in _special_files(tmp_path):
+        kind = stat.S_IFMT(os.stat(special).st_mode)
+        assert main(["tune", "--config", micro_file, "--json", str(special)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"--json {special}: it is a" in err and "not a file" in err, err
+        assert stat.S_IFMT(os.stat(special).st_mode) == kind  # still what it was
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="a /proc file system")
+def test_a_report_folder_that_permissions_call_writable_but_is_not_is_refused_before_any_trial(
+        micro_file, monkeypatch, capsys):
+    """/proc passes root's permission check, yet no file can be created there: found by trying, up front."""
+    _no_trials(monkeypatch)
+    assert main(["tune", "--config", micro_file, "--json", "/proc/speedboard-tune.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--json /proc/speedboard-tune.json: " in err, err
+    assert "no file can be created in /proc" in err or "/proc is not writable" in err  # root, or not
+    assert not Path(f"/proc/.speedboard-tune.json.tmp-{os.getpid()}").exists()
+
+
+def test_an_output_folder_train_refuses_is_refused_in_trains_words(micro_file, tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "passwd"
+    blocker.write_text("root:x:0:0\n")
+    _no_trials(monkeypatch)
+    assert main(["tune", "--config", micro_file, "--out", str(blocker), "--json", str(tmp_path / "t.json")]) == 2
+    tune_line = capsys.readouterr().err.strip()
+    assert len(tune_line.splitlines()) == 1
+    assert f"cannot create run folders in {blocker} (the output folder): {blocker} is a file, not a folder" in tune_line
+    assert main(["train", "--config", micro_file, "--out", str(blocker)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == tune_line
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("args", [["--repeats", "x"], ["--budget-seconds", "soon"], ["--micro-batch", "x"],
+                                  ["--cells", "nothing-*"], ["--json", ""]])
+def test_every_tune_error_has_the_same_prefix(args, micro_file, capsys):
+    assert _exit_code(["tune", "--config", micro_file, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("speedboard: error: "), err
+
+
+def test_the_line_after_a_trial_shows_the_tables_statistic():
+    """A first trial's slow first step (7.26 s among 0.6 s ones) moves the window's mean, not the median step
+    the table shows: the line and the table agree."""
+    from core.trials import TrialResult
+    from core.tune import TrialFinished, TrialStarted
+    from core.tune_cli import TuneConsole
+
+    steps = [7.26, 0.67, 0.60]
+    result = TrialResult("off-a1-fp32", "speedboard", 0, tokens_per_s=3 * 1024 / sum(steps), tokens_per_step=1024,
+                         timed_steps=3, step_seconds=steps, losses=[5.0])
+    lines = []
+    console = TuneConsole()
+    console.say = lines.append
+    console(TrialStarted("off-a1-fp32", "compile off, fp32, 16 × 1", 0, 1, 20, 0.0, 60.0))
+    console(TrialFinished(result.to_dict(), {}, 9.0, 50.0))
+    assert lines == ["[1/20] compile off, fp32, 16 × 1: 1,528 tok/s (median step), loss 5.0000  (about 0.8 min left)"]
+    from core.trials import spread
+
+    assert f"{spread(result.step_rates).median:,.0f}" == "1,528"  # the table's figure

@@ -457,3 +457,113 @@ def test_a_damaged_report_is_one_line_not_an_error_where_it_is_shown(damage, mic
     path.write_text(json.dumps(broken))
     with pytest.raises(ConfigError, match="is not a complete tuning report"):
         load_report(path)
+
+
+def test_one_timed_step_per_setting_leaves_the_noise_unknown_and_nothing_significant():
+    """One step shows no spread, which is not the same as none: "37% faster: above the noise (±0.0%)" was
+    said of single steps."""
+    base, faster = [_trial("a", 0, [100])], [_trial("b", 0, [137])]
+    cmp = compare(faster, base)
+    assert cmp.noise is None and not cmp.significant
+    assert cmp.describe() == ("+37.0% against the current settings, but too few timed steps to judge (a noise "
+                              "needs two or more per setting)")
+    assert cmp.to_dict()["noise"] is None
+    # Two repeats give each setting two timed steps: the noise is known again.
+    two = compare([*faster, _trial("b", 1, [139])], [*base, _trial("a", 1, [101])])
+    assert two.noise is not None and two.significant
+
+
+def test_a_tune_of_single_steps_recommends_nothing_as_significant(micro, monkeypatch):
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=1, repeats=1), cells=EAGER[:2])
+    fake = FakeTrials(monkeypatch, seconds=1.0)
+    real = fake.__call__
+
+    def one_step(config, cell, total_steps, repeat, cancelled=None):
+        result = real(config, cell, total_steps, repeat, cancelled)
+        result.step_seconds = [0.01] if cell.name == "off-a1-fp32" else [0.0073]  # 37% faster
+        return result
+
+    monkeypatch.setattr("core.tune.run_trial", one_step)
+    report = run_tune(plan)
+    rec = report["recommendation"]
+    assert rec["cell"] == "off-a2-fp32" and rec["significant"] is False
+    assert "too few timed steps to judge" in rec["text"] and "above the noise" not in rec["text"]
+    row = table_rows(report)[2]
+    assert row[2] == "1.37× (too few steps)"
+
+
+def test_a_huge_repeat_count_with_one_setting_is_lowered_to_the_budget(micro):
+    """With one setting the bisection that fits the repeats to the budget did not run: 2⁶³ - 1 repeats were
+    planned ("about 10¹⁹ seconds") and listed trial by trial."""
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=5, repeats=2**63 - 1, precisions=("fp32",),
+                                          patterns="off-a1-*"))
+    assert [c.name for c in plan.cells] == ["off-a1-fp32"]
+    assert 1 <= plan.repeats <= 5 / 1.5 and plan.estimate_seconds <= 5
+
+
+def test_a_run_of_many_repeats_walks_them_without_listing_every_trial(micro, monkeypatch):
+    """Trials are taken repeat by repeat, not from a list of them all; once a whole repeat fits no trial, the
+    tune ends there instead of skipping the rest one by one."""
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=1), cells=EAGER)
+    plan.repeats, plan.budget_seconds = 10**6, 10.0
+    fake = FakeTrials(monkeypatch, seconds=1.0)
+    asked = []
+    report = run_tune(plan, cancelled=lambda: asked.append(1) and False)
+    assert 2 <= len(fake.ran) <= 10 and not report["cancelled"]
+    assert len(asked) < 100 and len(report["skipped"]) <= len(EAGER)
+
+
+def test_the_estimate_times_a_small_models_passes(micro, monkeypatch):
+    """A small model spends most of a step outside its matmuls: its passes are timed, not assumed at half the
+    matmul peak (tiny's estimate came out 3-5× short), and a "too short" refusal names a budget that holds."""
+    import core.tune
+
+    seen = []
+
+    def passes(model, seq_len, device, precision, samples):
+        seen.append((precision, samples))
+        return 0.5, 0.25  # seconds per pass, per sample
+
+    monkeypatch.setattr(core.tune, "time_passes", passes)
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=3600, steps=2, repeats=1), cells=EAGER[:2])
+    assert sorted(seen) == [("fp32", 4)]  # up to the largest micro-batch of the cells
+    for cell in plan.cells:
+        step = cell.accum * (0.5 + cell.micro_batch * 0.25)
+        assert plan.estimates[cell.name]["step"] == pytest.approx(step)
+        assert plan.estimates[cell.name]["first"] == pytest.approx(core.tune.TRIAL_SETUP_S + plan.total_steps * step)
+    with pytest.raises(ConfigError, match=r"give --budget-seconds (\d+) or more") as caught:
+        plan_tune(micro(), TuneOptions(budget_seconds=1, steps=2, repeats=1), cells=EAGER[:2])
+    enough = int(caught.value.args[0].split("--budget-seconds ")[1].split()[0])
+    assert enough >= plan.estimate_seconds
+    assert len(plan_tune(micro(), TuneOptions(budget_seconds=enough, steps=2, repeats=1), cells=EAGER[:2]).cells) == 2
+
+
+def test_timing_a_models_passes_gives_two_positive_figures(micro):
+    import math
+
+    from core.tune import time_passes
+
+    fixed, per_sample = time_passes(micro().model, 16, torch.device("cpu"), "fp32", 4)
+    assert fixed >= 0 and per_sample > 0 and math.isfinite(fixed + per_sample)
+
+
+def test_a_trial_near_the_peak_measures_it_again_and_mfu_stays_at_most_100_percent(micro, monkeypatch):
+    """A peak cached while the machine was busy reads low: a trial near it (MFU 99.9-100% was shown) has it
+    measured again, once per precision, and the figure kept is the higher one; MFU never shows above 100%."""
+    import core.precision
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=2), cells=EAGER[:2])
+    plan.peaks = {"fp32": 1e3}  # far below what the trials reach
+    FakeTrials(monkeypatch, seconds=1.0)
+    calls = []
+
+    def remeasure(device, precision, refresh=False, measure=None):
+        calls.append((str(device), precision, refresh))
+        return 2e3
+
+    monkeypatch.setattr(core.precision, "matmul_peak", remeasure)
+    report = run_tune(plan)
+    assert calls == [("cpu", "fp32", True)]  # once, in full
+    assert report["plan"]["peaks"]["fp32"] == 2e3
+    assert all(row["mfu"] == 1.0 for row in report["summary"]["rows"].values())
+    assert all(cell[3] == "100%" for cell in table_rows(report)[1:])
