@@ -126,8 +126,10 @@ class BPETokenizer:
         return tok
 
     def hf_config(self, add_bos: bool = False) -> dict:
+        # split_special_tokens: a special token's name in text is text, as training and generate read it
+        # (``plain_text_tokenizer``); Hugging Face otherwise made "<|eos|>" in a document the EOS token.
         cfg: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
-                     "add_bos_token": add_bos, "add_eos_token": False}
+                     "add_bos_token": add_bos, "add_eos_token": False, "split_special_tokens": True}
         for role in ("bos", "eos", "pad"):
             token = getattr(self, f"{role}_token")
             if token is not None:

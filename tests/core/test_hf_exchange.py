@@ -65,8 +65,12 @@ def test_export_loads_in_transformers_with_the_same_logits_and_tokens(arch, micr
         mine = ours(ids, mask)
     assert (theirs - mine)[mask.bool()].abs().max().item() <= 1e-4
 
-    for text in TEXTS:
-        expected = loaded.tokenizer.encode(text)
+    from core.token_store import plain_text_tokenizer
+
+    as_text = plain_text_tokenizer(loaded.tokenizer)  # how training and generate read a document or a prompt
+    # A special token's name in a document is text: Hugging Face read "<|eos|>" in it as the EOS token.
+    for text in [*TEXTS, f"a {loaded.tokenizer.eos_token} b {loaded.tokenizer.bos_token}"]:
+        expected = as_text.encode(text, add_special_tokens=False).ids
         assert hf_tok(text, add_special_tokens=False)["input_ids"] == expected
         assert hf_tok.decode(expected) == loaded.tokenizer.decode(expected)
         # As every training sample, and ``speedboard generate``'s prompt, the text comes after BOS.
