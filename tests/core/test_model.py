@@ -197,17 +197,19 @@ def test_a_model_no_memory_holds_is_one_line_before_anything_is_allocated(sizes,
         assert LlamaForCausalLM(cfg).config == cfg
 
 
-def test_training_a_model_no_memory_holds_is_refused_before_auto_precision_builds_one(tmp_path, monkeypatch):
-    """auto's probe builds one layer of the model: it came before the memory check."""
+def test_training_a_model_no_memory_holds_is_refused_before_its_corpus_or_auto_precision(tmp_path, monkeypatch):
+    """auto's probe builds one layer of the model: it came before the memory check, and so did the corpus'
+    preparation (minutes on a large one)."""
     import core.precision
     from core.trainer import train
     from tests.conftest import micro_config
 
     def probe(*args, **kwargs):
-        raise AssertionError("the precision probe ran")
+        raise AssertionError("the precision probe or the data preparation ran")
 
     monkeypatch.setattr(core.precision, "decide_precision", probe)
     monkeypatch.setattr("core.trainer.decide_precision", probe, raising=False)
+    monkeypatch.setattr("core.trainer.prepare_data", probe)
     cfg = micro_config(tmp_path, model={"max_position_embeddings": 10**12}, train={"precision": "auto"})
     with pytest.raises(ConfigError, match="the model alone needs .*the tables of its positions alone"):
         train(cfg)
