@@ -464,7 +464,7 @@ class Comparison:
 
     def describe(self, what: str = "the current settings") -> str:
         if self.noise is None:
-            return (f"{self.margin:+.1%} against {what}, but too few timed steps to judge (a noise needs two "
+            return (f"{self.margin:+.1%} against {what}, with too few timed steps to judge (a spread needs two "
                     f"or more per setting)")
         if not self.significant:
             return (f"no significant difference from {what} ({self.margin:+.1%}, within the noise of "

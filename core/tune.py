@@ -463,6 +463,7 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         trained = replace(plan.config.model, vocab_size=data.tokenizer.vocab_size)
         plan = replace(plan, flops_per_token=training_flops_per_token(trained, plan.config.data.seq_len))
     emit(TuneStarted(plan.to_dict()))
+    _warm_up(plan, stop)
     live = replace(plan, cells=list(plan.cells), estimates=dict(plan.estimates), left_out=list(plan.left_out),
                    spare=list(plan.spare))
     """The plan as it grows: a spare cell that starts joins its cells, leaves its left-out list."""
@@ -595,6 +596,21 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     return report
 
 
+WARM_UP_STEPS = 2
+"""Optimizer steps of the trial that warms the process up before the first measured one."""
+
+
+def _warm_up(plan: TunePlan, stop: Callable[[], bool]) -> None:
+    """An eager trial at the first setting's micro-batch and precision, its figures unused. A process's first
+    training pays one-time costs (thread pools, the allocator's first pages, the first calls of the optimizer and
+    of each kernel) inside its timed steps: the first trial measured, the current settings', read several times
+    slower than its own repeats, and every setting compared with it looked that much faster."""
+    first = plan.cells[0]
+    with contextlib.suppress(TrialCancelled):  # the trials see the stop next
+        run_trial(plan.config, Cell("off", "model", 1, first.micro_batch, first.precision), WARM_UP_STEPS,
+                  cancelled=stop)
+
+
 def _raise_peak_if_reached(plan: TunePlan, cell: Cell, result: TrialResult, remeasured: set[str]) -> float | None:
     """A trial whose median step reached ``PEAK_CHECK_MFU`` of its precision's matmul peak: the peak is measured
     again (once per precision and tune) and the cache keeps the higher figure, which is returned where it rose.
@@ -717,7 +733,8 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
     elif cmp.significant:
         out["text"] = f"Fastest: {best['label']}, {cmp.describe()}."
     else:
-        out["text"] = f"Fastest measured: {best['label']}, but {cmp.describe()}."
+        but = "" if cmp.noise is None else "but "  # "too few steps to judge" is its own reservation
+        out["text"] = f"Fastest measured: {best['label']}, {but}{cmp.describe()}."
     # A pick is only as clear as its lead over the next best: a tie there is said, not hidden.
     others = [row for row in eligible if row["name"] not in (best["name"], plan.current)]
     runner_up = max(others, key=speed) if others else None

@@ -386,8 +386,13 @@ class FakeTrials:
         import core.tune
 
         self.now, self.seconds, self.compile_seconds, self.ran = 0.0, seconds, compile_seconds, []
+        self.warm_ups = 0
         monkeypatch.setattr(core.tune.time, "perf_counter", lambda: self.now)
         monkeypatch.setattr(core.tune, "run_trial", self)
+        monkeypatch.setattr(core.tune, "_warm_up", self.warm_up)
+
+    def warm_up(self, plan, stop) -> None:
+        self.warm_ups += 1
 
     def __call__(self, config, cell, total_steps, repeat, cancelled=None) -> TrialResult:
         self.ran.append((cell.name, repeat))
@@ -465,7 +470,7 @@ def test_one_timed_step_per_setting_leaves_the_noise_unknown_and_nothing_signifi
     base, faster = [_trial("a", 0, [100])], [_trial("b", 0, [137])]
     cmp = compare(faster, base)
     assert cmp.noise is None and not cmp.significant
-    assert cmp.describe() == ("+37.0% against the current settings, but too few timed steps to judge (a noise "
+    assert cmp.describe() == ("+37.0% against the current settings, with too few timed steps to judge (a spread "
                               "needs two or more per setting)")
     assert cmp.to_dict()["noise"] is None
     # Two repeats give each setting two timed steps: the noise is known again.
@@ -488,6 +493,7 @@ def test_a_tune_of_single_steps_recommends_nothing_as_significant(micro, monkeyp
     rec = report["recommendation"]
     assert rec["cell"] == "off-a2-fp32" and rec["significant"] is False
     assert "too few timed steps to judge" in rec["text"] and "above the noise" not in rec["text"]
+    assert rec["text"].startswith("Fastest measured: ") and "but" not in rec["text"]  # was "…, but +37%, but too few"
     row = table_rows(report)[2]
     assert row[2] == "1.37× (too few steps)"
 
@@ -567,3 +573,24 @@ def test_a_trial_near_the_peak_measures_it_again_and_mfu_stays_at_most_100_perce
     assert report["plan"]["peaks"]["fp32"] == 2e3
     assert all(row["mfu"] == 1.0 for row in report["summary"]["rows"].values())
     assert all(cell[3] == "100%" for cell in table_rows(report)[1:])
+
+
+def test_a_warm_up_trial_runs_before_the_first_measured_one_and_is_not_counted(micro, monkeypatch):
+    """The process's first training paid one-time costs in its timed steps: the current settings, measured
+    first, read several times slower than their repeats and every other setting as that much faster."""
+    import core.tune
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=1), cells=EAGER[:2])
+    calls = []
+    real = core.tune.run_trial
+
+    def recorded(config, cell, total_steps, repeat=0, cancelled=None):
+        calls.append((cell, total_steps, repeat))
+        return real(config, cell, total_steps, repeat, cancelled=cancelled)
+
+    monkeypatch.setattr(core.tune, "run_trial", recorded)
+    report = run_tune(plan)
+    warm, *measured = calls
+    assert warm == (Cell("off", "model", 1, EAGER[0].micro_batch, EAGER[0].precision), core.tune.WARM_UP_STEPS, 0)
+    assert [c.name for c, _, _ in measured] == [c.name for c in EAGER[:2]]
+    assert len(report["trials"]) == 2
