@@ -97,6 +97,24 @@ class TuneConsole:
                      f"  (about {event.eta_seconds / 60:.1f} min left)")
 
 
+def _planned(config, options, plan_tune):
+    """``plan_tune``, said on a terminal while it runs (and erased after): it prepares the corpus and measures the
+    machine (matmul peaks, auto's probe, a few passes), seconds to minutes with nothing else on the screen."""
+    import sys
+
+    shown = sys.stderr.isatty()
+    if shown:
+        sys.stderr.write("speedboard tune: planning: checking the settings, preparing the corpus, measuring this "
+                         "machine …")
+        sys.stderr.flush()
+    try:
+        return plan_tune(config, options)
+    finally:
+        if shown:
+            sys.stderr.write("\r\033[K")  # the line goes: the plan, or the one error line, takes its place
+            sys.stderr.flush()
+
+
 def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     from core.cli import _interruptible, config_from_args
     from core.control import Control
@@ -123,7 +141,7 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
             report_path = check_report_path(default_report_path(config), flag=None)
         except ConfigError as exc:
             raise ConfigError(f"{exc}; give --json FILE to write it elsewhere", "json") from None
-    plan = plan_tune(config, options)
+    plan = _planned(config, options, plan_tune)
     console = TuneConsole()
     console.say(f"speedboard tune: {config.preset} on {plan.device_name}, effective batch "
                 f"{config.train.micro_batch * config.train.accum_steps} × {config.data.seq_len} tokens; "

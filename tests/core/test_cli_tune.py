@@ -276,3 +276,33 @@ def test_the_line_after_a_trial_shows_the_tables_statistic():
     from core.trials import spread
 
     assert f"{spread(result.step_rates).median:,.0f}" == "1,528"  # the table's figure
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_planning_is_said_on_a_terminal_and_erased_after_it(monkeypatch, fails):
+    """The plan prepares the corpus and measures the machine: seconds with nothing on the screen."""
+    import io
+    import sys
+
+    from core.errors import ConfigError
+    from core.tune_cli import _planned
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+
+    def plan(config, options):
+        assert "planning: checking the settings, preparing the corpus, measuring this machine" in terminal.getvalue()
+        if fails:
+            raise ConfigError("bad")
+        return "the plan"
+
+    if fails:
+        with pytest.raises(ConfigError):
+            _planned(None, None, plan)
+    else:
+        assert _planned(None, None, plan) == "the plan"
+    assert terminal.getvalue().endswith("\r\033[K")
