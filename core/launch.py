@@ -72,10 +72,28 @@ def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = Non
 def worker_env(nproc: int, device: str = "auto", cpu_count: int | None = None) -> dict[str, str]:
     """Variables to add to the environment of a run of ``nproc`` processes."""
     env = {"PYTHONUNBUFFERED": "1"}  # rank 0's progress lines arrive as they are printed
-    if nproc > 1 and device.startswith("cpu") and "OMP_NUM_THREADS" not in os.environ:
+    threads = worker_threads(nproc, device, cpu_count)
+    if threads is not None and "OMP_NUM_THREADS" not in os.environ:
         # CPU processes share the cores (torchrun would give each a single thread).
-        env["OMP_NUM_THREADS"] = str(max(1, (cpu_count or os.cpu_count() or 1) // nproc))
+        env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def worker_threads(nproc: int, device: str = "auto", cpu_count: int | None = None) -> int | None:
+    """The intra-op threads each process of a CPU job of ``nproc`` processes trains with (what auto precision's
+    probe and the matmul peak are measured at: per thread count); None for one process or on a GPU."""
+    from core.device import resolve_device
+
+    if nproc <= 1:
+        return None
+    try:
+        on_cpu = (device if device != "auto" else str(resolve_device("auto"))).startswith("cpu")
+    except ConfigError:
+        return None
+    if not on_cpu:
+        return None
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    return int(given) if given.isdigit() and int(given) > 0 else max(1, (cpu_count or os.cpu_count() or 1) // nproc)
 
 
 def check_nproc(nproc: int, device: str | None = None) -> None:

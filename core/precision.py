@@ -283,25 +283,28 @@ def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *
     return ProbeResult(flops / fp32_s, flops / bf16_s, probe_shapes(model, rows))
 
 
-def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS) -> Path:
+def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS, threads: int | None = None) -> Path:
     shape = "-".join(f"{r}x{i}x{o}" for r, i, o in probe_shapes(model, rows))
     shape += f"-h{model.num_heads}kv{model.num_kv_heads}"  # attention is part of the pass
     # The probe's method is part of the key, so a result measured another way (bare GEMMs) is not reused.
-    return _machine_dir(device) / f"bf16-training-probe-{shape}-{torch.get_num_threads()}t.json"
+    return _machine_dir(device) / f"bf16-training-probe-{shape}-{threads or torch.get_num_threads()}t.json"
 
 
-def _probe_entry(model: ModelConfig, device: torch.device) -> tuple[ProbeResult, int] | None:
+def _probe_entry(model: ModelConfig, device: torch.device,
+                 threads: int | None = None) -> tuple[ProbeResult, int] | None:
     """The cached probe and how many measurements it keeps the best of; None when absent or damaged."""
-    data = _read_cache(_probe_path(model, device))
+    data = _read_cache(_probe_path(model, device, threads=threads))
     try:
         return (ProbeResult.from_dict(data), _measurements(data)) if data else None
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def cached_probe(model: ModelConfig, device: torch.device | None = None) -> ProbeResult | None:
-    """The probe's result for these shapes on this machine, if it was measured before (a file read, no tensors)."""
-    entry = _probe_entry(model, device or torch.device("cpu"))
+def cached_probe(model: ModelConfig, device: torch.device | None = None,
+                 threads: int | None = None) -> ProbeResult | None:
+    """The probe's result for these shapes on this machine at ``threads`` intra-op threads (this process's by
+    default), if it was measured before (a file read, no tensors)."""
+    entry = _probe_entry(model, device or torch.device("cpu"), threads)
     return entry[0] if entry else None
 
 
@@ -393,11 +396,14 @@ def decide_precision(requested: str, device: torch.device, probe: Probe | ProbeR
     return choice_from_probe(result, device)
 
 
-def cached_choice(requested: str, device: torch.device, model: ModelConfig) -> PrecisionChoice | None:
-    """What ``decide_precision`` would say without measuring anything; None where ``auto`` on a CPU has no
-    cached probe yet (it is decided when the run starts). For the dashboard's GUI thread."""
+def cached_choice(requested: str, device: torch.device, model: ModelConfig,
+                  threads: int | None = None) -> PrecisionChoice | None:
+    """What ``decide_precision`` would say without measuring anything, in a process of ``threads`` intra-op
+    threads (this one's by default; a CPU job of several processes shares the cores out); None where ``auto``
+    on a CPU has no cached probe for them yet (it is decided when the run starts). For the dashboard's GUI
+    thread."""
     if requested == "auto" and device.type == "cpu":
-        found = cached_probe(model, device)
+        found = cached_probe(model, device, threads)
         return None if found is None else choice_from_probe(found, device)
     return decide_precision(requested, device, model=model)
 

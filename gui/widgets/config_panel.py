@@ -692,11 +692,13 @@ class ConfigPanel(QWidget):
 
     def _show_auto_choice(self, device, model: ModelConfig) -> None:
         """The ``auto`` item says what it would choose here and why: from the cached probe only, never by
-        measuring on the GUI thread (the torch thread probes when a run starts)."""
+        measuring on the GUI thread (the torch thread probes when a run starts). A CPU job of several processes
+        decides at its processes' thread count, where bf16 may pay otherwise."""
+        from core.launch import worker_threads
         from core.precision import cached_choice
 
         try:
-            choice = cached_choice("auto", device, model)
+            choice = cached_choice("auto", device, model, worker_threads(self.processes.value(), str(device)))
         except SpeedboardError:
             choice = None
         text = f"auto ({choice.reason})" if choice else PRECISION_TEXT["auto"]

@@ -339,6 +339,8 @@ def test_torchrun_argv_and_worker_env():
     assert env["PYTHONUNBUFFERED"] == "1"
     if "OMP_NUM_THREADS" not in os.environ:
         assert env["OMP_NUM_THREADS"] == "4"
+        if not torch.cuda.is_available():  # "auto" is the CPU here: its processes share the cores too (were 1 each)
+            assert worker_env(2, "auto", cpu_count=8)["OMP_NUM_THREADS"] == "4"
     assert "OMP_NUM_THREADS" not in worker_env(2, "cuda")
 
 

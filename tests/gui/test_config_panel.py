@@ -88,6 +88,28 @@ def test_a_missing_data_file_is_shown_under_the_data_row(panel, tmp_path):
     assert shown(panel) == ["sourceError"]
 
 
+def test_the_auto_precision_item_says_what_a_job_of_several_cpu_processes_will_choose(panel, monkeypatch, tmp_path):
+    """Each of its processes trains on its share of the cores, where the probe (cached per thread count) may
+    choose otherwise: the item said fp32 while the 2-process job trained in bf16."""
+    from core import precision as prec
+
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    model, cpu = panel.config.model, prec.torch.device("cpu")
+    shapes = prec.probe_shapes(model)
+    for threads, result in ((prec.torch.get_num_threads(), prec.ProbeResult(100e9, 98e9, shapes)),
+                            (2, prec.ProbeResult(50e9, 100e9, shapes))):
+        prec._write_cache(prec._probe_path(model, cpu, threads=threads), result.to_dict())
+    combo, auto = panel.precision, panel.precision.findData("auto")
+    panel.processes.setMaximum(max(panel.processes.maximum(), 2))
+    panel.processes.setValue(1)
+    panel.refresh_precision()
+    assert combo.itemText(auto).startswith("auto (fp32")
+    panel.processes.setValue(2)  # 4 cores: 2 threads each
+    assert combo.itemText(auto) == "auto (bf16: training 2.0× faster than fp32 on this CPU)"
+
+
 def test_the_auto_precision_item_says_what_auto_chose_without_measuring(panel, monkeypatch, tmp_path):
     from PySide6.QtCore import Qt
 
