@@ -145,6 +145,13 @@ class MainWindow(QMainWindow):
             button.setDefaultAction(self.actions[text])
             self.plots.options.insertWidget(position, button)
             self.compact_controls.append(button)
+        # Tab reaches them where they stand, before the plots' options: made last, they came after the run table.
+        previous = self.plots.x_axis_combo.previousInFocusChain()
+        while previous.focusPolicy() == Qt.FocusPolicy.NoFocus:  # setTabOrder ignores such a widget (a label)
+            previous = previous.previousInFocusChain()
+        for widget in (self.settings_button, *self.compact_controls, self.plots.x_axis_combo):
+            QWidget.setTabOrder(previous, widget)
+            previous = widget
         self.settings_button.shown_changed.connect(self._show_compact_controls)
         self._show_compact_controls(self.settings_shown())
 

@@ -416,7 +416,8 @@ class RunSession(QObject):
             self._route(self._active, TrainingPaused(self._active.step))
 
     def _on_training_resumed(self) -> None:
-        if self._active is not None:
+        # A paused run that is stopped (Stop, Continue, closing) wakes only to stop: not "resumed" in the log.
+        if self._active is not None and self._active.state != "stopping":
             self._route(self._active, TrainingResumed())
 
     def _on_save_failed(self, path: str, message: str) -> None:

@@ -283,6 +283,21 @@ def test_pause_and_resume(qtbot, make_window):
     assert steps == list(range(1, record.step + 1))  # nothing lost or repeated across the pause
 
 
+def test_a_paused_run_that_is_stopped_is_not_said_to_resume(qtbot, make_window):
+    """Stop wakes a paused run only to stop it: the log said "stopping …", then "resumed"."""
+    window = make_window(**LONG)
+    click(window, "startButton")
+    record = wait_steps(qtbot, window, 1)
+    click(window, "pauseButton")
+    qtbot.waitUntil(lambda: record.state == "paused")
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    assert record.state == "stopped"
+    said = [line for line in window.log.messages() if record.label in line]
+    assert any("stopping after the current optimizer step" in line for line in said)
+    assert not any(line.endswith("resumed") for line in said), said
+
+
 def test_resume_before_the_pause_came_withdraws_pausing_from_the_status_bar(qtbot, make_window):
     window = make_window(**LONG)
     click(window, "startButton")

@@ -186,3 +186,25 @@ def test_start_by_its_shortcut_while_a_number_is_typed_takes_it_as_the_field_lef
     qtbot.keyClick(field.lineEdit(), Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert window.session.active is not None, "the shortcut started nothing"
     assert window.session.active.train["accum_steps"] == 1024 and field.value() == 1024
+
+
+def test_tab_reaches_the_settings_button_where_it_stands_before_the_plots_options(window):
+    """It sits at the top left of the plots, yet Tab reached it last, after the run table."""
+    from PySide6.QtCore import Qt
+
+    def next_focusable(widget):
+        widget = widget.nextInFocusChain()
+        while not (widget.focusPolicy() & Qt.FocusPolicy.TabFocus and widget.isVisibleTo(window)
+                   and widget.isEnabled()):
+            widget = widget.nextInFocusChain()
+        return widget
+
+    assert next_focusable(window.settings_button) is window.plots.x_axis_combo
+    reached, widget = [], window.settings_button
+    for _ in range(200):  # once round the chain
+        widget = next_focusable(widget)
+        reached.append(widget)
+        if widget is window.settings_button:
+            break
+    # Round the chain: the settings column, the log below it, then the button, not the run table.
+    assert reached[-2].objectName() == "logView" and window.table in reached[:-2]
