@@ -454,6 +454,8 @@ class Comparison:
     significant: bool
     """The margin exceeds the noise, and (with several repeats) every repeat points the same way; never
     where the noise is unknown."""
+    pairs: int = 0
+    """Repeats in which both ran: one cannot show drift between trials, only the noise within them."""
 
     @property
     def margin(self) -> float:
@@ -470,7 +472,8 @@ class Comparison:
             return (f"no significant difference from {what} ({self.margin:+.1%}, within the noise of "
                     f"±{self.noise:.1%})")
         word = "faster" if self.margin > 0 else "slower"
-        return f"{abs(self.margin):.1%} {word} than {what}: above the noise (±{self.noise:.1%})"
+        once = ", from one trial each (no repeat)" if self.pairs == 1 else ""
+        return f"{abs(self.margin):.1%} {word} than {what}: above the noise (±{self.noise:.1%}){once}"
 
 
 def compare(candidate: list[TrialResult], baseline: list[TrialResult]) -> Comparison | None:
@@ -498,7 +501,7 @@ def compare(candidate: list[TrialResult], baseline: list[TrialResult]) -> Compar
     significant = noise is not None and abs(ratio - 1.0) > noise and bool(paired)
     if significant and len(paired) >= 2:
         significant = all(p > 1.0 for p in paired) or all(p < 1.0 for p in paired)
-    return Comparison(ratio, noise, significant)
+    return Comparison(ratio, noise, significant, len(paired))
 
 
 def loss_reference(cells: list[Cell], losses: dict[str, float]) -> str | None:

@@ -78,6 +78,9 @@ TIME_PASSES_BELOW_S = 0.1
 instead (``time_passes``), a fraction of a second."""
 PEAK_CHECK_MFU = 0.9
 """A trial at this share of the cached matmul peak or more has the peak measured again (``_raise_peak_if_reached``)."""
+SPARE_MARGIN = 1.5
+"""A setting beyond the plan starts only if this much more than its estimate (and every repeat's) is left: an
+estimate short by a third took the planned settings' repeats (five settings measured once, none repeated)."""
 BUDGET_ADVICE_MARGIN = 1.25
 """The budget a "too short" refusal advises, over the estimate of the two settings' trials."""
 
@@ -527,6 +530,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
                 # A new cell starts only if it and the repeats of every cell started so far fit: a few cells
                 # measured with repeats (drift hits them alike) beat many measured once.
                 need = cost(cell, 0) + (plan.repeats - 1) * sum(cost(c, 1) for c in [*started, cell])
+                if cell.name in spare:  # optional: it must not take the time the planned settings' repeats need
+                    need *= SPARE_MARGIN
             elif cell not in started:
                 continue  # its first trial was skipped (already listed)
             else:
