@@ -98,7 +98,8 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-field", help="text column of Parquet/Arrow/hub data, text key of JSONL (default: text)")
     p.add_argument("--tokenizer", help="an existing tokenizer.json to use instead of training one")
     p.add_argument("--tokenizer-docs", type=_integer, dest="tokenizer_train_docs",
-                   help="documents (the corpus' first) a new tokenizer is trained on (default 100000)")
+                   help="documents (the corpus' first) a new tokenizer is trained on (default 100000; 64 Mi "
+                        "characters at most)")
 
 
 def _add_settings_flags(t: argparse.ArgumentParser) -> None:

@@ -124,3 +124,27 @@ def test_corpus_shorter_than_one_sample(tmp_path):
     path.write_text("just a few words")
     with pytest.raises(DataError, match="fewer than one sample"):
         prepare_data(DataConfig(source=str(path), seq_len=64, vocab_size=300))
+
+
+def test_a_new_tokenizers_sample_is_bounded_in_characters_too(tmp_path, monkeypatch):
+    """Few, long documents: 62,227 documents of 16 KB (1 GB) were all under the 100,000-document bound, held in
+    RAM whole (1.6 GB peak) and trained on for 137 s. The sample stops at the character bound, a document that
+    crosses it cut there."""
+    import core.prepare
+    from core.config import DataConfig
+
+    corpus = tmp_path / "long.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"document {i} " + "word " * 400}) + "\n" for i in range(30)))
+    monkeypatch.setattr(core.prepare, "TOKENIZER_SAMPLE_CHARS", 5_000)
+    trained_on = []
+
+    def train_bpe(docs, vocab_size):
+        trained_on.extend(docs)
+        raise core.prepare.DataError("stop here")
+
+    monkeypatch.setattr(core.prepare, "train_bpe", train_bpe)
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(core.prepare.DataError, match="stop here"):
+        core.prepare.prepare_corpus(DataConfig(source=str(corpus), seq_len=16, vocab_size=300))
+    assert sum(map(len, trained_on)) == 5_000 and len(trained_on) == 3  # 2 whole documents and the third's start
+    assert "documents at most, 0 Mi characters at most" in core.prepare.trained_origin(DataConfig())  # said
