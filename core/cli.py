@@ -712,7 +712,7 @@ def _stores_of(data: str, text_field: str | None, tokenizer: str | None = None) 
 
     stores = list_stores()
     if data == "all":
-        return stores
+        return _made_with(stores, tokenizer)  # "all" with --tokenizer: every corpus' stores of that tokenizer
     location = source_location(data)
     fingerprints: dict[str, str | None] = {}
 

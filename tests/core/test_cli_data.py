@@ -112,6 +112,8 @@ def test_remove_and_list_take_a_tokenizer_and_say_what_they_leave(tmp_path, cach
     capsys.readouterr()
     assert main(["prepare", "--list", data, "--tokenizer", tokenizer]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(["prepare", "--list", "all", "--tokenizer", tokenizer]) == 0  # "all" took every tokenizer's
+    assert len(capsys.readouterr().out.splitlines()) == 1
     assert main(["prepare", "--remove", data, "--vocab-size", "300"]) == 2
     assert "--vocab-size does not apply to --remove" in one_line(capsys, 2)
     assert main(["prepare", "--remove", data, "--tokenizer", tokenizer]) == 0
@@ -122,6 +124,8 @@ def test_remove_and_list_take_a_tokenizer_and_say_what_they_leave(tmp_path, cach
     assert main(["prepare", "--remove", data]) == 0
     out = capsys.readouterr().out
     assert f"not removed: 1 damaged store whose corpus cannot be told ({store}); --remove all removes them" in out
+    assert main(["prepare", "--remove", "all", "--tokenizer", tokenizer]) == 0  # none of that tokenizer left
+    assert len(list((cache / "stores").iterdir())) == 1
     assert main(["prepare", "--remove", "all"]) == 0 and not list((cache / "stores").iterdir())
 
 
