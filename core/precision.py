@@ -200,10 +200,10 @@ def probe_shapes(model: ModelConfig, rows: int = PROBE_ROWS) -> tuple[tuple[int,
 def _best_seconds(one_pass: Callable[[], float], seconds: float, min_runs: int) -> float:
     """The fastest of repeated timed passes, after one warm-up pass (kernel selection, oneDNN's JIT,
     first-touch of the buffers); passes are repeated for ``seconds``, at least ``min_runs`` of them."""
-    return _best_interleaved((one_pass,), seconds, min_runs)[0]
+    return best_interleaved((one_pass,), seconds, min_runs)[0]
 
 
-def _best_interleaved(passes: tuple[Callable[[], float], ...], seconds: float, min_runs: int) -> list[float]:
+def best_interleaved(passes: tuple[Callable[[], float], ...], seconds: float, min_runs: int) -> list[float]:
     """The fastest time of each pass, the passes taken in turn (A, B, A, B, …) after one warm-up each, for
     ``seconds`` per pass and at least ``min_runs`` rounds. Taking them in turn lets a load that comes and goes
     (another process on a shared machine) hit each alike, so their ratio holds where their figures drift."""
@@ -243,32 +243,43 @@ def _training_passes(model: ModelConfig, device: torch.device, rows: int,
     weights, with a dtype under autocast as training runs it (casts paid), with None in fp32."""
     from dataclasses import replace
 
-    from core.device import synchronize, training_flops_per_token
-    from core.model import LlamaForCausalLM
+    from core.device import training_flops_per_token
 
     seq = max(1, min(PROBE_SEQ_LEN, model.max_position_embeddings, rows))
     batch = max(1, rows // seq)
     one_layer = replace(model, num_layers=1)
-    # Its own RNG: a run that probes must start from the same weights as one that read the cache.
+    net, (x,) = seeded_net(one_layer, device, [(batch, seq)])
+    return training_flops_per_token(one_layer, seq) * batch * seq, [timed_pass(net, x, device, p) for p in precisions]
+
+
+def seeded_net(model: ModelConfig, device: torch.device, token_shapes: list[tuple[int, int]]):
+    """A model of ``model``'s config with fresh weights, and random token batches of ``token_shapes``, from an
+    RNG of their own: a run that measures must start from the same weights as one that did not."""
+    from core.model import LlamaForCausalLM
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        net = LlamaForCausalLM(one_layer).to(device)
-        x = torch.randint(0, model.vocab_size, (batch, seq), device=device)
+        net = LlamaForCausalLM(model).to(device)
+        return net, [torch.randint(0, model.vocab_size, shape, device=device) for shape in token_shapes]
 
-    def timed(autocast: torch.dtype | None) -> Callable[[], float]:
-        def one_pass() -> float:
-            t0 = time.perf_counter()
-            with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-                loss = net(x, targets=x)
-            loss.backward()
-            synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
-            elapsed = time.perf_counter() - t0
-            net.zero_grad(set_to_none=True)
-            return elapsed
 
-        return one_pass
+def timed_pass(net: torch.nn.Module, x: torch.Tensor, device: torch.device,
+               autocast: torch.dtype | None) -> Callable[[], float]:
+    """A forward and backward of ``net`` on ``x`` (its loss against itself) that returns its seconds: fp32
+    weights, with ``autocast``'s dtype as training runs it (casts paid), with None in fp32."""
+    from core.device import synchronize
 
-    return training_flops_per_token(one_layer, seq) * batch * seq, [timed(p) for p in precisions]
+    def one_pass() -> float:
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = net(x, targets=x)
+        loss.backward()
+        synchronize(device)  # CPU–GPU sync: the timer is read after the kernels ran
+        elapsed = time.perf_counter() - t0
+        net.zero_grad(set_to_none=True)
+        return elapsed
+
+    return one_pass
 
 
 def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *,
@@ -279,7 +290,7 @@ def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *
     precisions are timed in turn, so a machine that is busy part of the time does not tilt their ratio."""
     device = device or torch.device("cpu")
     flops, passes = _training_passes(model, device, rows, (None, torch.bfloat16))
-    fp32_s, bf16_s = _best_interleaved(tuple(passes), seconds, min_runs=1)
+    fp32_s, bf16_s = best_interleaved(tuple(passes), seconds, min_runs=1)
     return ProbeResult(flops / fp32_s, flops / bf16_s, probe_shapes(model, rows))
 
 

@@ -243,33 +243,16 @@ def time_passes(model, seq_len: int, device, precision: str, samples: int) -> tu
     (what a pass costs whatever its size, what each sample of ``seq_len`` tokens adds), from passes of one and of
     ``samples`` samples taken in turn (the fastest of each). None where it cannot be timed (out of memory,
     anything): the estimate then assumes ``EXPECTED_MFU``."""
-    import torch
-
-    from core.device import autocast, synchronize
-    from core.model import LlamaForCausalLM
-    from core.precision import _best_interleaved
+    from core.device import DTYPES
+    from core.precision import best_interleaved, seeded_net, timed_pass
 
     samples = max(2, samples)
+    dtype = None if precision == "fp32" else DTYPES[precision]
     try:
-        with torch.random.fork_rng(devices=[]):  # the trials' seed is theirs: this draws nothing from it
-            torch.manual_seed(0)
-            net = LlamaForCausalLM(model).to(device)
-            batches = [torch.randint(0, model.vocab_size, (n, seq_len), device=device) for n in (1, samples)]
-
-        def timed(x) -> Callable[[], float]:
-            def one_pass() -> float:
-                t0 = time.perf_counter()
-                with autocast(device, precision):
-                    loss = net(x, targets=x)
-                loss.backward()
-                synchronize(device)
-                elapsed = time.perf_counter() - t0
-                net.zero_grad(set_to_none=True)
-                return elapsed
-
-            return one_pass
-
-        one, many = _best_interleaved((timed(batches[0]), timed(batches[1])), seconds=0.05, min_runs=3)
+        # Its own RNG (seeded_net): the trials' seed is theirs, this draws nothing from it.
+        net, batches = seeded_net(model, device, [(n, seq_len) for n in (1, samples)])
+        one, many = best_interleaved(tuple(timed_pass(net, x, device, dtype) for x in batches), seconds=0.05,
+                                     min_runs=3)
     except Exception:  # an estimate's aid: never a reason to refuse the tune
         return None
     # Timing noise can make the larger pass look barely dearer: a sample costs its share of it at least.

@@ -204,7 +204,7 @@ def test_interleaved_timing_keeps_each_pass_best_and_runs_them_in_turn():
     def timed(name):
         return lambda: order.append(name) or next(times[name])
 
-    best = prec._best_interleaved((timed("a"), timed("b")), seconds=0.0, min_runs=4)
+    best = prec.best_interleaved((timed("a"), timed("b")), seconds=0.0, min_runs=4)
     assert order == ["a", "b"] * 5  # one warm-up each (not counted), then four rounds
     assert best == [1.0, 0.5]
 
