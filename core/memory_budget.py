@@ -128,7 +128,8 @@ def check_allocatable(model: ModelConfig) -> None:
     killed the process for touching."""
     if torch.get_default_device().type == "meta":  # shapes only (``model_shapes``): nothing is allocated
         return
-    need = 4 * model.num_parameters() + table_bytes(model)
+    estimate = estimate_training_memory(model, 0, 0)
+    need = estimate.weights + estimate.tables
     available, what = device_memory(torch.device("cpu"))
     if available is not None and need > available:
         raise ConfigError(f"the model's weights and rotary tables alone need about {need / GIB:,.2f} GiB, more than "

@@ -363,7 +363,9 @@ class Trainer:
         loaded, trainer_state = self.read_start_checkpoint()
         # Its sizes are known: a model no memory holds is said before the corpus is prepared (minutes on a
         # large one); _build_model checks again with the tokenizer's vocabulary.
-        self._check_model_fits(loaded.model_config if loaded and loaded.model_config else self.cfg.expected_model())
+        local, shards = self._sharing()
+        check_model_fits(loaded.model_config if loaded and loaded.model_config else self.cfg.expected_model(),
+                         self.device, shards=shards, processes=local)
         self._prepare_data(loaded)
         # Libraries loaded, data ready, no model yet: what the process holds apart from training
         # (in the dashboard also the window and earlier runs' leftovers). Allocator stats on CUDA: no sync.
@@ -466,10 +468,6 @@ class Trainer:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled and self.device.type != "cuda" else 1
         return local, self.dist.world_size if self.fsdp else 1
 
-    def _check_model_fits(self, model_cfg: ModelConfig) -> None:
-        local, shards = self._sharing()
-        check_model_fits(model_cfg, self.device, shards=shards, processes=local)
-
     def _build_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
         """``model_cfg``, ``model`` (with the checkpoint's weights), ``optimizer`` and ``scaler``."""
         cfg, tc, device = self.cfg, self.cfg.train, self.device
@@ -493,7 +491,7 @@ class Trainer:
         # Before anything is allocated: a model or a micro-batch that cannot fit is one line, not an allocation
         # failure; the model first, as auto precision's probe builds one of its layers.
         local, shards = self._sharing()
-        self._check_model_fits(model_cfg)
+        check_model_fits(model_cfg, device, shards=shards, processes=local)
         self.precision_choice = self._decide_precision(tc.precision, device, model_cfg)
         self.precision = self.precision_choice.precision
         if tc.auto_micro_batch:
