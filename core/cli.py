@@ -632,7 +632,7 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     from core.control import Control
     from core.errors import Cancelled, ConfigError
     from core.prepare import prepare_corpus
-    from core.token_store import list_stores, stores_dir
+    from core.token_store import list_stores
 
     if args.list and args.remove:
         raise ConfigError("give --list or --remove, not both")
@@ -646,7 +646,7 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
         stores = _stores_of(args.data, args.text_field, args.tokenizer) if args.data else \
             _made_with(list_stores(), args.tokenizer)
         if not stores:
-            print(f"no token stores of {args.data}" if args.data else f"no token stores in {stores_dir()}")
+            print(_no_stores(args.data, args.tokenizer))
         for m in stores:
             if "damaged" in m:  # its manifest says nothing more: named by its path
                 print(f"{m['path']}: damaged ({m['damaged']}), {m['bytes'] / 2**30:.2f} GiB; preparing its corpus "
@@ -758,7 +758,7 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
               f"({damaged[0]}{' …' if len(damaged) > 1 else ''}); --remove all removes them")
     if tokenizer is not None:  # the stores of one tokenizer file: the tokenizers trained on DATA stay
         if not stores:
-            print(f"no token store of {data} made with {tokenizer}")
+            print(_no_stores(data, tokenizer))
         return 0
     fingerprints = None
     if data != "all":
@@ -773,8 +773,17 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
               f"{'the corpora' if data == 'all' else data} ({sum(size for _, size in tokenizers) / 2**20:.1f} MiB, "
               f"{tokenizers[0][0].parent})")
     if not stores and not tokenizers:
-        print(f"no token store of {data}")
+        print(_no_stores(data, None))
     return 0
+
+
+def _no_stores(data: str | None, tokenizer: str | None) -> str:
+    """What --list or --remove found none of: DATA's stores, or (no DATA, or 'all') the cache folder's."""
+    from core.token_store import stores_dir
+
+    made_with = f" made with {tokenizer}" if tokenizer else ""
+    return f"no token stores in {stores_dir()}{made_with}" if data in (None, "all") else \
+        f"no token stores of {data}{made_with}"
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:

@@ -59,7 +59,9 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert main(["prepare", "--list"]) == 0
     assert "no token stores" in capsys.readouterr().out
     assert not list((cache / "tokenizers").iterdir()) and not list((cache / "stores").iterdir())
-    assert main(["prepare", "--remove", data]) == 0 and capsys.readouterr().out == f"no token store of {data}\n"
+    assert main(["prepare", "--remove", data]) == 0 and capsys.readouterr().out == f"no token stores of {data}\n"
+    for argv in (["--remove", "all"], ["--list", "all"]):  # 'all' is the cache folder, not a corpus of that name
+        assert main(["prepare", *argv]) == 0 and capsys.readouterr().out == f"no token stores in {cache}/stores\n"
     assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
     capsys.readouterr()
     for folder in ("stores", "tokenizers"):  # write probes of a process killed between creating and deleting them
@@ -125,6 +127,7 @@ def test_remove_and_list_take_a_tokenizer_and_say_what_they_leave(tmp_path, cach
     out = capsys.readouterr().out
     assert f"not removed: 1 damaged store whose corpus cannot be told ({store}); --remove all removes them" in out
     assert main(["prepare", "--remove", "all", "--tokenizer", tokenizer]) == 0  # none of that tokenizer left
+    assert capsys.readouterr().out == f"no token stores in {cache}/stores made with {tokenizer}\n"
     assert len(list((cache / "stores").iterdir())) == 1
     assert main(["prepare", "--remove", "all"]) == 0 and not list((cache / "stores").iterdir())
 
