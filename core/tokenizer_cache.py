@@ -71,13 +71,11 @@ def store_trained_tokenizer(tokenizer: BPETokenizer, fingerprint: str, vocab_siz
                 tmp.write_text(tokenizer.to_str(), encoding="utf-8")
                 os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise DataError(f"cannot write the tokenizer into the cache folder {path.parent} "
                         f"({why_write_failed(exc, path.parent)}); set SPEEDBOARD_CACHE_DIR to a writable folder "
                         f"with room") from None
-    except BaseException:  # SIGTERM mid-write
+    finally:  # a failed write, or SIGTERM mid-write: no half file (after os.replace there is none to remove)
         tmp.unlink(missing_ok=True)
-        raise
 
 
 def sweep_stale_tokenizers() -> list[Path]:
