@@ -14,7 +14,8 @@ collection is off for the whole process and a timer on the GUI thread collects
 instead, generation by generation, with the thresholds Python itself would
 use. The objects that exist once start-up is done are frozen (``gc.freeze``):
 they are never garbage, and leaving them out keeps a full collection on the GUI
-thread short.
+thread short. An application that froze its own objects before keeps them
+frozen: unfreezing is all or nothing, and would undo its freeze too.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ class GuiThreadCollector(QObject):
         self.collections = [0, 0, 0]
         self.longest_s = 0.0
         """The longest collection so far: how long it held the GUI thread."""
+        self._froze = gc.get_freeze_count() == 0  # else someone else's freeze stands, and covers start-up
         gc.disable()
-        gc.freeze()
+        if self._froze:
+            gc.freeze()
         self._timer = QTimer(self)
         self._timer.setInterval(CHECK_INTERVAL_MS)
         self._timer.timeout.connect(self.check)
@@ -63,7 +66,8 @@ class GuiThreadCollector(QObject):
     def release(self) -> None:
         """Give collection back to Python (the last torch thread has ended)."""
         self._timer.stop()
-        gc.unfreeze()
+        if self._froze:
+            gc.unfreeze()
         if self._was_enabled:
             gc.enable()
         gc.collect()  # on this, the GUI thread: what accumulated since the last check

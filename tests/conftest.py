@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import tempfile
@@ -33,6 +34,16 @@ def _signal_handlers_as_they_were():
     for signum, handler in before.items():
         if signal.getsignal(signum) is not handler:
             signal.signal(signum, handler)
+
+
+@pytest.fixture(autouse=True)
+def _older_objects_frozen():
+    """What earlier tests left alive is frozen (``gc.freeze``), as an application freezes its start-up objects:
+    the full collections that Speedboard makes on purpose (a window's last one, ``gui.gc_pin``; a trial's end,
+    ``core.trials.release``) then walk this test's objects, not the whole session's. The cyclic garbage of
+    earlier tests is collected first; frozen objects are still freed by their reference counts."""
+    gc.collect()
+    gc.freeze()
 
 
 def micro_config(tmp_path: Path | None = None, **overrides):

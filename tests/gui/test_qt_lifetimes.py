@@ -48,6 +48,19 @@ def test_collection_is_pinned_to_the_gui_thread_while_a_torch_thread_lives(qtbot
     assert gc_pin.active_collector() is None and gc.isenabled()  # the last torch thread gone: Python collects
 
 
+def test_start_up_objects_are_frozen_while_pinned_and_a_freeze_made_before_is_left_standing(make_window):
+    gc.unfreeze()  # as at an application's start (this suite's own fixture freezes the objects of earlier tests)
+    window = make_window()
+    assert gc.get_freeze_count() > 0  # the window and everything before it: left out of the GUI thread's collections
+    window.close()
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # an application's own freeze …
+    frozen = gc.get_freeze_count()
+    window = make_window()
+    window.close()
+    assert gc.get_freeze_count() == frozen  # … outlives the collector, which would have undone it with its own
+
+
 def test_several_windows_share_one_collector(make_window):
     first, second = make_window(), make_window()
     collector = gc_pin.active_collector()
