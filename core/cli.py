@@ -525,7 +525,7 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
     """
     import threading
 
-    from core.stopping import ABORT_GRACE_S, exit_now
+    from core.stopping import ABORT_GRACE_S, InterruptClock, abort_on_interrupt_again, exit_now
 
     def watchdog():
         threading.Event().wait(ABORT_GRACE_S if grace_s is None else grace_s)
@@ -533,10 +533,13 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
         exit_now(130)
 
     again = DiscardedRaiser(signal.SIGINT)
+    clock = InterruptClock()
 
     def handler(signum, frame):
+        if clock.again():
+            return  # the same Ctrl-C, delivered twice
         if control.stop_requested:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            abort_on_interrupt_again(clock)
             threading.Thread(target=watchdog, name="speedboard-abort-watchdog", daemon=True).start()
             exc = KeyboardInterrupt()
             again.arm(exc)  # raised again should Python discard it

@@ -48,6 +48,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -61,6 +62,39 @@ T = TypeVar("T")
 
 ABORT_GRACE_S = 5.0
 """How long an abort may take to reach the training loop before the watchdog ends the process."""
+SAME_INTERRUPT_S = 0.05
+"""A SIGINT this soon after the last one is the same Ctrl-C delivered twice (``timeout -s INT`` signals both the
+command and its process group), not a second key press: it neither turns a stop into an abort nor ends an abort
+at once."""
+
+
+class InterruptClock:
+    """Tells a second Ctrl-C from the same one delivered twice (``SAME_INTERRUPT_S``)."""
+
+    def __init__(self) -> None:
+        self._last = float("-inf")
+
+    def again(self) -> bool:
+        """Called by a SIGINT handler first: True when this SIGINT repeats the last one (ignore it)."""
+        now = time.monotonic()
+        repeated = now - self._last < SAME_INTERRUPT_S
+        self._last = now
+        return repeated
+
+
+def abort_on_interrupt_again(clock: InterruptClock, speak: bool = True) -> None:
+    """Called as an abort begins: a Ctrl-C after it ends the process at once, as Python's default would, but
+    removes what the work was writing (``exit_now``: a half store, a lock file) and says so in one line."""
+
+    def again(signum, frame) -> None:
+        if clock.again():
+            return
+        if speak:
+            with contextlib.suppress(OSError, ValueError):
+                print("speedboard: aborted", file=sys.stderr, flush=True)
+        exit_now(128 + signal.SIGINT)
+
+    signal.signal(signal.SIGINT, again)
 
 
 class HungUp(JobTerminated):
@@ -96,6 +130,7 @@ class StopSignals:
         self._watchdog: threading.Thread | None = None
         self._again: DiscardedRaiser | None = None  # the first abort, raised again should Python discard it
         self._aborted_with: int | None = None  # the exit code of the abort raised, if one was
+        self._interrupts = InterruptClock()
 
     # ------------------------------------------------------------------ installing
     def install(self) -> StopSignals:
@@ -144,6 +179,8 @@ class StopSignals:
         return "\nstopping after this step (Ctrl-C again to abort) …"
 
     def _on_interrupt(self, signum, frame) -> None:
+        if self._interrupts.again():
+            return
         message = self._stop_message()
         if self.control.stop_requested or message is None:
             self._abort(KeyboardInterrupt("interrupted (Ctrl-C)"), 128 + signal.SIGINT, signal.SIGINT)
@@ -160,7 +197,7 @@ class StopSignals:
                                   "process failed, or by the user"), 128 + signal.SIGTERM, signal.SIGTERM)
 
     def _abort(self, exc: BaseException, exit_code: int, signum: int) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # from now on Ctrl-C ends the process at once
+        abort_on_interrupt_again(self._interrupts, self.speak)  # from now on Ctrl-C ends the process at once
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, args=(str(exc), exit_code),
                                               name="speedboard-abort-watchdog", daemon=True)

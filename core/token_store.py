@@ -61,6 +61,7 @@ STORE_VERSION = 2
 """2: the names of special tokens inside a document are text (1 turned them into the tokens)."""
 MANIFEST, TOKENS, OFFSETS, TOKENIZER = "manifest.json", "tokens.bin", "offsets.bin", TOKENIZER_FILE
 _REMOVED = ".removed-"
+_LOCK = ".lock-"
 _TMP = re.compile(r"\.tmp-(?P<key>[0-9a-f]+)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+")
 
 
@@ -338,7 +339,7 @@ def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None
     except ImportError:  # Windows: no flock; the atomic rename still keeps every store whole
         yield
         return
-    lock = stores_dir() / f".lock-{fingerprint[:32]}"
+    lock = stores_dir() / f"{_LOCK}{fingerprint[:32]}"
     waited = False
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -382,7 +383,8 @@ def _names_this_file(path: Path, fd: int) -> bool:
 def sweep_stale(folder: Path | None = None) -> list[Path]:
     """Remove hidden folders of preparations whose process on this machine is gone (killed, crashed), of
     removals cut short (``remove_store`` renames a store aside, then deletes it: what is aside is never used),
-    and the write probes of killed processes (``ensure_writable``)."""
+    the write probes of killed processes (``ensure_writable``) and the lock files they held
+    (``preparation_lock``)."""
     folder = folder or stores_dir()
     removed = []
     if not folder.is_dir():
@@ -395,7 +397,33 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
                 or entry.name.startswith(_REMOVED)):
             _delete(entry)
             removed.append(entry)
+        elif entry.name.startswith(_LOCK) and _remove_unheld_lock(entry):
+            removed.append(entry)
     return removed
+
+
+def _remove_unheld_lock(lock: Path) -> bool:
+    """Delete a lock file nobody holds (its holder was killed before it could), as a holder lets go of it: locked,
+    deleted, closed. One held now, or locked by another in between, stays (``preparation_lock`` tells a waiter
+    whose file was deleted so)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(lock, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not _names_this_file(lock, fd):
+            return False
+        os.unlink(lock)
+        return True
+    except OSError:  # BlockingIOError: held
+        return False
+    finally:
+        os.close(fd)
 
 
 def _delete(path: Path) -> None:

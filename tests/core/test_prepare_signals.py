@@ -118,3 +118,28 @@ def test_a_write_probe_is_deleted_whatever_stops_it_and_a_killed_ones_is_swept(t
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     assert sorted(sweep_stale()) == sorted([dead[0], old]) and sweep_stale_tokenizers() == [dead[1]]
     assert live.exists() and not any(p.exists() for p in (*dead, old))
+
+
+def test_a_lock_file_whose_holder_was_killed_is_swept_one_held_stays(tmp_path, cache):
+    """A preparation killed outright (kill -9, or a second Ctrl-C before it could let go) left its corpus'
+    `.lock-…` file for good: neither later preparations nor `prepare --remove all` removed it."""
+    import fcntl
+
+    from core.cli import main
+    from core.token_store import preparation_lock
+
+    stores_dir().mkdir(parents=True)
+    orphan, held = stores_dir() / ".lock-0123456789abcdef", stores_dir() / ".lock-fedcba9876543210"
+    orphan.touch()
+    with preparation_lock("fedcba9876543210"):
+        assert held.exists()
+        assert sweep_stale() == [orphan] and held.exists()  # held by a live preparation: left to it
+    assert not held.exists()  # its holder let go of it, as always
+    orphan.touch()
+    fd = os.open(orphan, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds it (another open file here): it stays
+        assert sweep_stale() == [] and orphan.exists()
+    finally:
+        os.close(fd)
+    assert main(["prepare", "--remove", "all"]) == 0 and not orphan.exists()

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,18 @@ class FakeRun:
         self.aborts.append(message)
 
 
+@pytest.fixture
+def key_presses(monkeypatch):
+    """Every SIGINT a handler is called with here is a key press of its own, however soon after the last."""
+    import core.stopping
+
+    monkeypatch.setattr(core.stopping, "SAME_INTERRUPT_S", 0.0)
+
+
 # --------------------------------------------------------------------------- the handlers themselves
-def test_first_ctrl_c_stops_gently_and_says_when_a_compile_delays_it(capsys):
+def test_first_ctrl_c_stops_gently_and_says_when_a_compile_delays_it(capsys, key_presses, monkeypatch):
+    import core.stopping
+
     control, run = Control(), FakeRun(compiling=True)
     before = signal.getsignal(signal.SIGINT)  # Python's, or the command line's start handler once imported
     with StopSignals(control, run) as signals:
@@ -45,11 +56,74 @@ def test_first_ctrl_c_stops_gently_and_says_when_a_compile_delays_it(capsys):
         assert "once compilation has finished" in capsys.readouterr().err
         with pytest.raises(KeyboardInterrupt):  # the second one aborts
             signals._on_interrupt(signal.SIGINT, None)
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL  # a third would end the process at once
+        ended = []
+        monkeypatch.setattr(core.stopping, "exit_now", ended.append)
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # a third ends the process at once, cleaning up
+        assert ended == [128 + signal.SIGINT] and capsys.readouterr().err == "speedboard: aborted\n"
     assert signal.getsignal(signal.SIGINT) is before  # restored
     signals._watchdog.join(60)
     assert not signals._watchdog.is_alive()
     assert run.aborts == []  # the abort reached the caller: the watchdog stood down
+
+
+def test_one_ctrl_c_delivered_twice_is_one_ctrl_c(capsys, monkeypatch):
+    """`timeout -s INT` signals the command and its process group: two SIGINTs in a row turned a stop into an
+    abort, and during set-up the second killed the process with Python's default before it removed its lock
+    file."""
+    import core.stopping
+
+    clock = [100.0]
+    monkeypatch.setattr(core.stopping, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    control = Control()
+    with StopSignals(control, FakeRun()) as signals:
+        signals._on_interrupt(signal.SIGINT, None)
+        clock[0] += core.stopping.SAME_INTERRUPT_S / 2
+        signals._on_interrupt(signal.SIGINT, None)  # the same one: still a gentle stop
+        assert control.stop_requested and signals._watchdog is None
+        clock[0] += 1.0
+        with pytest.raises(KeyboardInterrupt):  # a second key press aborts
+            signals._on_interrupt(signal.SIGINT, None)
+        ended = []
+        monkeypatch.setattr(core.stopping, "exit_now", ended.append)
+        clock[0] += core.stopping.SAME_INTERRUPT_S / 2
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # the abort's Ctrl-C again: not a third press
+        assert ended == []
+        clock[0] += 1.0
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        assert ended == [130]
+        signals._finished.set()  # the abort "reached the loop": the watchdog stands down
+
+
+def test_prepare_and_tune_also_take_one_ctrl_c_delivered_twice_as_one(capsys, monkeypatch):
+    import core.cli
+    import core.stopping
+
+    clock = [100.0]
+    monkeypatch.setattr(core.stopping, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    ended, said = [], []
+    monkeypatch.setattr(core.stopping, "exit_now", ended.append)  # the abort's watchdog's too
+    monkeypatch.setattr(core.cli, "_error_line", said.append)
+    control = Control()
+    handler = core.cli._stop_on_first_sigint(control, grace_s=0.0)
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        handler(signal.SIGINT, None)
+        clock[0] += core.stopping.SAME_INTERRUPT_S / 2
+        handler(signal.SIGINT, None)  # the same one
+        assert control.stop_requested and capsys.readouterr().err.count("stopping") == 1
+        clock[0] += 1.0
+        with pytest.raises(KeyboardInterrupt):
+            handler(signal.SIGINT, None)
+        handler.again.disarm()
+        deadline = time.monotonic() + 60
+        while not ended and time.monotonic() < deadline:  # the watchdog of a grace of 0 s has ended it
+            time.sleep(0.01)
+        assert ended == [130] and said == ["speedboard: aborted"]
+        clock[0] += 1.0
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # a Ctrl-C after the abort began ends it too
+        assert ended == [130, 130]
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_ctrl_c_during_set_up_aborts_at_once_and_sighup_stops_like_ctrl_c():
@@ -115,6 +189,7 @@ SWALLOW_SECOND_CTRL_C = textwrap.dedent("""
         for _ in range(1000):  # the handler runs here
             pass
 
+    time.sleep(0.2)  # a second key press, not the first one delivered twice (core.stopping.SAME_INTERRUPT_S)
     thing = Thing()
     ref = weakref.ref(thing, callback)
     try:
@@ -256,8 +331,7 @@ HELD_DURING_IMPORT = textwrap.dedent("""
     from core import cli
 
     def command(args, argv):
-        import slow_import  # Ctrl-C arrives while it is being imported (as torch's C part calls back into Python)
-        print("imported whole:", slow_import.DONE, "swallowed:", slow_import.SWALLOWED, flush=True)
+        import slow_import  # noqa: F401 - Ctrl-C arrives while it is being imported (as torch's C part calls Python)
         for _ in range(1000):  # the held Ctrl-C is delivered now, as a KeyboardInterrupt of set-up
             time.sleep(0.01)
         print("never delivered")
@@ -278,7 +352,8 @@ SLOW_IMPORT = textwrap.dedent("""
             time.sleep(0.01)
     except BaseException:
         SWALLOWED = True
-    DONE = True
+    # Said by the import itself: the held Ctrl-C may be delivered as soon as the import is over.
+    print("imported whole: True swallowed:", SWALLOWED, flush=True)
 """)
 
 
