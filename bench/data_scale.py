@@ -10,7 +10,7 @@ documentation topics, repeated; nothing is downloaded), then measured in one run
   size); their ratio is what reading, packing and writing cost;
 - the time from starting ``speedboard train`` (tiny preset, ``--steps 1``) to
   its first optimizer step, with the store prepared;
-- the peak resident memory of that training process (``wait4``'s ru_maxrss).
+- the peak resident memory of that training process (its own ``VmHWM``, ``bench.memory.ChildPeak``).
 
 Targets: preparation ≥ 0.8× bare ``encode_batch``; start to first step ≤ 5 s at
 every size; peak memory at 500 MB ≤ 1.15× that at 5 MB.
@@ -99,8 +99,11 @@ def measure_start(path: Path, env: dict[str, str], out_dir: Path) -> dict:
     """Seconds from starting ``speedboard train`` to its first step's line, and the process' peak RSS."""
     argv = [sys.executable, "-m", "core.cli", "train", "--preset", "tiny", "--data", str(path), "--steps", "1",
             "--eval-every", "0", "--no-progress", "--log-every", "1", "--device", "cpu", "--out", str(out_dir)]
+    from bench.memory import ChildPeak
+
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = ChildPeak(proc.pid)
     first = None
     lines = []
     for line in proc.stdout:
@@ -108,12 +111,12 @@ def measure_start(path: Path, env: dict[str, str], out_dir: Path) -> dict:
         if first is None and line.startswith("step ") and line.split()[1] == "1":
             first = time.perf_counter() - t0
     stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.wait()
+    peak_mib = peak.stop_mib()
     if proc.returncode != 0 or first is None:
         raise RuntimeError(f"training failed ({proc.returncode}): {stderr.strip()[-500:]}")
     from_store = any("from its token store" in line for line in lines)
-    return {"first_step_seconds": first, "peak_rss_mib": usage.ru_maxrss / 1024, "from_store": from_store}
+    return {"first_step_seconds": first, "peak_rss_mib": peak_mib, "from_store": from_store}
 
 
 def run(sizes: list[float], workdir: Path) -> list[dict]:

@@ -9,8 +9,9 @@ holds fewer than 100,000 documents and only the character bound
 (``core.prepare.TOKENIZER_SAMPLE_CHARS``) keeps the tokenizer's sample small. Then
 it runs ``speedboard prepare DIR --no-progress`` in a fresh cache folder and reports
 its wall time, its tokenizer stage (documents sampled, seconds), the store
-(tokens, bytes) and its peak resident memory (``wait4``'s ru_maxrss), and the start
-of ``speedboard train --preset tiny --steps 1`` on the prepared store.
+(tokens, bytes) and its peak resident memory (its own ``VmHWM``,
+``bench.memory.ChildPeak``), and the start of ``speedboard train --preset tiny
+--steps 1`` on the prepared store.
 
     python -m bench.long_docs                       # 1 GB in 8 shards (some minutes on 2 cores)
     python -m bench.long_docs --gigabytes 0.01      # a smoke test
@@ -88,13 +89,16 @@ def build_corpus(folder: Path, gigabytes: float, shards: int = 8, seed: int = 0)
 
 def measure_prepare(folder: Path, env: dict[str, str]) -> dict:
     """``speedboard prepare FOLDER --no-progress`` in its own process: wall time, peak RSS and what it printed."""
+    from bench.memory import ChildPeak
+
     argv = [sys.executable, "-m", "core.cli", "prepare", str(folder), "--no-progress"]
     with tempfile.TemporaryFile("w+", encoding="utf-8") as out, tempfile.TemporaryFile("w+", encoding="utf-8") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)  # the child's own peak RSS, not the bench's
+        peak = ChildPeak(proc.pid)  # not wait4's ru_maxrss: that starts at this process's own peak
+        proc.wait()
         seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        peak_mib = peak.stop_mib()
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
@@ -109,7 +113,7 @@ def measure_prepare(folder: Path, env: dict[str, str]) -> dict:
     return {"prepare_seconds": seconds, "tokenizer_docs": int(sampled.group(1).replace(",", "")),
             "before_store_seconds": max(0.0, seconds - manifest["seconds"]), "store_seconds": manifest["seconds"],
             "tokens": manifest["tokens"], "store_bytes": sum(p.stat().st_size for p in store_dir.iterdir()),
-            "prepare_peak_rss_mib": usage.ru_maxrss / 1024}
+            "prepare_peak_rss_mib": peak_mib}
 
 
 def main(argv: list[str] | None = None) -> int:

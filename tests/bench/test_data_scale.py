@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,27 @@ def test_the_table_is_the_one_in_the_docs():
     docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert head in docs
     assert line in docs  # the docs' 5 MB row, as the bench prints it
+
+
+def test_a_childs_peak_is_its_own_not_the_bench_processs():
+    """wait4's ru_maxrss of a child started at its parent's peak: the data-scale bench, having prepared 500 MB
+    itself, reported its own peak as the training process'."""
+    from bench.memory import ChildPeak
+
+    held = bytearray(600 * 2**20)
+    held[:: 4096] = b"x" * len(held[:: 4096])  # resident: this process' peak is over 600 MiB
+    proc = subprocess.Popen([sys.executable, "-c", "b = bytearray(150 * 2**20); b[::4096] = b'x' * len(b[::4096]);"
+                             "import sys; print('ready', flush=True); sys.stdin.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    peak = ChildPeak(proc.pid, interval=0.005)
+    assert proc.stdout.readline() == "ready\n"
+    reads = peak.reads
+    deadline = time.monotonic() + 60
+    while peak.reads <= reads + 1 and time.monotonic() < deadline:  # a poll that saw the child's allocation
+        time.sleep(0.005)
+    proc.stdin.close()  # the child ends once it has read its input to the end
+    proc.wait()
+    proc.stdout.close()
+    own = peak.stop_mib()
+    assert 150 <= own < 400, own
+    del held
