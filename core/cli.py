@@ -639,6 +639,8 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
 
     if args.list and args.remove:
         raise ConfigError("give --list or --remove, not both")
+    if args.data == "":  # as train's --data '': it would name the current folder
+        raise ConfigError("data source is empty")
     if args.list or args.remove:
         for flag, value in (("--vocab-size", args.vocab_size), ("--tokenizer-docs", args.tokenizer_train_docs),
                             ("--preset", args.preset)):
@@ -646,7 +648,7 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
                 raise ConfigError(f"{flag} does not apply to --{'list' if args.list else 'remove'}: it takes DATA, "
                                   f"--text-field and --tokenizer (the stores of that tokenizer only)")
     if args.list:
-        stores = _stores_of(args.data, args.text_field, args.tokenizer) if args.data else \
+        stores = _stores_of(args.data, args.text_field, args.tokenizer) if args.data is not None else \
             _made_with(list_stores(), args.tokenizer)
         if not stores:
             print(_no_stores(args.data, args.tokenizer))
@@ -1085,13 +1087,33 @@ def interrupted(exc: KeyboardInterrupt, say: bool = True) -> int:
     return 128 + signal.SIGTERM if terminated else 130
 
 
+CONSOLE_ERRORS = "speedboard-console"
+"""The console streams' error handler: what ``backslashreplace`` does, except for the bytes of a file name that
+are not UTF-8, which Python holds as lone surrogates (U+DC80..U+DCFF): written as the byte (``\\xe9``), not as
+the surrogate (``\\udce9``), which is no form of the name a user can type or recognise."""
+
+
+def _console_escape(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    chunk = err.object[err.start:err.end]
+    return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else
+                   c.encode("ascii", "backslashreplace").decode("ascii") for c in chunk), err.end
+
+
 def console_writes_every_line() -> None:
     """A character the console's encoding lacks ("…", "×", "é" under ``PYTHONIOENCODING=ascii`` or a C locale)
     is written as its escape (``\\u2026``): the line that held it was dropped whole, and a generated "café"
-    printed as "caf"."""
+    printed as "caf". A file name's byte that is not UTF-8 is written as that byte's escape (``CONSOLE_ERRORS``)."""
+    import codecs
+
+    try:
+        codecs.lookup_error(CONSOLE_ERRORS)
+    except LookupError:
+        codecs.register_error(CONSOLE_ERRORS, _console_escape)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):  # not a text file of its own (a test's capture)
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors=CONSOLE_ERRORS)
 
 
 def main(argv: list[str] | None = None) -> int:

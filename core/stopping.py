@@ -193,8 +193,11 @@ class StopSignals:
         self.control.stop()
 
     def _on_terminate(self, signum, frame) -> None:
-        self._abort(JobTerminated("terminated (SIGTERM): the job was ended, by its launcher when another "
-                                  "process failed, or by the user"), 128 + signal.SIGTERM, signal.SIGTERM)
+        from core.distributed import launched_by_torchrun
+
+        why = ": the job was ended, by its launcher when another process failed, or by the user" \
+            if launched_by_torchrun() else ""  # one process: nobody but the user (or what runs it) ended it
+        self._abort(JobTerminated(f"terminated (SIGTERM){why}"), 128 + signal.SIGTERM, signal.SIGTERM)
 
     def _abort(self, exc: BaseException, exit_code: int, signum: int) -> None:
         abort_on_interrupt_again(self._interrupts, self.speak)  # from now on Ctrl-C ends the process at once

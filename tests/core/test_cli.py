@@ -430,6 +430,21 @@ def test_a_console_that_cannot_write_a_character_gets_its_escape_not_a_lost_line
     assert proc.stdout == f"no token stores in {tmp_path}/caf\\xe9/stores\n"
 
 
+def test_a_file_name_that_is_not_utf8_is_written_with_its_byte_not_a_surrogate(tmp_path):
+    """A name's byte E9 (Latin-1 "é") was written as "\\udce9", which is no form of the name."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("some text here\n\n" * 50)
+    bad = os.fsdecode(bytes(folder / "bad") + b"\xe9.txt")
+    with open(bad, "wb") as f:
+        f.write(b"x\xffy")
+    env = {**os.environ, "SPEEDBOARD_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "speedboard.cli", "prepare", str(folder)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{folder}/bad\\xe9.txt is not UTF-8 text" in proc.stderr and "udce9" not in proc.stderr, proc.stderr
+
+
 def test_an_abbreviated_flag_is_refused_in_one_line(capsys):
     """`--ru` was taken for --run-id here, and with --nproc reached torchrun's parser, where it is ambiguous
     (23 lines of usage, after the data was prepared)."""

@@ -296,3 +296,9 @@ def test_a_file_named_with_a_line_break_is_still_one_line(tmp_path, cache, capsy
     err = one_line(capsys, main(["prepare", str(folder), "--no-progress"]))
     assert "bad\\nname.csv" in err
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("argv", [["--list", ""], ["--remove", ""], [""]])
+def test_prepare_refuses_an_empty_data_argument_as_train_does(cache, capsys, argv):
+    """`prepare --list ''` listed every store: '' named the current folder (a FIFO there was read as data)."""
+    assert one_line(capsys, main(["prepare", *argv])) == "speedboard: error: data source is empty"
