@@ -26,6 +26,7 @@ Importing this module loads no torch (only ``check_nproc`` and ``process_capacit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -315,6 +316,42 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
+ORPHAN_GRACE_S = 30.0
+"""How long the workers of a torchrun that was killed get to notice it at their next step (``launcher_gone``) and
+record their ending, before the launcher ends them."""
+
+
+def _adopt_orphans(on: bool) -> bool:
+    """Linux: make this launcher the one that inherits torchrun's workers should torchrun die before them (a
+    child subreaper), so that it can wait for them; False where that cannot be done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _end_orphans(known: set[int], grace_s: float = ORPHAN_GRACE_S) -> None:
+    """Wait for the workers of a killed torchrun, adopted by this launcher (its children other than ``known``),
+    to end; end those still running after ``grace_s`` (SIGTERM, then SIGKILL). Its line then comes last and is
+    true: the run has ended with torchrun."""
+    try:
+        import psutil
+
+        orphans = [p for p in psutil.Process().children() if p.pid not in known]
+        _, alive = psutil.wait_procs(orphans, timeout=grace_s)
+        for signum, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            for p in alive:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(signum)
+            _, alive = psutil.wait_procs(alive, timeout=wait_s)
+    except ImportError:
+        return
+
+
 def _children(pid: int) -> list[int]:
     """The direct children of torchrun: its workers (none yet while it starts them)."""
     try:
@@ -553,6 +590,8 @@ class _Job:
         # torchrun's log folder (one per job, empty unless asked to redirect): its own default, a torchelastic_*
         # folder in the temporary folder, stayed there after every run.
         logs = tempfile.mkdtemp(prefix="speedboard-torchrun-")
+        adopting = _adopt_orphans(True)
+        known = set(_children(os.getpid()))
         try:
             try:
                 proc = subprocess.Popen(torchrun_argv(self.nproc, self.train_args, log_dir=logs), env=env,
@@ -569,6 +608,11 @@ class _Job:
             self.proc = proc  # from here on, on_signal passes signals on
             if self.received and not self._passed_on:  # one came while torchrun was being started: end it
                 self._pass_on(stop=False)
-            return proc.wait()
+            code = proc.wait()
+            if code < 0 and adopting:  # killed before its workers, which are this launcher's now
+                _end_orphans(known | {proc.pid})
+            return code
         finally:
+            if adopting:
+                _adopt_orphans(False)
             shutil.rmtree(logs, ignore_errors=True)

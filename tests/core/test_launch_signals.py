@@ -161,8 +161,18 @@ def test_a_killed_rank_0_is_one_line_and_its_ending_is_recorded(start_job):
 def test_a_killed_torchrun_is_one_line_and_the_exit_code_of_its_signal(start_job):
     proc, run_dir = start_job()
     torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch_torchrun" in p.cmdline())
+    workers = torchrun.children()
+    for worker in workers:
+        worker.suspend()  # held, so that none ends before it is seen adopted
     torchrun.kill()
+    torchrun.wait(60)
+    # The launcher adopts the workers and waits for them: its line comes after theirs (a rank's "another process
+    # of this job failed" came after it, the launcher gone), and none outlives it.
+    assert {w.ppid() for w in workers} == {proc.pid}
+    for worker in workers:
+        worker.resume()
     err = finish(proc)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE], err
     assert proc.returncode == 128 + signal.SIGKILL, err
     assert err[-1] == ("speedboard: torchrun, the launcher of the processes, was ended by signal 9, SIGKILL; "
                        "the run ended with it"), err
