@@ -58,7 +58,15 @@ from core.distributed import (
     peer_failure_message,
     shard_model,
 )
-from core.errors import CheckpointError, ConfigError, JobTerminated, NotFinite, describe_exception, first_line
+from core.errors import (
+    Cancelled,
+    CheckpointError,
+    ConfigError,
+    JobTerminated,
+    NotFinite,
+    describe_exception,
+    first_line,
+)
 from core.events import (
     CheckpointFailed,
     CheckpointSaved,
@@ -316,7 +324,7 @@ class Trainer:
             self.phase = Phase.FINISHED
             return result
         except BaseException as exc:
-            abandoned = self.phase is Phase.SETTING_UP and isinstance(exc, KeyboardInterrupt)
+            abandoned = self.phase is Phase.SETTING_UP and isinstance(exc, (KeyboardInterrupt, Cancelled))
             self.phase = Phase.FAILED
             # A collective that failed because a peer died: one clear line, not a backend trace.
             failure = PeerLost(peer_failure_message(exc, self.dist)) if is_peer_failure(exc, self.dist) else exc
@@ -336,7 +344,7 @@ class Trainer:
             if self._jsonl is not None:
                 self._jsonl.close()
             if abandoned and self.run_dir is not None:
-                # Ctrl-C or SIGTERM before the first step: nothing to keep, so nothing is (the run folder
+                # Ctrl-C, SIGTERM or a stop before the first step: nothing to keep, so nothing is (the run folder
                 # a torchrun job's rank 0 made during its longer set-up stayed, holding one "failed" line).
                 shutil.rmtree(self.run_dir, ignore_errors=True)
 
@@ -372,9 +380,11 @@ class Trainer:
         self.mem_baseline = memory_gib(self.device)
         self._build_model(loaded)
         self._start_position(trainer_state)
+        self._cancel_if_stopped()
         self._create_run_folder()
         self._prepare_measurements()
         self.compiled = self._compile(self.cfg.train.compile_mode, self.cfg.train.compile_scope)
+        self._cancel_if_stopped()
         self._announce(loaded)
         for note in (self._stream_note, self._batch_note, self._precision_note):
             if note:
@@ -383,6 +393,13 @@ class Trainer:
             # Last, after everything in set-up that draws random numbers: the
             # loop continues the stream exactly where the parent left it.
             set_rng_state(self._rng_state)
+
+    def _cancel_if_stopped(self) -> None:
+        """A stop asked for during set-up (the dashboard's Stop; Ctrl-C aborts set-up itself) ends it here, before
+        any step: there is nothing to save, and a validation pass and a step-0 checkpoint are not what was asked.
+        Under torchrun the ranks agree on a stop with a step's loss, so set-up goes on to the first step there."""
+        if self.control.stop_requested and not self.dist.enabled:
+            raise Cancelled("stopped before training began; nothing was kept")
 
     def _init_device(self) -> None:
         """``device``, ``dist`` (the torchrun process group, if any) and ``precision``."""

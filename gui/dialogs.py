@@ -35,7 +35,13 @@ def _yes(parent: QWidget | None, title: str, text: str, default_yes: bool = Fals
     return QMessageBox.question(parent, title, text, yes | no, yes if default_yes else no) == yes
 
 
-def confirm_stop_and_close(parent: QWidget | None, compiling: bool = False) -> bool:
+def confirm_stop_and_close(parent: QWidget | None, compiling: bool = False, setting_up: bool = False) -> bool:
+    """Quit while a run is active? ``setting_up``: it has not trained a step (its data is being prepared, its model
+    built): stopping keeps nothing, and there is no run folder or checkpoint to promise."""
+    if setting_up:
+        return _yes(parent, "Stop the run and quit?",
+                    "A run is being set up (its data prepared, its model built). Stop it and close Speedboard?\n\n"
+                    "It has not trained a step yet: nothing of it is kept.")
     wait = ("\n\nIt is compiling: torch.compile cannot be cut short, so the window stays until the compile is "
             "done (seconds to minutes, more for a large model or max-autotune)." if compiling else "")
     return _yes(parent, "Stop the run and quit?",

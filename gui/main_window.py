@@ -578,12 +578,14 @@ class MainWindow(QMainWindow):
             event.ignore()
             active = self.session.active
             compiling = active is not None and active.state == "compiling"
+            setting_up = active is not None and not active.run_id and not compiling  # no step yet: nothing kept
             # A compile cannot be interrupted: say that the wait is for it, not for one optimizer step.
-            after = "the compile in progress and the step after it" if compiling else "the current optimizer step"
+            after = ("the compile in progress and the step after it" if compiling else
+                     "its set-up has stopped" if setting_up else "the current optimizer step")
             if self.session.closing:
                 self.status.showMessage(f"Still stopping: the window closes after {after} …")
                 return
-            if not dialogs.confirm_stop_and_close(self, compiling):
+            if not dialogs.confirm_stop_and_close(self, compiling, setting_up):
                 return
             self.session.stop_then_close()
             self.status.showMessage(f"Stopping: the window closes after {after} …")

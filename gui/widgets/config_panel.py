@@ -7,6 +7,7 @@ under the control it is about, before Start, not after a crash.
 
 from __future__ import annotations
 
+import re
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
@@ -769,12 +770,23 @@ def _size(n: int) -> str:
     return ""
 
 
+_CONTROLS = {"--data": "the Data control", "--text-field": "the Text field"}
+"""The command line's flags that the engine's messages about data name, and this window's controls for them."""
+
+
+def in_window_words(message: str) -> str:
+    """An engine message as the window says it: its controls named where the message names a command-line flag."""
+    for flag, control in _CONTROLS.items():
+        message = re.sub(rf"{flag}(?![\w-])", control, message)
+    return message
+
+
 def _described(data: DataConfig) -> tuple[SourceInfo | None, str | None]:
     """``describe_source`` as the Data control shows it: what the data is, or why it cannot be used."""
     try:
         return describe_source(data), None
     except (SpeedboardError, OSError) as exc:
-        return None, str(exc)
+        return None, in_window_words(str(exc))
 
 
 def _source_summary(info: SourceInfo | None, problem: str | None) -> str:

@@ -128,6 +128,23 @@ def test_a_folders_problem_is_said_when_its_check_ends(qtbot, window, dialogs, t
     assert not child(window, "startButton").isEnabled()
 
 
+def test_a_folders_problem_names_the_windows_controls_not_command_line_flags(qtbot, window, dialogs, tmp_path):
+    """A folder of mixed formats was refused with "point --data at a folder of one format", a flag the window
+    does not have."""
+    mixed = _folder(tmp_path, "mixed", {"a.txt": 80})
+    (mixed / "b.jsonl").write_text('{"text": "x y z"}\n' * 50)
+    dialogs.files["getExistingDirectory"] = str(mixed)
+    with qtbot.waitSignal(window.config_panel._folder_check.done, timeout=60_000):
+        child(window, "dataFolderButton").click()
+    error = child(window, "sourceError").text()
+    assert "mixes data formats" in error and "point the Data control at a folder of one format" in error, error
+    assert "--" not in error
+    from gui.widgets.config_panel import in_window_words
+
+    assert in_window_words("choose one with --text-field") == "choose one with the Text field"
+    assert in_window_words("--data-dir and --datafile") == "--data-dir and --datafile"  # other flags stay
+
+
 def test_an_unexpected_error_while_describing_a_folder_ends_the_check(qtbot, window, dialogs, tmp_path,
                                                                       monkeypatch):
     def broken(data, *args, **kwargs):

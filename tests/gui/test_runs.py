@@ -381,3 +381,37 @@ def test_the_run_training_here_is_not_removed_and_the_status_says_to_stop_it(qtb
     assert window.status.currentMessage() == "The run training here cannot be removed: stop it first"
     click(window, "stopButton")
     wait_idle(qtbot, window)
+
+
+def test_stop_before_the_first_step_keeps_nothing_as_it_says(qtbot, make_window, tmp_path):
+    """Stop right after Start said "nothing to save yet", then the run validated at step 0, saved a step-0
+    checkpoint and offered Continue from it."""
+    from core.prepare import prepare_corpus
+    from tests.conftest import micro_config
+
+    prepare_corpus(micro_config(tmp_path).data)  # its store is ready: set-up has no preparation to cancel
+    window = make_window(**LONG)
+    click(window, "startButton")
+    click(window, "stopButton")  # before the torch thread's first event reaches the window: in set-up
+    assert any("nothing to save yet" in line for line in window.log.messages())
+    wait_idle(qtbot, window)
+    record = window.session.records[-1]
+    assert record.state == "stopped" and record.checkpoint is None and record.folder is None, record.message
+    assert "nothing was kept" in record.message
+    assert not any("checkpoint at step" in line or "validation at step" in line for line in window.log.messages())
+    runs = tmp_path / "runs"  # the micro preset's out_dir
+    assert not runs.exists() or not any(runs.iterdir())  # no run folder made and left
+
+
+def test_closing_during_set_up_promises_no_run_folder_or_checkpoint(qtbot, make_window, dialogs):
+    window = make_window(**LONG)
+    click(window, "startButton")
+    dialogs.question_answer = dialogs.question_answer.No
+    window.close()  # before its first event reaches the window: no step trained
+    (question,) = dialogs.questions()
+    assert "nothing of it is kept" in question and "checkpoint" not in question
+    dialogs.question_answer = dialogs.question_answer.Yes
+    window.close()
+    assert window.status.currentMessage() == "Stopping: the window closes after its set-up has stopped …"
+    qtbot.waitUntil(window.isHidden, timeout=90_000)
+    assert window.session.records[-1].state == "stopped"
