@@ -186,6 +186,8 @@ class TunePlan:
     """Cells the estimate left out for the budget, in order of priority: tried after the planned ones when
     the trials turn out faster than estimated (a warm compile cache, a fast machine) and they still fit."""
     spare_estimates: dict[str, dict[str, float]] = field(default_factory=dict)
+    planning_seconds: float = 0.0
+    """What making the plan took (matmul peaks, auto's probe, the timed passes): before the trials' clock runs."""
 
     @property
     def estimate_seconds(self) -> float:
@@ -218,7 +220,7 @@ class TunePlan:
                 "budget_seconds": self.budget_seconds, "estimates": self.estimates,
                 "estimate_seconds": self.estimate_seconds, "description": self.describe(),
                 "flops_per_token": self.flops_per_token, "peaks": self.peaks,
-                "spare": [c.name for c in self.spare]}
+                "spare": [c.name for c in self.spare], "planning_seconds": self.planning_seconds}
 
 
 def _cold_compile(cell: Cell, device_type: str) -> float:
@@ -331,6 +333,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     )
     from core.runs import check_run_root
 
+    t0 = time.perf_counter()
     options = options or TuneOptions()
     device = resolve_device(config.train.device)
     if config.resume:
@@ -420,7 +423,8 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
                     total_steps=total_steps, budget_seconds=float(options.budget_seconds),
                     estimates={k: v for k, v in estimates.items() if k in kept_names},
                     flops_per_token=flops, peaks=peaks, spare=spare,
-                    spare_estimates={c.name: estimates[c.name] for c in spare})
+                    spare_estimates={c.name: estimates[c.name] for c in spare},
+                    planning_seconds=time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------- running
@@ -959,6 +963,9 @@ def time_taken(report: dict[str, Any]) -> str:
     """``done in 412 s``, and by how much the budget was overrun where it was."""
     state = "cancelled" if report.get("cancelled") else "done"
     text = f"{state} in {report['elapsed_seconds']:,.0f} s"
+    planning = report.get("plan", {}).get("planning_seconds") or 0.0  # reports of earlier versions lack it
+    if planning >= 0.5:
+        text += f", after {planning:,.0f} s of planning"
     budget = report.get("plan", {}).get("budget_seconds")
     if isinstance(budget, (int, float)) and report["elapsed_seconds"] > budget and not report.get("cancelled"):
         text += f", over the budget of {budget:,.0f} s"

@@ -378,6 +378,16 @@ def test_no_trial_starts_past_the_budget(micro, private_tmp):
     text = format_report(report)
     assert "it would not fit in the time budget left" in text
     assert "over the budget of 0 s: a comparison needs two settings at least" in text
+    assert report["plan"]["planning_seconds"] > 0  # the matmul peaks, the timed passes: before the trials
+
+
+def test_the_time_taken_says_what_planning_took_beside_the_trials():
+    """Planning (matmul peaks, auto's probe, timed passes) took seconds that "done in N s" did not count."""
+    from core.tune import time_taken
+
+    report = {"elapsed_seconds": 412.2, "plan": {"budget_seconds": 600, "planning_seconds": 9.4}}
+    assert time_taken(report) == "done in 412 s, after 9 s of planning"
+    assert time_taken({**report, "plan": {"budget_seconds": 600}}) == "done in 412 s"  # a report of before
 
 
 class FakeTrials:
