@@ -262,6 +262,10 @@ def time_passes(model, seq_len: int, device, precision: str, samples: int) -> tu
     return max(0.0, one - per_sample), per_sample
 
 
+BUDGET_REASON = "left out to stay within the time budget"
+CANCELLED_REASON = "not run: the trials were cancelled first"
+
+
 def not_tried(plan: dict[str, Any]) -> list[dict[str, str]]:
     """A plan's (``TunePlan.to_dict``) left-out settings that will not be tried: its spare ones may still be,
     until the trials end (a report's plan has none left)."""
@@ -416,7 +420,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
         raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to compare two settings here: "
                           f"that takes about {takes:,.0f} s; {advice}", "budget_seconds")
     spare = [c for c in cells if c not in kept]
-    left_out += [{"cell": c.name, "reason": "left out to stay within the time budget"} for c in spare]
+    left_out += [{"cell": c.name, "reason": BUDGET_REASON} for c in spare]
     kept_names = {c.name for c in kept}
     return TunePlan(config=config, device=str(device), device_name=device_name(device), cells=kept,
                     current=current.name, left_out=left_out, steps=options.steps, repeats=repeats,
@@ -569,7 +573,13 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     planned = (plan.describe(), plan.estimate_seconds)  # what was estimated up front, as the user saw it
     extra = len(live.cells) - len(plan.cells)
     tried = (f"; {extra} of them tried as time allowed" if extra else
-             "; none of them could be tried within the budget" if plan.spare else "")
+             "; none of them could be tried within the budget" if plan.spare and not was_cancelled else "")
+    if was_cancelled:  # every setting not run, planned or spare, was left for the cancel, not for the budget
+        ran = {r.cell for r in results}
+        cancelled = CANCELLED_REASON
+        live.left_out = [{**x, "reason": cancelled} if x["reason"] == BUDGET_REASON else x for x in live.left_out]
+        live.left_out += [{"cell": c.name, "reason": cancelled} for c in live.cells if c.name not in ran]
+        tried = f"; cancelled after {len(results)} trial{'s' * (len(results) != 1)}"
     plan = live
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
     report["plan"]["description"] = planned[0] + tried

@@ -452,9 +452,12 @@ class MainWindow(QMainWindow):
     def _stop(self) -> None:
         if not self.session.running:
             return
-        key = self.session.active.key if self.session.active is not None else None
+        active = self.session.active
+        key = active.key if active is not None else None
+        setting_up = active is not None and not active.run_id  # no step yet: set-up ends, nothing is kept
         self.session.stop()
-        self.status.showMessage("Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
+        self.status.showMessage("Stopping its set-up: nothing is kept …" if setting_up else
+                                "Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
                                 until=lambda r: r.key != key or r.ended)
         self._update_controls()
 
@@ -465,6 +468,11 @@ class MainWindow(QMainWindow):
         if self.session.running:
             active = self.session.active
             key = active.key if active is not None else None
+            if active is not None and not active.run_id:  # stopped now, it would end with nothing to go on from
+                dialogs.show_error(self, "Cannot continue", f"{active.label} is still being set up: it has trained "
+                                   f"no step, so there is nothing to continue from yet. Wait for its first step, "
+                                   f"or stop it and start again.")
+                return
             if active is not None:
                 # Judged before the run is stopped: a budget it has already passed stops nothing.
                 plan, problem = _continue_plan(active, settings, self.config_panel.nproc)
@@ -609,6 +617,8 @@ def _continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tu
     per_step = tc.sequences_per_step(nproc) * (parent.config.get("data", {}).get("seq_len") or settings.data.seq_len)
 
     def more(tokens: int) -> str:
+        if not parent.ended:  # it trains on until it stops, a step or (several processes) a few later
+            return "from the step it stops at"
         return f"{tokens:,} tokens more: {-(-tokens // per_step):,} steps of {per_step:,} tokens"
 
     if parent.state == "finished":
@@ -628,7 +638,8 @@ def _continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tu
                     f"(step {parent.step:,}); give a larger budget (the tokens in all, counted from its start)")
     plan = f"Continue: {parent.label} goes on along its schedule to {budget} in all"
     if tc.budget_kind == "steps":
-        return f"{plan} ({int(tc.budget) - parent.step:,} steps more)", ""
+        more_steps = f"{int(tc.budget) - parent.step:,} steps more" if parent.ended else "from the step it stops at"
+        return f"{plan} ({more_steps})", ""
     if tc.budget_kind == "tokens":
         return f"{plan} ({more(int(tc.budget) - parent.tokens)})", ""
     return plan, ""

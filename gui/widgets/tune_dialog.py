@@ -250,6 +250,9 @@ class TuneDialog(QDialog):
         session.tune_ended.connect(self._on_ended)
         session.tune_failed.connect(self._on_failed)
         session.running_changed.connect(self._update_buttons)
+        changed = getattr(panel, "changed", None)
+        if changed is not None:  # Apply is offered again once the panel no longer holds the pick
+            changed.connect(self._update_buttons)
         self._update_buttons()
 
     # ------------------------------------------------------------------ commands
@@ -277,7 +280,10 @@ class TuneDialog(QDialog):
         self.table.setRowCount(0)
         self.chart.show_rows([], None)
         self.recommendation.setText("")
-        self.plan_label.setText("Planning: measuring this device's matmul peak and checking what fits …")
+        processes = self._processes()
+        self.plan_label.setText("Planning: measuring this device's matmul peak and checking what fits …" + (
+            f" The trials measure one process; the panel's {processes} processes are not what they time."
+            if processes > 1 else ""))
         self.progress_label.setText("")
         self.session.start_tune(cfg, options, str(default_report_path(cfg)))
         self._update_buttons()
@@ -295,6 +301,8 @@ class TuneDialog(QDialog):
             return
         measured_for = (self.report or {}).get("plan", {}).get("config")
         differences = measured_for_other(measured_for, self._settings())
+        if self._processes() > 1:  # the trials are one process' (per-process batches, as here)
+            differences.append(f"processes 1 (here {self._processes()})")
         if differences and not dialogs.confirm_apply_other(self, differences):
             return
         missed = apply_settings(self._panel, rec["settings"])
@@ -302,6 +310,16 @@ class TuneDialog(QDialog):
             dialogs.show_error(self, "Not all settings applied",
                                f"Not set (the panel does not offer the value): {', '.join(missed)}.")
         self.applied.emit(dict(rec["settings"]))
+        self._update_buttons()
+
+    def _processes(self) -> int:
+        return int(getattr(self._panel, "nproc", 1) or 1)
+
+    def _panel_holds(self, rec: dict | None) -> bool:
+        """The settings panel holds the recommendation's settings now (after Apply, or set by hand)."""
+        current = getattr(self._panel, "config", None) if rec else None  # as shown: nothing being typed is taken
+        return current is not None and all(getattr(current.train, key, None) == value
+                                           for key, value in rec["settings"].items())
 
     def open_report(self, path: str | None = None) -> bool:
         """Show a saved report (asks for the file when ``path`` is not given); True when it was shown."""
@@ -412,7 +430,14 @@ class TuneDialog(QDialog):
         self.cancel_button.setEnabled(tuning)
         self.open_button.setEnabled(not tuning)
         rec = self._recommendation() if not tuning else None
-        self.apply_button.setEnabled(bool(rec) and not rec.get("is_current"))
+        held = self._panel_holds(rec)
+        self.apply_button.setEnabled(bool(rec) and not rec.get("is_current") and not held)
+        if rec and not rec.get("is_current"):
+            self.recommendation.setText(rec["text"] + (" Applied: the settings panel holds it now." if held else ""))
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self._update_buttons()  # the panel may have changed while the dialog was closed
+        super().showEvent(event)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.cancel()  # closing the dialog ends the trials; the report keeps what they measured

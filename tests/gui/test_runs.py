@@ -166,6 +166,23 @@ def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, 
     click(window, "stopButton")
     wait_idle(qtbot, window)
     assert continued.state == "stopped"
+    # Counted when clicked, the steps more were off by the steps the run made before it stopped (several with
+    # several processes): the plan says where it goes, not a count it cannot know yet.
+    assert any(f"Continue: {parent.label} goes on to its budget of" in line and "from the step it stops at" in line
+               for line in window.log.messages())
+
+
+def test_continue_while_a_run_is_set_up_is_refused_and_leaves_it_going(qtbot, make_window, dialogs):
+    """Continue in set-up stopped the run (keeping nothing), then said there was nothing to continue from."""
+    window = make_window(**LONG)
+    click(window, "startButton")
+    click(window, "continueButton")  # before its first event reaches the window: no step yet
+    (warning,) = dialogs.warnings()
+    assert warning.startswith("Cannot continue: ") and "is still being set up" in warning
+    record = wait_steps(qtbot, window, 1)  # not stopped: it trains on
+    assert len(window.session.records) == 1 and record.state not in ("stopping", "stopped")
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
 
 
 def test_continue_of_a_stopped_run_says_where_it_goes_and_refuses_a_budget_used_up(qtbot, make_window, dialogs):
@@ -394,6 +411,7 @@ def test_stop_before_the_first_step_keeps_nothing_as_it_says(qtbot, make_window,
     click(window, "startButton")
     click(window, "stopButton")  # before the torch thread's first event reaches the window: in set-up
     assert any("nothing to save yet" in line for line in window.log.messages())
+    assert window.status.currentMessage() == "Stopping its set-up: nothing is kept …"
     wait_idle(qtbot, window)
     record = window.session.records[-1]
     assert record.state == "stopped" and record.checkpoint is None and record.folder is None, record.message

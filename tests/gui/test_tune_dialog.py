@@ -67,6 +67,9 @@ def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, wind
     cfg = panel.config
     assert (cfg.train.micro_batch, cfg.train.accum_steps, cfg.train.compile_mode, cfg.train.compile_scope,
             cfg.train.precision) == (2, 2, "default", "block", "bf16")
+    # Applied, the pick is what the panel holds: said, and not offered again (it read as still to apply).
+    assert not child(dialog, "tuneApplyButton").isEnabled()
+    assert child(dialog, "tuneRecommendation").text().endswith("Applied: the settings panel holds it now.")
 
     # A budget past the field's range is its bound; a micro-batch the panel does not offer is not clamped
     # (that would change the effective batch): neither it nor the accumulation is set, and a dialog says so.
@@ -89,6 +92,15 @@ def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
     wait_done(qtbot, dialog)
     assert dialog.report["cancelled"] and 1 <= len(dialog.report["trials"]) < 6
     assert "Cancelled" in child(dialog, "tuneProgressLabel").text()
+    # Every setting not run was left for the cancel, not for the time budget, and is counted.
+    plan, ran = dialog.report["plan"], {t["cell"] for t in dialog.report["trials"]}
+    unrun = [c for c in CELLS if c.name not in ran]
+    assert sorted(x["cell"] for x in plan["left_out"]) == sorted(c.name for c in unrun)
+    assert {x["reason"] for x in plan["left_out"]} <= {"not run: the trials were cancelled first"}
+    text = child(dialog, "tunePlanLabel").text()
+    assert "cancelled after" in text and "within the budget" not in text
+    if unrun:
+        assert f"Not tried: {len(unrun)} (not run: the trials were cancelled first)" in text
     assert child(dialog, "tuneRunButton").isEnabled() and child(window, "startButton").isEnabled()
 
 
@@ -211,6 +223,11 @@ def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, win
     dialogs.question_answer = QMessageBox.StandardButton.Yes
     click(dialog, "tuneApplyButton")
     assert (panel.micro_batch.value(), panel.accum.value()) == (2, 2)
+    panel.accum.setValue(1)  # the pick is no longer what the panel holds
+    child(window, "processesSpin").setValue(2)  # the trials timed one process
+    dialogs.question_answer = QMessageBox.StandardButton.No
+    click(dialog, "tuneApplyButton")
+    assert "processes 1 (here 2)" in dialogs.questions()[-1]
     panel.preset.setCurrentText("tiny")
     assert measured_for_other(dialog.report["plan"]["config"], panel.config)[0] == "preset micro (here tiny)"
 
