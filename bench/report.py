@@ -109,6 +109,11 @@ def _eager_a1(cells: dict[str, dict]) -> str | None:
     return eager[0] if eager else None
 
 
+def median_step_rate(run: dict, tokens_per_step: int) -> float:
+    """One run's tokens/s as the tables give it: the median of its timed steps."""
+    return statistics.median(_step_rates([run], tokens_per_step))
+
+
 def _step_rates(runs: list[dict], tokens_per_step: int) -> list[float]:
     """Tokens/s of every timed step of every repeat (a run without per-step times counts as its window)."""
     rates = []

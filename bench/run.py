@@ -267,7 +267,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from bench.cells import BenchError, Cell
     from bench.hf_reference import transformers_version
     from bench.probe import run_probe
-    from bench.report import summarise
+    from bench.report import median_step_rate, summarise
     from bench.runners import model_config_for, run_reference, run_speedboard
     from core.config import config_from_preset
     from core.data import prepare_data
@@ -426,7 +426,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                         _say(f"[{repeat + 1}/{repeats}] {cell.name:<27} {runner:<10} FAILED: {record.error}")
                         continue
                     extra_note = f", compile {record.compile_seconds:.1f} s" if record.compile_seconds else ""
-                    _say(f"[{repeat + 1}/{repeats}] {cell.name:<27} {runner:<10} {record.tokens_per_s:10,.0f} tok/s"
+                    rate = median_step_rate(record.to_dict(), tokens_per_step)  # as the tables give it
+                    _say(f"[{repeat + 1}/{repeats}] {cell.name:<27} {runner:<10} {rate:10,.0f} tok/s"
                          f"  loss {record.final_loss:.5f}{extra_note}"
                          + "".join(f"\n  warning: {w}" for w in record.warnings))
         if device.type == "cuda":  # the combination the Trainer refuses: is it still wrong in this release?

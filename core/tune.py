@@ -740,11 +740,13 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
     # A pick is only as clear as its lead over the next best: a tie there is said, not hidden.
     others = [row for row in eligible if row["name"] not in (best["name"], plan.current)]
     runner_up = max(others, key=speed) if others else None
-    lead = compare(by_cell.get(best["name"], []), by_cell.get(runner_up["name"], [])) if runner_up else None
+    # The runner-up against the pick, signed as every figure of the text is (the setting named, against the
+    # other): the pick's lead, worded as the runner-up's, read "+1.6%" for one 1.6% slower.
+    behind = compare(by_cell.get(runner_up["name"], []), by_cell.get(best["name"], [])) if runner_up else None
     out["runner_up"] = runner_up["name"] if runner_up else None
-    out["runner_up_tied"] = bool(lead and not lead.significant)
-    if lead is not None and not lead.significant:
-        out["text"] += f" The next best, {runner_up['label']}, shows {lead.describe('it')}: either will do."
+    out["runner_up_tied"] = bool(behind and not behind.significant)
+    if behind is not None and not behind.significant:
+        out["text"] += f" The next best, {runner_up['label']}, shows {behind.describe('it')}: either will do."
     return out
 
 

@@ -78,10 +78,19 @@ def test_quick_bench_writes_json_markdown_and_png(tmp_path, capsys):
     assert summary["loss"]["agree"], summary["loss"]  # same weights, same batches: the same loss everywhere
     assert {t["target"] for t in summary["targets"]} >= {"final losses agree across all runs, fp32"}
 
+    # Each run's line gives the statistic of the tables (its median step), not its window's tokens/s.
+    import re
+
+    said = capsys.readouterr().out
+    printed = re.findall(r"\] (\S+)\s+(speedboard|bare|hf)\s+([\d,]+) tok/s", said)
+    assert len(printed) == 5
+    for cell_name, runner, rate in printed:
+        assert rate == f"{summary['cells'][cell_name][runner]['median']:,.0f}", (cell_name, runner)
+
     md = (out / "bench.md").read_text()
     assert "| off-a2-fp32 | 2 × 2 |" in md and "Memory of accumulation" in md and "trainer ÷ bare" in md
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "wrote" in capsys.readouterr().out
+    assert "wrote" in said
 
 
 @pytest.mark.slow

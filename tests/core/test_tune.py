@@ -329,6 +329,8 @@ def test_a_pick_within_the_noise_of_the_next_best_says_it_is_a_tie(micro, privat
     assert rec["cell"] == "off-a1-bf16" and rec["significant"]  # far above the current settings' noise
     assert rec["runner_up"] == "off-a2-fp32" and rec["runner_up_tied"]
     assert "either will do" in rec["text"] and "no significant difference from it" in rec["text"]
+    # The runner-up's own figure, 200 against 203: behind, signed so (the pick's lead read as its "+1.5%").
+    assert "The next best, " in rec["text"] and "from it (-1.5%" in rec["text"], rec["text"]
     clear = [t for t in results if t.cell != "off-a2-fp32"] + [_trial("off-a2-fp32", r, [150, 150, 150])
                                                              for r in (0, 1)]
     rec = summarise(plan, clear)["recommendation"]
