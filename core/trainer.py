@@ -399,7 +399,7 @@ class Trainer:
         any step: there is nothing to save, and a validation pass and a step-0 checkpoint are not what was asked.
         Under torchrun the ranks agree on a stop with a step's loss, so set-up goes on to the first step there."""
         if self.control.stop_requested and not self.dist.enabled:
-            raise Cancelled("stopped before training began; nothing was kept")
+            raise Cancelled("set-up stopped; nothing was kept")
 
     def _init_device(self) -> None:
         """``device``, ``dist`` (the torchrun process group, if any) and ``precision``."""
