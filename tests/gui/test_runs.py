@@ -412,6 +412,8 @@ def test_stop_before_the_first_step_keeps_nothing_as_it_says(qtbot, make_window,
     click(window, "stopButton")  # before the torch thread's first event reaches the window: in set-up
     assert any("nothing to save yet" in line for line in window.log.messages())
     assert window.status.currentMessage() == "Stopping its set-up: nothing is kept …"
+    window.status.show_run(window.session.records[-1], None)  # as the refresh timer shows the run in focus
+    assert child(window, "stateLabel").full_text().endswith("stopping… (its set-up: nothing is kept)")
     wait_idle(qtbot, window)
     record = window.session.records[-1]
     assert record.state == "stopped" and record.checkpoint is None and record.folder is None, record.message
