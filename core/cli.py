@@ -272,8 +272,8 @@ def config_from_args(args: argparse.Namespace):
 
 def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
     """Flags a start checkpoint makes void are refused, not recorded and ignored: a seed where the run resumes
-    its saved random streams, a preset that is not its architecture, and the settings of a new tokenizer
-    where one is given or the checkpoint has its own."""
+    its saved random streams, a warmup where it keeps its lineage's schedule, a preset that is not its
+    architecture, and the settings of a new tokenizer where one is given or the checkpoint has its own."""
     from core.config import config_from_preset
     from core.errors import ConfigError
     from core.tokenizer import TOKENIZER_FILE
@@ -281,6 +281,10 @@ def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
     if getattr(args, "resume", None) and args.seed is not None:
         raise ConfigError("--seed does not apply to --resume: a resumed run continues the random streams its "
                           "checkpoint saved, exactly; leave --seed out (or use --init-from for a new run)", "seed")
+    if getattr(args, "resume", None) and getattr(args, "warmup", None) is not None:
+        raise ConfigError("--warmup does not apply to --resume: a resumed run keeps its lineage's warmup (one whose "
+                          "parent finished its budget goes on without one); leave --warmup out (or use --init-from "
+                          "for a new run)", "warmup_ratio")
     tokenizer = (f"the tokenizer {args.tokenizer}" if args.tokenizer else
                  f"the tokenizer of {info.path}" if info is not None and info.path.is_dir()
                  and (info.path / TOKENIZER_FILE).is_file() else None)

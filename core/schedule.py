@@ -79,7 +79,8 @@ def make_schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None
     - the parent stopped early: continue its schedule to its horizon, by
       tokens, whatever the new effective batch (accumulation, micro-batch);
       a budget changed on resume sets the lineage's new total instead
-      (a ``ConfigError`` when that total is already behind it);
+      (a ``ConfigError`` when that total is already behind it, or inside
+      the warmup it keeps);
     - the parent finished its budget: a new cosine segment of this run's
       budget from here, without warmup ("continue training").
     """
@@ -96,4 +97,10 @@ def make_schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None
         if end <= at.tokens:
             raise ConfigError(f"a budget of {train.budget:g} {train.budget_kind} is already used up: the checkpoint "
                               f"is at step {at.step} ({at.tokens:,} tokens); give a larger budget", "budget")
+        warmed = theirs["start_tokens"] + theirs["warmup_tokens"]
+        if end <= warmed:  # it would end still warming up, never at its peak learning rate nor its floor
+            raise ConfigError(f"a budget of {train.budget:g} {train.budget_kind} ends at {end:,} tokens, inside the "
+                              f"warmup the lineage keeps (to {warmed:,} tokens, about step "
+                              f"{at.step + -(-(warmed - at.tokens) // at.tokens_per_step):,}): the learning rate "
+                              f"would never reach its peak or decay; give a budget past the warmup", "budget")
     return LRSchedule(train.lr, train.min_lr, theirs["warmup_tokens"], end, theirs["start_tokens"])

@@ -111,11 +111,14 @@ def test_resume_from_the_cli_takes_the_checkpoints_settings(stopped_parent, tmp_
     assert [e.step for e in events if isinstance(e, StepMetrics)] == [5, 6, 7, 8]
 
 
-def test_a_seed_on_resume_is_refused_not_recorded_and_ignored(stopped_parent, tmp_path, capsys):
+@pytest.mark.parametrize("flag, value", [("--seed", "7"), ("--warmup", "0")])
+def test_a_seed_or_warmup_on_resume_is_refused_not_recorded_and_ignored(stopped_parent, tmp_path, capsys, flag,
+                                                                       value):
+    """--warmup 0 on resume was written into config.json while the run warmed up along its parent's schedule."""
     _, checkpoint = stopped_parent
-    assert main(["train", "--resume", str(checkpoint), "--seed", "7", "--out", str(tmp_path / "runs")]) == 2
+    assert main(["train", "--resume", str(checkpoint), flag, value, "--out", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
-    assert "--seed does not apply to --resume" in err and err.count("\n") == 1, err
+    assert f"{flag} does not apply to --resume" in err and err.count("\n") == 1, err
     assert not (tmp_path / "runs").exists()
 
 

@@ -74,3 +74,15 @@ def test_a_finished_parent_gets_a_new_cosine_without_warmup():
     theirs = make_schedule(train, NEW)
     here = Position(step=100, tokens=100_000, tokens_per_step=1000, epoch_tokens=25_000)
     assert make_schedule(train, here, parent_state(train, theirs)) == LRSchedule(1e-3, 1e-4, 0, 200_000, 100_000)
+
+
+def test_a_total_set_on_resume_inside_the_warmup_is_refused():
+    """--steps 10 on a resume of a 40-step run warming up for 20 ended at step 10, still warming up: the learning
+    rate never reached its peak nor decayed."""
+    train = TrainConfig(budget_kind="steps", budget=40, warmup_ratio=0.5)
+    theirs = make_schedule(train, NEW)  # warms up to 20,000 tokens: step 20
+    here = Position(step=5, tokens=5_000, tokens_per_step=1000, epoch_tokens=25_000)
+    with pytest.raises(ConfigError, match=r"inside the warmup the lineage keeps \(to 20,000 tokens, about step 20\)"):
+        make_schedule(TrainConfig(budget_kind="steps", budget=20), here, parent_state(train, theirs))
+    past = make_schedule(TrainConfig(budget_kind="steps", budget=21), here, parent_state(train, theirs))
+    assert past.end_tokens == 21_000 and past.warmup_tokens == 20_000  # a step past it: warmup, then its cosine
