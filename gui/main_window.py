@@ -636,6 +636,15 @@ def _continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tu
     if tc.budget_kind == "tokens" and tc.budget <= parent.tokens:
         return "", (f"a budget of {budget} is already used up: {parent.label} {where} {parent.tokens:,} tokens "
                     f"(step {parent.step:,}); give a larger budget (the tokens in all, counted from its start)")
+    # A new total inside the warmup the lineage keeps is refused by the run (core.schedule): said here, before the
+    # run is stopped, for a parent that started its own schedule (a resumed one's warmup is its lineage's).
+    if not parent.config.get("resume") and tc.budget_kind in ("steps", "tokens"):
+        warmed = int(float(theirs.get("warmup_ratio") or 0.0) * parent.budget_tokens)
+        end = (parent.tokens + (int(tc.budget) - parent.step) * per_step if tc.budget_kind == "steps"
+               else int(tc.budget))
+        if end <= warmed:
+            return "", (f"a budget of {budget} ends inside {parent.label}'s learning-rate warmup (to {warmed:,} "
+                        f"tokens): it would never reach its peak or decay; give a budget past the warmup")
     plan = f"Continue: {parent.label} goes on along its schedule to {budget} in all"
     if tc.budget_kind == "steps":
         more_steps = f"{int(tc.budget) - parent.step:,} steps more" if parent.ended else "from the step it stops at"

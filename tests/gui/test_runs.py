@@ -10,6 +10,7 @@ from core.trainer import Trainer
 from tests.gui.conftest import child, click, read_jsonl, run_once, wait_idle, wait_steps
 
 LONG = {"train": {"budget": 1_000_000}}  # a run that only ends when stopped
+LONG_NO_WARMUP = {"train": {"budget": 1_000_000, "warmup_ratio": 0.0}}  # its schedule past any warmup at once
 
 
 def _steps(events: list[dict], warmup: bool | None = None) -> list[dict]:
@@ -186,7 +187,7 @@ def test_continue_while_a_run_is_set_up_is_refused_and_leaves_it_going(qtbot, ma
 
 
 def test_continue_of_a_stopped_run_says_where_it_goes_and_refuses_a_budget_used_up(qtbot, make_window, dialogs):
-    window = make_window(**LONG)
+    window = make_window(**LONG_NO_WARMUP)
     click(window, "startButton")
     parent = wait_steps(qtbot, window, 2)
     click(window, "stopButton")
@@ -222,13 +223,27 @@ def test_continue_during_a_run_refuses_a_budget_it_has_passed_and_leaves_the_run
     wait_idle(qtbot, window)
 
 
+def test_continue_to_a_total_inside_the_warmup_is_a_dialog_not_a_failed_row(qtbot, make_window, dialogs):
+    """The run refuses a total that would end it still warming up (core.schedule); the window says so first."""
+    window = make_window(**LONG)  # 5% of a million steps of warmup
+    click(window, "startButton")
+    parent = wait_steps(qtbot, window, 2)
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    window.config_panel.budget.setValue(parent.step + 2)
+    click(window, "continueButton")
+    (warning,) = dialogs.warnings()
+    assert f"ends inside {parent.label}'s learning-rate warmup" in warning
+    assert len(window.session.records) == 1  # nothing started, no failed row
+
+
 def test_continue_counts_the_steps_of_its_token_horizon_and_refuses_tokens_already_trained(qtbot, make_window,
                                                                                            dialogs):
     """The budget is kept in tokens: with twice the accumulation, the steps left are half as many, and the plan
     says so; a budget in tokens already trained is a dialog, not a failed row."""
     import shutil
 
-    window = make_window(**LONG)
+    window = make_window(**LONG_NO_WARMUP)
     click(window, "startButton")
     parent = wait_steps(qtbot, window, 2)
     click(window, "stopButton")
