@@ -306,14 +306,19 @@ def run_outcome(run_dir: str | Path, run_id: str | None = None, offset: int = 0)
     return None
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: torchrun gets SIGTERM if this launcher dies, so no worker is ever orphaned."""
+def _prctl(option: int, value: int) -> bool:
+    """Linux's ``prctl(option, value)``; False where it failed or cannot be called."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        pass
+        return False
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: torchrun gets SIGTERM if this launcher dies, so no worker is ever orphaned."""
+    _prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 ORPHAN_GRACE_S = 30.0
@@ -324,14 +329,7 @@ record their ending, before the launcher ends them."""
 def _adopt_orphans(on: bool) -> bool:
     """Linux: make this launcher the one that inherits torchrun's workers should torchrun die before them (a
     child subreaper), so that it can wait for them; False where that cannot be done."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
+    return sys.platform.startswith("linux") and _prctl(36, int(on))  # PR_SET_CHILD_SUBREAPER
 
 
 def _end_orphans(known: set[int], grace_s: float = ORPHAN_GRACE_S) -> None:

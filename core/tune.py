@@ -576,9 +576,9 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
              "; none of them could be tried within the budget" if plan.spare and not was_cancelled else "")
     if was_cancelled:  # every setting not run, planned or spare, was left for the cancel, not for the budget
         ran = {r.cell for r in results}
-        cancelled = CANCELLED_REASON
-        live.left_out = [{**x, "reason": cancelled} if x["reason"] == BUDGET_REASON else x for x in live.left_out]
-        live.left_out += [{"cell": c.name, "reason": cancelled} for c in live.cells if c.name not in ran]
+        live.left_out = [{**x, "reason": CANCELLED_REASON} if x["reason"] == BUDGET_REASON else x
+                         for x in live.left_out]
+        live.left_out += [{"cell": c.name, "reason": CANCELLED_REASON} for c in live.cells if c.name not in ran]
         tried = f"; cancelled after {len(results)} trial{'s' * (len(results) != 1)}"
     plan = live
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)

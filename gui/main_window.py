@@ -454,7 +454,7 @@ class MainWindow(QMainWindow):
             return
         active = self.session.active
         key = active.key if active is not None else None
-        setting_up = active is not None and not active.run_id  # no step yet: set-up ends, nothing is kept
+        setting_up = active is not None and active.before_training  # set-up ends, nothing is kept
         self.session.stop()
         self.status.showMessage("Stopping its set-up: nothing is kept …" if setting_up else
                                 "Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
@@ -468,7 +468,7 @@ class MainWindow(QMainWindow):
         if self.session.running:
             active = self.session.active
             key = active.key if active is not None else None
-            if active is not None and not active.run_id:  # stopped now, it would end with nothing to go on from
+            if active is not None and active.before_training:  # stopped now, it would leave nothing to go on from
                 dialogs.show_error(self, "Cannot continue", f"{active.label} is still being set up: it has trained "
                                    f"no step, so there is nothing to continue from yet. Wait for its first step, "
                                    f"or stop it and start again.")
@@ -586,7 +586,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             active = self.session.active
             compiling = active is not None and active.state == "compiling"
-            setting_up = active is not None and not active.run_id and not compiling  # no step yet: nothing kept
+            setting_up = active is not None and active.before_training and not compiling  # nothing kept
             # A compile cannot be interrupted: say that the wait is for it, not for one optimizer step.
             after = ("the compile in progress and the step after it" if compiling else
                      "its set-up has stopped" if setting_up else "the current optimizer step")
@@ -616,10 +616,12 @@ def _continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tu
     # The continued run keeps the parent's sequence length; the panel's batch and processes apply.
     per_step = tc.sequences_per_step(nproc) * (parent.config.get("data", {}).get("seq_len") or settings.data.seq_len)
 
+    def counted(how_much: str) -> str:
+        # A parent still training goes on until it stops, a step or (several processes) a few later: no count yet.
+        return how_much if parent.ended else "from the step it stops at"
+
     def more(tokens: int) -> str:
-        if not parent.ended:  # it trains on until it stops, a step or (several processes) a few later
-            return "from the step it stops at"
-        return f"{tokens:,} tokens more: {-(-tokens // per_step):,} steps of {per_step:,} tokens"
+        return counted(f"{tokens:,} tokens more: {-(-tokens // per_step):,} steps of {per_step:,} tokens")
 
     if parent.state == "finished":
         return (f"Continue: {budget} more after {parent.label}'s step {parent.step:,}, a new cosine from the peak "
@@ -647,8 +649,7 @@ def _continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tu
                         f"tokens): it would never reach its peak or decay; give a budget past the warmup")
     plan = f"Continue: {parent.label} goes on along its schedule to {budget} in all"
     if tc.budget_kind == "steps":
-        more_steps = f"{int(tc.budget) - parent.step:,} steps more" if parent.ended else "from the step it stops at"
-        return f"{plan} ({more_steps})", ""
+        return f"{plan} ({counted(f'{int(tc.budget) - parent.step:,} steps more')})", ""
     if tc.budget_kind == "tokens":
         return f"{plan} ({more(int(tc.budget) - parent.tokens)})", ""
     return plan, ""

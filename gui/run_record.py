@@ -231,6 +231,12 @@ class RunRecord:
     def ended(self) -> bool:
         return self.state in ENDED_STATES
 
+    @property
+    def before_training(self) -> bool:
+        """In set-up: its ``RunStarted`` (which names its run id) has not come, so it has trained no step, and a
+        stop keeps nothing."""
+        return not self.run_id
+
     def apply(self, event: Event | RunNote) -> bool:
         """Update from one event or note; True when something the run table shows (other than progress) changed."""
         if isinstance(event, StopRequested):
@@ -320,7 +326,7 @@ class RunRecord:
             self.checkpoint = event.checkpoint
         elif isinstance(event, RunFailed):
             # Stopped before it started: its data preparation was cancelled, nothing was kept.
-            self.state = "stopped" if self.state == "stopping" and not self.run_id else "failed"
+            self.state = "stopped" if self.state == "stopping" and self.before_training else "failed"
             self.message = event.message
             self.preparing, self.preparation, self.preparation_share = False, "", None
             self.compile_started = None

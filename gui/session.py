@@ -250,7 +250,7 @@ class RunSession(QObject):
         if not self.running or self.stopping:
             return
         active = self._active
-        self._route(active, StopRequested(before_training=active is not None and not active.run_id))
+        self._route(active, StopRequested(before_training=active is not None and active.before_training))
         if self._process is not None:
             self._process.stop()
         else:
@@ -434,7 +434,7 @@ class RunSession(QObject):
         if record is not None and not record.ended:
             # No final event in the folder (bad settings, or a crash before rank 0 wrote one). A Stop before any
             # rank began is said as such, not by the exit code of a launcher ended in its own start.
-            stopped_early = record.state == "stopping" and not record.run_id
+            stopped_early = record.state == "stopping" and record.before_training
             reason = message or ("stopped before its processes had begun" if stopped_early else
                                  f"the training processes exited with code {code}")
             self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))

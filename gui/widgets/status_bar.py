@@ -135,8 +135,8 @@ class StatusBar(QStatusBar):
             return  # nothing moved: no relayout
         self._shown = shown
         if record.state == "stopping":
-            state = ("stopping… (after the current optimizer step)" if record.run_id else
-                     "stopping… (its set-up: nothing is kept)")
+            state = ("stopping… (its set-up: nothing is kept)" if record.before_training else
+                     "stopping… (after the current optimizer step)")
         elif record.state == "compiling":
             state = record.compile_progress() or "compiling"
         elif record.state == "failed":
