@@ -29,6 +29,7 @@ from gui.checkpoint_paths import (
 from gui.controller import CheckpointSummary
 from gui.run_record import RunRecord
 from gui.session import RunSession
+from gui.stored_settings import stored_text
 from gui.widgets.config_panel import ConfigPanel
 from gui.widgets.log_view import LogView
 from gui.widgets.status_bar import StatusBar
@@ -41,12 +42,12 @@ class RecentFolders:
         self.settings = settings
 
     def last(self) -> str:
-        folder = self.settings.value("paths/last_dir")
-        return folder if isinstance(folder, str) and Path(folder).is_dir() else str(Path.home())
+        folder = stored_text(self.settings, "paths/last_dir")
+        return folder if folder and Path(folder).is_dir() else str(Path.home())
 
     def save(self) -> str:
-        folder = self.settings.value("paths/save_dir")
-        return folder if isinstance(folder, str) and Path(folder).is_dir() else self.last()
+        folder = stored_text(self.settings, "paths/save_dir")
+        return folder if folder and Path(folder).is_dir() else self.last()
 
     def remember(self, path: str) -> None:
         folder = Path(path).expanduser()

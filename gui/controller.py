@@ -39,6 +39,7 @@ from core.config import ModelConfig, RunConfig
 from core.control import Control
 from core.errors import CheckpointError, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
+from core.paths import user_path
 from core.trainer import Trainer
 from core.tune import TuneOptions, plan_tune, run_tune
 from gui.gc_pin import pin_collection_to_gui_thread, unpin_collection
@@ -291,7 +292,10 @@ class TorchThread(QThread):
                 self._trainer = trainer
             # Saves asked for after the trainer's last step check: do them now.
             for path in job.control.take_save_requests():
-                if path:
+                if path and self._trainer is None:  # stopped or failed in its set-up
+                    self.job_failed.emit(JobFailed("save", "the run ended before its first step: there is no "
+                                                   "model to save", path))
+                elif path:
                     self._save(path)
             self.run_job_ended.emit(RunJobEnded(trainer.run_id if trainer is not None else "",
                                                 self._trainer is not None))
@@ -332,7 +336,8 @@ class TorchThread(QThread):
 
 
 def _same_path(path: str) -> str:
-    return str(Path(path).expanduser())
+    """``path`` as the run names it in its events: absolute, ``~`` expanded."""
+    return str(user_path(path))
 
 
 class Controller(QObject):
@@ -509,6 +514,7 @@ class Controller(QObject):
             self._inspecting = False
             self.load_failed.emit(failed.path, failed.message)
         elif failed.job == "save":
+            self._run_saves.discard(_same_path(failed.path))  # answered: not asked again when the run has ended
             self.save_failed.emit(failed.path, failed.message)
         elif failed.job == "tune":
             self.tune_failed.emit(failed.message)

@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.paths import user_path
+
 
 def show_error(parent: QWidget | None, title: str, message: str) -> None:
     QMessageBox.warning(parent, title, message)
@@ -131,7 +133,10 @@ class SaveTargetDialog(QDialog):
         name, folder = self.name.text().strip(), self.folder.text().strip()
         if not name or not folder or name in (".", "..") or "/" in name or "\\" in name:
             return None
-        return str(Path(folder).expanduser() / name)
+        # A relative folder would be taken from the working directory the window was started in, unseen here.
+        if not Path(folder).expanduser().is_absolute():
+            return None
+        return str(user_path(Path(folder).expanduser() / name))  # "a/../b" is shown as the folder it names
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Folder to save the checkpoint in", self.folder.text())
@@ -143,7 +148,8 @@ class SaveTargetDialog(QDialog):
         save = self.buttons.button(QDialogButtonBox.StandardButton.Save)
         save.setEnabled(target is not None)
         if target is None:
-            self.target_label.setText("Name a folder to write: a name without slashes, in an existing folder.")
+            self.target_label.setText("Name a folder to write: a name without slashes, in an existing folder "
+                                      "given by its full path.")
         elif Path(target).is_dir() and any(Path(target).iterdir()):
             self.target_label.setText(f"Replaces {target} (you are asked first)")
         else:

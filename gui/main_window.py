@@ -34,6 +34,7 @@ from gui.redraw_pacer import RedrawPacer
 from gui.run_folders import RunFolders
 from gui.run_record import RunRecord, describe
 from gui.session import RunSession
+from gui.stored_settings import stored_bytes
 from gui.widgets.config_panel import ConfigPanel, presets_with
 from gui.widgets.log_view import LogView
 from gui.widgets.plot_panel import PlotPanel
@@ -243,10 +244,10 @@ class MainWindow(QMainWindow):
         s = self.settings
         self.config_panel.restore_state(s)
         self.plots.restore_state(s)
-        geometry = s.value("window/geometry")
+        geometry = stored_bytes(s, "window/geometry")
         self.geometry_restored = geometry is not None and self.restoreGeometry(geometry)
         for name in SPLITTERS:
-            state = s.value(f"window/{name}")
+            state = stored_bytes(s, f"window/{name}")
             if state is not None:
                 getattr(self, name).restoreState(state)
         self.settings_button.sync()  # the settings column may come back collapsed
@@ -585,8 +586,9 @@ class MainWindow(QMainWindow):
         if self.session.running:
             event.ignore()
             active = self.session.active
-            compiling = active is not None and active.state == "compiling"
-            setting_up = active is not None and active.before_training and not compiling  # nothing kept
+            # Before its first step (its compile announced, not begun, included) a stop ends the set-up: nothing kept.
+            setting_up = active is not None and active.before_training
+            compiling = not setting_up and active is not None and active.state == "compiling"
             # A compile cannot be interrupted: say that the wait is for it, not for one optimizer step.
             after = ("the compile in progress and the step after it" if compiling else
                      "its set-up has stopped" if setting_up else "the current optimizer step")

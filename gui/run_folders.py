@@ -15,6 +15,7 @@ from gui import dialogs
 from gui.checkpoint_actions import RecentFolders
 from gui.run_record import RunRecord
 from gui.session import RunSession
+from gui.stored_settings import stored_json_list
 from gui.widgets.log_view import LogView
 from gui.widgets.plot_panel import PlotPanel
 from gui.widgets.status_bar import StatusBar
@@ -75,10 +76,7 @@ class RunFolders:
 
     def reopen_last_session(self, settings: QSettings) -> None:
         """The rows of the last session come back, read from their run folders (those that still exist)."""
-        try:
-            folders = json.loads(settings.value(_SESSION_KEY, "[]"))
-        except (TypeError, ValueError):
-            return
+        folders = stored_json_list(settings, _SESSION_KEY)
         folders = [f for f in folders if isinstance(f, str) and is_run_dir(f)][-MAX_REOPENED:]
         for folder in folders:
             try:

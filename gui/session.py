@@ -28,6 +28,7 @@ from core.config import ModelConfig, RunConfig
 from core.errors import CheckpointError, ConfigError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics, WarningRaised
 from core.launch import prepare_launch
+from core.paths import user_path
 from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, run_state, writer_alive
 from gui.controller import Controller, RunJobEnded
 from gui.metric_store import MetricStore
@@ -271,7 +272,7 @@ class RunSession(QObject):
         """Save the current model as a checkpoint folder; True when it waits for the run's next optimizer step
         (a paused run saves at once, where it stands)."""
         assert self._pending_save is None, "one save at a time"
-        self._pending_save = str(Path(path).expanduser())
+        self._pending_save = str(user_path(path))  # as the run names it when saved: absolute, ``~`` expanded
         deferred = self.controller.running and not (self._active is not None and self._active.state == "paused")
         self.controller.save(self._pending_save)
         return deferred
@@ -386,7 +387,7 @@ class RunSession(QObject):
             return
         self._route(record, event)
         if (isinstance(event, CheckpointSaved) and self._pending_save is not None
-                and Path(event.path) == Path(self._pending_save)):
+                and user_path(event.path) == Path(self._pending_save)):
             self._pending_save = None
             self.save_finished.emit(event.path)
 

@@ -46,6 +46,7 @@ from core.event_text import skipped_files
 from core.launch import check_nproc, process_capacity
 from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
+from gui.stored_settings import stored_number, stored_text
 from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
@@ -532,33 +533,31 @@ class ConfigPanel(QWidget):
         """Bring back the last session's settings; anything unknown or unreadable keeps its default."""
         settings.beginGroup("config")
         try:
-            preset = settings.value("preset")
+            preset = stored_text(settings, "preset")
             if preset in self._presets:
                 _set_combo(self.preset, preset)
             self._updating = True
-            data_dir = settings.value("data_dir")
-            if isinstance(data_dir, str) and data_dir:
+            data_dir = stored_text(settings, "data_dir")
+            if data_dir:
                 self._data_dir = data_dir
-            source = settings.value("source")
-            if isinstance(source, str) and source:
+            source = stored_text(settings, "source")
+            if source:
                 # Kept also when it is gone (an unmounted drive, a moved dataset): its check says so under the
                 # Data control and Start waits, where the built-in corpus in its place would train unnoticed.
                 self._source = source
-            text_field = settings.value("text_field")
-            if isinstance(text_field, str) and text_field.strip():
+            text_field = stored_text(settings, "text_field")
+            if text_field and text_field.strip():
                 self.text_field.setText(text_field)
             for name in self._SETTINGS_WIDGETS:
-                value = settings.value(name)
+                value = stored_text(settings, name)
                 if value is not None:
-                    _set_combo(getattr(self, name), str(value))
+                    _set_combo(getattr(self, name), value)
             for name in (*self._SETTINGS_SPINS, *self._SETTINGS_NUMBERS):
-                value = settings.value(name)
-                try:
-                    if value is not None:
-                        spin = getattr(self, name)
-                        spin.setValue(float(value) if isinstance(spin, NumberField) else int(value))
-                except (TypeError, ValueError):
-                    pass
+                spin = getattr(self, name)
+                whole = not isinstance(spin, NumberField) or name == "seed"  # a budget may be 1.5 epochs
+                value = stored_number(settings, name, spin.minimum(), spin.maximum(), whole)
+                if value is not None:
+                    spin.setValue(value if isinstance(spin, NumberField) else int(value))
             self._budget_kind_shown = self.budget_kind.currentData()
         finally:
             self._updating = False
@@ -571,9 +570,9 @@ class ConfigPanel(QWidget):
         back, rounded up to whole steps), not a budget of 200 tokens, less than one step."""
         kind, before = self.budget_kind.currentData(), self._budget_kind_shown
         self._budget_kind_shown = kind
-        cfg = self._config
-        if not self._updating and cfg is not None and kind != before:
-            per_step = cfg.tokens_per_step(self.nproc)
+        if not self._updating and kind != before:
+            # From the fields, not the validated config: another setting being invalid must not change the length.
+            per_step = self.micro_batch.value() * self.accum.value() * self.nproc * self.seq_len.value()
             budget = self.budget.number()
             self._updating = True
             try:

@@ -10,7 +10,8 @@ field (a negative seed or learning rate too, sign kept); a number past even that
 range becomes the bound nearest to it. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
 takes a number typed past it as its bound, not as its first digits (a negative one as its lowest). What reads
 as no number it can hold (a field left empty, a fraction in a whole-number field: ``3.5`` was once taken as
-``35``) gives the field back the value it had before it was edited.
+``35``; ``0x10``, ``2.5M`` as a rate) gives the field back the value it had before it was edited. Every
+keystroke is shown as typed until the field is left: none is dropped to keep the rest (``5e9`` was ``59``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,6 @@ SUFFIXES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 _COUNT = re.compile(r"([1-9]\d{0,2}(,\d{3})+|\d+)?(\.\d*)?([eE][+-]?\d*)?([kKMBGT])?")
 # A rate: digits, a fraction (after a point or a decimal comma: "0,001" is 0.001), an exponent.
 _RATE = re.compile(r"(\d+)?([.,]\d*)?([eE][+-]?\d*)?")
-# What may still become a count as the user types (a comma group being typed: "1,00").
-_PARTIAL_COUNT = re.compile(r"[1-9]\d{0,2}(,\d{3})*(,\d{0,2})?")
-# What a whole-number field shows as typed until it is left: a sign, digits, a fraction.
-_TYPED_NUMBER = re.compile(r"-?\d*\.?\d*")
 
 
 def parse_number(text: str, counts: bool = True) -> float | None:
@@ -105,18 +102,10 @@ class NumberField(_KeepsValueBefore, QDoubleSpinBox):
         value = parse_number(stripped, self._integer)
         if value is not None and self.minimum() <= value <= self.maximum():
             return QValidator.State.Acceptable, text, pos
-        # Out of range (kept while typing, refused when the field is left), or a number still being typed.
-        if value is not None or self._may_become_number(stripped):
-            return QValidator.State.Intermediate, text, pos
-        return QValidator.State.Invalid, text, pos
-
-    def _may_become_number(self, text: str) -> bool:
-        text = text.removeprefix("-")
-        if text in ("", "."):
-            return True
-        if self._integer and _PARTIAL_COUNT.fullmatch(text):
-            return True
-        return bool(re.fullmatch(r"\d*[.,]?\d*[eE][+-]?", text))  # an exponent still being typed
+        # Out of range (its bound when the field is left), a number still being typed, or no number at all
+        # (the value before the edit when the field is left): shown as typed, never cut to the characters Qt
+        # could hold ("2.5M" in the rate field was taken as 2.5).
+        return QValidator.State.Intermediate, text, pos
 
     def valueFromText(self, text: str) -> float:
         value = parse_number(text, self._integer)
@@ -184,13 +173,14 @@ class BoundedSpin(_KeepsValueBefore, QSpinBox):
     def validate(self, text: str, pos: int):
         state = super().validate(text, pos)
         state = state[0] if isinstance(state, tuple) else state
-        if state == QValidator.State.Invalid and _TYPED_NUMBER.fullmatch(self._digits(text)):
-            # Past the range, negative or a fraction: shown as typed, judged once the field is left (fixup).
+        if state == QValidator.State.Invalid:
+            # Past the range, negative, a fraction, "5e9", "0x10": shown as typed, judged once the field is left
+            # (fixup), where Qt dropped the keystroke and kept the rest ("5e9" became 59).
             return QValidator.State.Intermediate, text, pos
         return state, text, pos
 
     def fixup(self, text: str) -> str:
-        digits = self._digits(text)
-        if re.fullmatch(r"-?\d+", digits):
-            return self.textFromValue(min(max(int(digits), self.minimum()), self.maximum()))
+        value = parse_number(self._digits(text))  # "5e9" and "2k" are whole numbers too
+        if value is not None and value.is_integer():
+            return self.textFromValue(int(min(max(value, self.minimum()), self.maximum())))
         return self._value_before()

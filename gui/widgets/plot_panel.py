@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from core.event_text import counted
 from gui.metric_store import MetricStore, moving_average
+from gui.stored_settings import stored_flag, stored_number, stored_text
 from gui.widgets.metric_plot import MetricPlot, configure_pyqtgraph
 from gui.widgets.run_legend import RunLegend
 
@@ -318,13 +319,13 @@ class PlotPanel(QWidget):
         settings.setValue("plots/grad_norm", self.grad_norm.isChecked())
 
     def restore_state(self, settings: QSettings) -> None:
-        axis = settings.value("plots/x_axis")
+        axis = stored_text(settings, "plots/x_axis")
         if axis in X_AXIS_TEXT:
             self.set_x_axis(axis)
-        try:
-            self.smoothing.setValue(int(settings.value("plots/smoothing", 0)))
-        except (TypeError, ValueError):
-            pass
-        self.log_scale.setChecked(str(settings.value("plots/log_scale", "false")).lower() == "true")
-        self.grid.setChecked(str(settings.value("plots/grid", "false")).lower() == "true")
-        self.grad_norm.setChecked(str(settings.value("plots/grad_norm", "false")).lower() == "true")
+        smoothing = stored_number(settings, "plots/smoothing", self.smoothing.minimum(), self.smoothing.maximum(),
+                                  whole=True)
+        if smoothing is not None:
+            self.smoothing.setValue(int(smoothing))
+        self.log_scale.setChecked(stored_flag(settings, "plots/log_scale", False))
+        self.grid.setChecked(stored_flag(settings, "plots/grid", False))
+        self.grad_norm.setChecked(stored_flag(settings, "plots/grad_norm", False))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from core.errors import ConfigError, DataError
 from gui.widgets.config_panel import ConfigPanel, presets_with
@@ -264,6 +265,36 @@ def test_a_count_typed_with_a_sign_a_fraction_or_nothing_is_never_taken_from_its
     widget.setValue(2 if field in ("accum", "micro_batch") else 7 if field == "seed" else widget.value())
     type_into(qtbot, widget, typed)
     assert widget.value() == value and widget.cleanText() == widget.textFromValue(value)
+
+
+@pytest.mark.parametrize(("field", "typed", "value"), [
+    ("micro_batch", "5e9", 4096), ("seq_len", "2k", 2000), ("accum", "1e1", 10),  # whole numbers, as written
+    ("seq_len", "0x10", 64), ("micro_batch", "1e400", 2), ("lr", "2.5M", 1e-3), ("lr", "abc", 1e-3),  # none
+])
+def test_no_keystroke_is_dropped_to_keep_the_rest(qtbot, panel, field, typed, value):
+    """Qt refused the keystroke it could not hold and kept the others: "5e9" became a micro-batch of 59, "0x10"
+    a sequence length of 10, "2.5M" a learning rate of 2.5; Start stayed enabled each time."""
+    widget = getattr(panel, field)
+    widget.setValue({"micro_batch": 2, "seq_len": 64, "accum": 2, "lr": 1e-3}[field])
+    widget.setFocus()
+    widget.lineEdit().selectAll()
+    qtbot.keyClicks(widget.lineEdit(), typed)
+    assert widget.lineEdit().text().strip() == typed  # shown as typed while the field is being edited
+    qtbot.keyClick(widget.lineEdit(), Qt.Key.Key_Return)
+    assert widget.value() == value and widget.cleanText() == widget.textFromValue(value)
+
+
+def test_switching_steps_and_tokens_keeps_the_length_while_another_setting_is_invalid(qtbot, panel):
+    """The conversion used the validated settings, which a refused learning rate left empty: 200 steps became
+    200 tokens."""
+    type_into(qtbot, panel.budget, "200")
+    per_step = panel.config.tokens_per_step()
+    type_into(qtbot, panel.lr, "0")
+    assert panel.config is None
+    panel.budget_kind.setCurrentIndex(panel.budget_kind.findData("tokens"))
+    assert panel.budget.number() == 200 * per_step
+    panel.budget_kind.setCurrentIndex(panel.budget_kind.findData("steps"))
+    assert panel.budget.number() == 200
 
 
 def test_a_fraction_gives_back_the_value_of_the_last_edit_not_the_one_before_the_field_was_entered(qtbot, panel):

@@ -450,3 +450,16 @@ def test_closing_during_set_up_promises_no_run_folder_or_checkpoint(qtbot, make_
     assert window.status.currentMessage() == "Stopping: the window closes after its set-up has stopped …"
     qtbot.waitUntil(window.isHidden, timeout=90_000)
     assert window.session.records[-1].state == "stopped"
+
+
+def test_closing_while_a_compile_is_announced_before_the_first_step_promises_nothing_either(qtbot, make_window,
+                                                                                            dialogs):
+    """CompileStarted comes in set-up, before the run has a folder, and the compile itself in the first step: a
+    stop then ends the set-up, where the question promised a final checkpoint and a wait for the compile."""
+    window = make_window(**LONG)
+    click(window, "startButton")
+    window.session.records[-1].state = "compiling"  # as CompileStarted sets it, before RunStarted
+    dialogs.question_answer = dialogs.question_answer.No
+    window.close()
+    (question,) = dialogs.questions()
+    assert "nothing of it is kept" in question and "checkpoint" not in question and "compile" not in question

@@ -343,3 +343,49 @@ def test_the_load_line_of_a_state_dict_fitting_the_preset_names_its_own_vocabula
                              architecture="settings")
     assert architecture_note(info) == ("; its tensors fit the preset's architecture (hidden 128, 4 layers, 4 heads) "
                                        "with a vocabulary of 4096, its embedding's")
+
+
+def test_a_save_to_a_path_through_dot_dot_finishes_and_the_next_save_is_not_refused(qtbot, window, dialogs,
+                                                                                     tmp_path):
+    """The run names the folder it saved absolutely ("a/../b" as "b"): the window waited for "a/../b" for good,
+    "Saving …" stayed, and every later Save was refused as "in progress"."""
+    run_once(qtbot, window)
+    (tmp_path / "a").mkdir()
+    dialogs.files["ask_save_target"] = f"{tmp_path}/a/../b"
+    click(window, "saveButton")
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    assert (tmp_path / "b" / "config.json").is_file() and not dialogs.warnings()
+    assert window.status.currentMessage() == f"Model saved to {tmp_path / 'b'}"
+    dialogs.files["ask_save_target"] = str(tmp_path / "c")
+    click(window, "saveButton")
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    assert (tmp_path / "c" / "config.json").is_file() and not dialogs.warnings()
+
+
+def test_the_save_dialog_takes_no_relative_folder(qtbot, tmp_path, monkeypatch):
+    """A relative folder was taken from the directory the window was started in, which the dialog never shows."""
+    from gui.dialogs import SaveTargetDialog
+
+    monkeypatch.chdir(tmp_path)
+    dialog = SaveTargetDialog(None, "ckpts", "model")
+    qtbot.addWidget(dialog)
+    assert dialog.target() is None and "full path" in dialog.target_label.text()
+    assert not dialog.buttons.button(dialog.buttons.StandardButton.Save).isEnabled()
+    dialog.folder.setText(f"{tmp_path}/x/..")
+    assert dialog.target() == str(tmp_path / "model")
+
+
+def test_a_save_asked_for_in_set_up_then_stop_says_once_that_the_run_had_no_model(qtbot, make_window, dialogs,
+                                                                                  tmp_path):
+    """Two identical "Save failed" dialogs said "there is no model to save yet: start a run first" to a user who
+    had started one: the torch thread answered the request, then the window asked again once the run ended."""
+    window = make_window(**LONG)
+    click(window, "startButton")
+    dialogs.files["ask_save_target"] = str(tmp_path / "early")
+    click(window, "saveButton")
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    (warning,) = dialogs.warnings()
+    assert "the run ended before its first step: there is no model to save" in warning
+    assert not (tmp_path / "early").exists()

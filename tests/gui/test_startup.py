@@ -66,3 +66,28 @@ def test_the_readme_lists_the_same_packages():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     line = next(line for line in readme.splitlines() if "apt-get install -y libxcb" in line)
     assert set(line.split("install -y", 1)[1].split()) == {*app.XCB_LIBRARIES.values(), *app.QT_GUI_LIBRARIES.values()}
+
+
+@pytest.mark.parametrize("damage", [
+    "[session]\nrun_folders=null\n", "[session]\nrun_folders=5\n", "[session]\nrun_folders=[[[[[\n",
+    "[window]\ngeometry=garbage\nmain_splitter=garbage\n",
+    "[config]\naccum=99999999999999999999\nmicro_batch=5e3\nseq_len=-4\nwarmup=1.5\n",
+    "[config]\nbudget=nan\nseed=nan\nlr=inf\npreset=tiny, small\ndevice=cpu, cuda\n",
+    "[plots]\nx_axis=step, time\nsmoothing=1e400\nlog_scale=maybe\n",
+    "[paths]\nlast_dir=a, b\nsave_dir=@Invalid()\n",
+])
+def test_a_damaged_settings_file_keeps_the_defaults_and_the_window_opens(qtbot, make_window, settings_path, damage):
+    """A hand-edited or cut-short settings file stopped the window from opening (a traceback, then "QThread:
+    Destroyed while thread is still running"); a budget of nan came back as 9,007,199,254,740,991."""
+    defaults = make_window()
+    expected = (defaults.config_panel.budget.number(), defaults.config_panel.seed.number(),
+                defaults.config_panel.accum.value(), defaults.config_panel.micro_batch.value(),
+                defaults.plots.smoothing.value(), defaults.plots.log_scale.isChecked())
+    defaults.close()
+    settings_path.write_text(damage)
+    window = make_window()
+    panel = window.config_panel
+    assert (panel.budget.number(), panel.seed.number(), panel.accum.value(), panel.micro_batch.value(),
+            window.plots.smoothing.value(), window.plots.log_scale.isChecked()) == expected
+    assert panel.config is not None, panel.error
+    assert not window.geometry_restored and window.session.records == []
