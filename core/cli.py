@@ -665,7 +665,7 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
             field = f" --text-field {source['text_field']}" if source.get("kind") not in ("text", "builtin", None) \
                 else ""
             print(f"{m.get('created', '?')}  {m.get('documents', 0):>12,} docs  {m.get('tokens', 0):>15,} tokens  "
-                  f"{m['bytes'] / 2**30:7.2f} GiB  {source.get('spec', '?')}{field}  "
+                  f"{m['bytes'] / 2**30:7.2f} GiB  {_where(m)}{field}  "
                   f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}")
         return 0
     if not args.data:
@@ -754,6 +754,7 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     from core.token_store import list_stores, remove_store, sweep_stale
     from core.tokenizer_cache import remove_trained_tokenizers, sweep_stale_tokenizers
 
+    _wait_for_preparations(None if data == "all" else data)
     if data == "all":  # and the leftovers of killed preparations: half stores, temporary files, write probes
         sweep_stale()
         sweep_stale_tokenizers()
@@ -761,7 +762,7 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     stores = _stores_of(data, text_field, tokenizer)
     for m in stores:
         remove_store(m["path"])
-        print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {(m.get('source') or {}).get('spec', '?')})")
+        print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {_where(m)})")
     if damaged:  # their manifests no longer say whose they are
         print(f"not removed: {len(damaged)} damaged store{'s' * (len(damaged) > 1)} whose corpus cannot be told "
               f"({damaged[0]}{' …' if len(damaged) > 1 else ''}); --remove all removes them")
@@ -784,6 +785,26 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     if not stores and not tokenizers:
         print(_no_stores(data, None))
     return 0
+
+
+def _wait_for_preparations(data: str | None) -> None:
+    """Let the preparations of DATA (of every corpus for None) running now finish first: a store they put in
+    place after the removal would be DATA's again at once."""
+    from core.sources import source_location
+    from core.token_store import preparation_lock, preparations_of
+
+    for fingerprint in preparations_of(None if data is None else source_location(data)):
+        def waiting() -> None:
+            print(f"waiting for another process that is preparing {data or 'a corpus'} …", flush=True)
+
+        with preparation_lock(fingerprint, on_wait=waiting):
+            pass  # it has ended: its store, if it made one, is listed with the others
+
+
+def _where(manifest: dict) -> str:
+    """The corpus a store was prepared from, as its absolute path (the name of builtin or hub corpora)."""
+    source = manifest.get("source") or {}
+    return source.get("location") or source.get("spec") or "?"
 
 
 def _no_stores(data: str | None, tokenizer: str | None) -> str:

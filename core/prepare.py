@@ -24,7 +24,7 @@ from pathlib import Path
 from core.config import DataConfig
 from core.errors import DataError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event, WarningRaised
-from core.sources import Source, resolve_source
+from core.sources import Source, resolve_source, source_location
 from core.stopping import native_worker
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
 from core.tokenizer import BPETokenizer, check_special_tokens, drops_unknown_text, load_tokenizer_file, train_bpe
@@ -188,7 +188,8 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
     def waiting() -> None:
         report.progress("waiting", 0, source.bytes, 0, source.documents, 0, final=True)
 
-    with preparation_lock(fingerprint, on_wait=waiting, should_stop=should_stop):
+    with preparation_lock(fingerprint, on_wait=waiting, should_stop=should_stop,
+                          location=source_location(source.spec)):
         if tok is None:  # another process may have trained it while this one waited
             tok = _cached_trained_tokenizer(fingerprint, cfg) or \
                 _train_tokenizer(source, cfg, fingerprint, report, should_stop)

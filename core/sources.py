@@ -795,16 +795,16 @@ def _text_column(path: Path, schema, text_field: str) -> None:
     pa = _pyarrow()
     names = list(schema.names)
     if text_field not in names:
-        raise DataError(f"{path.name} has no column '{text_field}' (its columns: {_more(names, 8)}); "
+        raise DataError(f"{path} has no column '{text_field}' (its columns: {_more(names, 8)}); "
                         f"choose one with --text-field")
     if names.count(text_field) > 1:  # Arrow and Parquet allow it; which one is the text cannot be told
-        raise DataError(f"{path.name} has {names.count(text_field)} columns named '{text_field}'; "
+        raise DataError(f"{path} has {names.count(text_field)} columns named '{text_field}'; "
                         f"rename them, or choose another column with --text-field")
     kind = schema.field(text_field).type
     if pa.types.is_dictionary(kind):  # a categorical column (pandas' "category"): its values are the text
         kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
-        raise DataError(f"{path.name}: column '{text_field}' holds {kind}, not text; choose one with --text-field")
+        raise DataError(f"{path}: column '{text_field}' holds {kind}, not text; choose one with --text-field")
 
 
 def _parquet_file(path: Path):

@@ -327,9 +327,10 @@ def _mkstemp(folder: Path) -> tuple[int, str]:
 # ----------------------------------------------------------------------------- one preparer at a time
 @contextlib.contextmanager
 def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None,
-                     should_stop: Callable[[], bool] | None = None) -> Iterator[None]:
+                     should_stop: Callable[[], bool] | None = None, location: str = "") -> Iterator[None]:
     """Hold the lock of this corpus (an ``flock`` on ``stores/.lock-<fingerprint>``); wait while another
-    process holds it (``on_wait`` once, ``should_stop`` polled: a stop request raises Cancelled).
+    process holds it (``on_wait`` once, ``should_stop`` polled: a stop request raises Cancelled). The holder
+    writes ``location`` (``source_location``) into it, so that ``preparations_of`` finds it by its corpus.
 
     The holder deletes the lock file as it lets go, so none piles up. A process that opened the file before it
     was deleted holds a lock on a name nobody uses any more: it sees so (the name is gone or names another
@@ -361,6 +362,9 @@ def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None
             os.close(fd)
             raise
         os.close(fd)  # the holder before this one deleted it: lock the file under that name now
+    with contextlib.suppress(OSError):  # only a label: a full disk must not stop the preparation
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, location.encode("utf-8", "surrogateescape"), 0)
     with removed_on_forced_exit(lock):  # held: a forced exit deletes it as its holder would
         try:
             yield
@@ -369,6 +373,27 @@ def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None
             with contextlib.suppress(OSError):
                 os.unlink(lock)
             os.close(fd)
+
+
+def preparations_of(location: str | None) -> list[str]:
+    """The fingerprints (as lock names hold them) of the preparations of the corpus at ``location`` (of every
+    corpus for None) that hold their lock now, or held it when killed: ``prepare --remove`` waits for them (taking
+    the lock), or their stores would appear after it. Read, never locked here: a preparer starting meanwhile must
+    not be made to wait."""
+    folder = stores_dir()
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in folder.iterdir():
+        if not entry.name.startswith(_LOCK):
+            continue
+        try:
+            label = entry.read_bytes().decode("utf-8", "surrogateescape")
+        except OSError:  # let go of and deleted meanwhile
+            continue
+        if label and (location is None or label == location):
+            found.append(entry.name[len(_LOCK):])
+    return sorted(found)
 
 
 def _names_this_file(path: Path, fd: int) -> bool:

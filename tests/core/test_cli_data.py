@@ -302,3 +302,63 @@ def test_a_file_named_with_a_line_break_is_still_one_line(tmp_path, cache, capsy
 def test_prepare_refuses_an_empty_data_argument_as_train_does(cache, capsys, argv):
     """`prepare --list ''` listed every store: '' named the current folder (a FIFO there was read as data)."""
     assert one_line(capsys, main(["prepare", *argv])) == "speedboard: error: data source is empty"
+
+
+def test_remove_waits_for_a_preparation_of_the_corpus_running_now(tmp_path, cache, capsys, monkeypatch):
+    """`prepare --remove DATA` said "removed" at once, and the preparation running meanwhile then put its store in
+    place: DATA had a store again moments after its removal."""
+    import dataclasses
+    import threading
+
+    from core import token_store
+    from core.config import config_from_preset
+    from core.prepare import prepare_corpus
+    from core.sources import source_location
+    from core.token_store import preparation_lock
+
+    data = text_corpus(tmp_path)
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    with open(data, "a") as f:  # a new version of the corpus: a store of its own
+        f.write("\n\none more paragraph")
+    holding, remover_waits, done = threading.Event(), threading.Event(), threading.Event()
+    real_sleep = token_store.time.sleep
+
+    def sleep(seconds):
+        if threading.current_thread() is threading.main_thread():
+            remover_waits.set()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(token_store.time, "sleep", sleep)
+
+    def another_preparer():  # holds a lock of this corpus, and prepares its new version under it
+        with preparation_lock("f" * 32, location=source_location(data)):
+            holding.set()
+            remover_waits.wait(timeout=20)
+            prepare_corpus(dataclasses.replace(config_from_preset("tiny").data, source=data, vocab_size=300))
+        done.set()
+
+    thread = threading.Thread(target=another_preparer)
+    thread.start()
+    assert holding.wait(timeout=20)
+    capsys.readouterr()
+    assert main(["prepare", "--remove", data]) == 0
+    thread.join(timeout=60)
+    out = capsys.readouterr().out
+    assert done.is_set() and f"waiting for another process that is preparing {data} …" in out
+    assert out.count("removed ") == 3, out  # both versions' stores, then the tokenizers trained on them
+    assert main(["prepare", "--list", data]) == 0 and capsys.readouterr().out == f"no token stores of {data}\n"
+
+
+def test_list_and_remove_name_a_corpus_by_its_absolute_path(tmp_path, cache, capsys, monkeypatch):
+    """Stores of x/same.txt and y/same.txt prepared from inside x and y were both listed as "same.txt"."""
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "same.txt").write_text(Path(text_corpus(tmp_path)).read_text() + folder)
+        monkeypatch.chdir(tmp_path / folder)
+        assert main(["prepare", "same.txt", "--vocab-size", "300", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["prepare", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert f"{tmp_path / 'x' / 'same.txt'}  [" in listed and f"{tmp_path / 'y' / 'same.txt'}  [" in listed
+    assert main(["prepare", "--remove", "same.txt"]) == 0  # from y: y's store alone
+    assert f"GiB, {tmp_path / 'y' / 'same.txt'})" in capsys.readouterr().out

@@ -640,3 +640,16 @@ def test_parquet_and_arrow_are_read_not_mapped_while_they_are_prepared(tmp_path,
         read.extend(batch)
         mapped += [line for line in Path("/proc/self/maps").read_text().splitlines() if str(path) in line]
     assert read == docs and len(read) > 10 * 2_000 // max(map(len, docs)) and mapped == []
+
+
+def test_a_shard_with_a_wrong_text_column_is_named_by_its_path_not_its_base_name(tmp_path):
+    """Two shards named a.parquet in one folder: "a.parquet: column 'text' holds int64" did not say which."""
+    shards = tmp_path / "shards"
+    (shards / "sub").mkdir(parents=True)
+    write_parquet(shards / "a.parquet", DOCS)
+    pq.write_table(pa.table({"text": list(range(len(DOCS)))}), shards / "sub" / "a.parquet")
+    message = one_line_error(lambda: load_corpus(str(shards)))
+    assert f"{shards / 'sub' / 'a.parquet'}: column 'text' holds int64, not text" in message
+    pq.write_table(pa.table({"content": DOCS}), shards / "sub" / "a.parquet")
+    message = one_line_error(lambda: load_corpus(str(shards)))
+    assert f"{shards / 'sub' / 'a.parquet'} has no column 'text'" in message
