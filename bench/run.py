@@ -72,6 +72,21 @@ def _check_gemm_fits(size: int, device) -> None:
                          f"{available / GIB:.1f} GiB of {what}")
 
 
+def _check_batch_fits(model, micro_batches: list[int], seq_len: int, precisions, device) -> None:
+    """The largest micro-batch of the matrix fits the device: an accumulation-1 cell (and the untimed warm-up)
+    trains the whole effective batch at once. Said before the first run, not as a failed allocation."""
+    from bench.cells import BenchError
+    from core.memory_budget import GIB, device_memory, estimate_training_memory
+
+    available, what = device_memory(device)
+    largest = max(micro_batches)
+    need = max(estimate_training_memory(model, largest, seq_len, p).total for p in precisions)
+    if available is not None and need > available:
+        raise BenchError(f"--effective-batch: a micro-batch of {largest:,} sequences of {seq_len:,} tokens (its "
+                         f"accumulation-1 cells train the whole batch at once) needs at least {need / GIB:,.1f} GiB, "
+                         f"more than the {available / GIB:.1f} GiB of {what}; give a smaller --effective-batch")
+
+
 def _items(text: str, what: str) -> tuple[str, ...]:
     """A comma-separated option's items: stripped, empty ones dropped, each once; none at all is refused."""
     items = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
@@ -327,6 +342,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                                              "warmup_ratio": 0.0})
     data = prepare_data(base.data)
     model_cfg = model_config_for(base, data)
+    _check_batch_fits(model_cfg, [c.micro_batch for c in cells + extra] + [effective], base.data.seq_len,
+                      precisions, device)
     tokens_per_step = effective * base.data.seq_len
     out = Path(args.out).expanduser() if args.out else (
         default_out_dir().parent / "bench" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device.type}")

@@ -35,7 +35,7 @@ from core.compile import reset_compiler
 from core.config import COMPILE_MODES, CUDA_GRAPH_MODES, RunConfig
 from core.control import Control
 from core.errors import SpeedboardError, describe_exception, first_line
-from core.events import CompileFinished, Event, RunStarted, StepMetrics, WarningRaised
+from core.events import CompileFinished, Event, RunFailed, RunFinished, RunStarted, StepMetrics, WarningRaised
 from core.trainer import COMPILE_WARMUP_STEPS, Trainer
 
 LOSS_TOLERANCE = {"fp32": 2e-3, "bf16": 3e-2, "fp16": 3e-2}
@@ -234,6 +234,10 @@ class TimingSink:
             self.compile = event
         elif isinstance(event, WarningRaised):
             self.warnings.append(event.message)
+        elif isinstance(event, (RunFailed, RunFinished)):
+            # The run's last word, said as it ends: raising here would replace why it ends (a second Ctrl-C's
+            # KeyboardInterrupt, which aborts, became a cancel that went on to the summary and exit code 0).
+            return
         if self.cancelled is not None and self.cancelled():
             raise TrialCancelled
 

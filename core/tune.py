@@ -263,7 +263,7 @@ def time_passes(model, seq_len: int, device, precision: str, samples: int) -> tu
 
 
 BUDGET_REASON = "left out to stay within the time budget"
-CANCELLED_REASON = "not run: the trials were cancelled first"
+CANCELLED_REASON = "the trials were cancelled first"
 
 
 def not_tried(plan: dict[str, Any]) -> list[dict[str, str]]:
@@ -964,9 +964,14 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  train with: --compile {s['compile_mode']}"
                      + (f" --compile-scope {s['compile_scope']}" if s["compile_mode"] != "off" else "")
                      + f" --precision {s['precision']} --micro-batch {s['micro_batch']} --accum {s['accum_steps']}")
-    left = report["plan"].get("left_out", []) + report.get("skipped", [])
-    if left:
-        lines.append(f"not tried: {len(left)} ({'; '.join(sorted({x['reason'] for x in left}))})")
+    # Settings never run, and repeats skipped of settings that were: a setting is counted once, not per trial.
+    skipped = report.get("skipped", [])
+    unrun = report["plan"].get("left_out", []) + [x for x in skipped if not x.get("repeat")]
+    repeats = [x for x in skipped if x.get("repeat")]
+    parts = [f"{len(group)} {noun}{'s' * (len(group) != 1)} ({'; '.join(sorted({x['reason'] for x in group}))})"
+             for group, noun in ((unrun, "setting"), (repeats, "repeat")) if group]
+    if parts:
+        lines.append(f"not tried: {', '.join(parts)}")
     lines.append(time_taken(report))
     return "\n".join(lines)
 

@@ -72,6 +72,15 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_anything_is_m
         f"speedboard bench: error: --out {out}: {out} is on a read-only file system"]
 
 
+def test_an_effective_batch_that_cannot_fit_is_one_line_before_any_run(capsys, tmp_path):
+    """Its accumulation-1 cells train the whole batch at once: a traceback from a 24 GiB allocation, exit 1."""
+    argv = [a if a != "1" or TINY[i - 1] != "--effective-batch" else "100000000" for i, a in enumerate(TINY)]
+    assert _run_main(["bench", *argv, "--out", str(tmp_path / "bench")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("speedboard bench: error: --effective-batch: a micro-batch of 100,000,000 sequences")
+    assert line.endswith("give a smaller --effective-batch") and not (tmp_path / "bench").exists()
+
+
 def test_duplicates_and_blanks_in_a_list_option_are_dropped():
     from bench.run import build_parser
 

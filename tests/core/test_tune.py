@@ -84,6 +84,23 @@ def test_a_failing_trial_is_a_result_with_its_reason(micro, monkeypatch, private
     assert list(private_tmp.iterdir()) == []
 
 
+def test_an_abort_during_a_cancelled_trial_stays_an_abort(micro, monkeypatch, private_tmp):
+    """A second Ctrl-C (KeyboardInterrupt) in a trial whose tune was already stopping: the run's RunFailed went
+    to the timing sink, which raised TrialCancelled in its place, and the tune ended as a cancel, exit code 0."""
+    from core import trainer
+
+    stopping = []
+
+    def second_ctrl_c(self):
+        stopping.append(True)  # the first Ctrl-C asked the tune to stop; the second comes in this step
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer.Trainer, "_optimizer_step", second_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_trial(micro(), Cell("off", "model", 1, 4), total_steps=2, cancelled=lambda: bool(stopping))
+    assert list(private_tmp.iterdir()) == []
+
+
 def _trial(cell: str, repeat: int, rates: list[float]) -> TrialResult:
     tokens = 1000
     return TrialResult(cell=cell, runner="speedboard", repeat=repeat, tokens_per_s=statistics.median(rates),
@@ -286,6 +303,20 @@ def test_a_cancelled_tune_reports_what_it_measured(micro, private_tmp):
     assert report["summary"]["rows"]["off-a1-fp32"]["measured"] == 1
     assert report["recommendation"]["is_current"]
     assert list(private_tmp.iterdir()) == []
+    text = format_report(report)  # "not run: not run: the trials were cancelled first" was said twice
+    unrun = [r for r in report["summary"]["rows"].values() if r["trials"] == 0]
+    assert len(unrun) >= 1 and "not run: not run" not in text
+    assert text.count("not run: the trials were cancelled first") == len(unrun)
+    assert f"not tried: {len(unrun)} setting{'s' * (len(unrun) > 1)} (the trials were cancelled first)" in text
+
+
+def test_the_not_tried_line_counts_settings_once_and_repeats_apart():
+    """1 setting never run (its two trials skipped) and 1 repeat of a measured one were "not tried: 2"."""
+    report = {"plan": {"left_out": []}, "summary": {"rows": {}}, "recommendation": None, "elapsed_seconds": 1.0,
+              "skipped": [{"cell": "a", "repeat": 0, "reason": "over budget"},
+                          {"cell": "b", "repeat": 1, "reason": "over budget"}]}
+    text = format_report(report)
+    assert "not tried: 1 setting (over budget), 1 repeat (over budget)" in text
 
 
 def test_a_failing_cell_is_a_row_and_never_recommended(micro, monkeypatch, private_tmp):
