@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from core.errors import SpeedboardError
 from core.event_text import counted
+from core.mfu import utilization
 
 GIB = 1024**3
 
@@ -63,7 +64,7 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             row[runner] = _stats(_step_rates(by.get((name, runner), []), raw["config"]["tokens_per_step"]))
         sb = by.get((name, "speedboard"), [])
         if row["speedboard"]:
-            row["mfu"] = row["speedboard"]["median"] * fpt / peak_flops(raw, row["precision"])
+            row["mfu"] = utilization(row["speedboard"]["median"], fpt, peak_flops(raw, row["precision"]))
             row["loss"] = sb[0]["losses"][-1]
             compiles = [r.get("compiler_seconds") or r["compile_seconds"] for r in sb
                         if (r.get("compiler_seconds") or r["compile_seconds"]) is not None]

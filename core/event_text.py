@@ -129,6 +129,13 @@ def event_line(event: ev.Event) -> EventLine | None:
         return EventLine(f"{event.reason}: from step {event.step} micro-batch {event.new_micro} × accumulation "
                          f"{event.new_accum} (was {event.old_micro} × {event.old_accum}), the same effective "
                          f"batch and the same update", "warning")
+    if isinstance(event, ev.MatmulPeakMeasured):
+        rose = event.matmul_peak_flops > event.previous_flops
+        return EventLine(f"step {event.step} ran at {event.step_share:.0%} of the {event.precision} matmul peak "
+                         f"cached for this machine ({event.previous_flops / 1e9:,.1f} GFLOP/s), which was measured "
+                         f"again: " + (f"{event.matmul_peak_flops / 1e9:,.1f} GFLOP/s, MFU's denominator from here"
+                                       if rose else "no higher now (a busy machine); MFU is shown at most 100%"),
+                         "warning" if not rose else "info")
     if isinstance(event, ev.RunFinished):
         tps = (f"median {event.median_tokens_per_s:,.0f} tokens/s after warm-up" if event.median_tokens_per_s
                else "no steady steps")

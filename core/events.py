@@ -235,6 +235,19 @@ class RunFailed(Event):
     step: int = 0
 
 
+@dataclass(frozen=True)
+class MatmulPeakMeasured(Event):
+    """A step reached ``core.precision.PEAK_CHECK_MFU`` of the cached matmul peak, which was measured again
+    (once a run): MFU divides by ``matmul_peak_flops`` from ``step`` on (``RunStarted`` held the one before)."""
+
+    step: int
+    precision: str
+    matmul_peak_flops: float
+    previous_flops: float
+    step_share: float
+    """The step's model FLOP/s over ``previous_flops``: 1.27 for a step at 127% of the peak it was divided by."""
+
+
 _KIND_OF: dict[type, str] = {
     RunStarted: "run_started",
     DataPreparationStarted: "data_preparation_started",
@@ -249,6 +262,7 @@ _KIND_OF: dict[type, str] = {
     CheckpointFailed: "checkpoint_failed",
     WarningRaised: "warning",
     MicroBatchChanged: "micro_batch_changed",
+    MatmulPeakMeasured: "matmul_peak_measured",
     RunFinished: "finished",
     RunFailed: "failed",
 }

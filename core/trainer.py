@@ -73,6 +73,7 @@ from core.events import (
     CompileFinished,
     CompileStarted,
     Event,
+    MatmulPeakMeasured,
     MicroBatchChanged,
     RunFailed,
     RunFinished,
@@ -85,9 +86,10 @@ from core.events import (
     null_sink,
 )
 from core.memory_budget import check_fits, check_model_fits, fit_split
+from core.mfu import PEAK_CHECK_MFU, utilization
 from core.model import LlamaForCausalLM
 from core.paths import user_path, why_write_failed
-from core.precision import PrecisionChoice, check_precision, decide_precision
+from core.precision import PrecisionChoice, check_precision, decide_precision, matmul_peak
 from core.resume import check_optimizer_state, other_batch, other_stream, rng_state, set_rng_state
 from core.runs import (
     CONFIG_FILE,
@@ -232,6 +234,9 @@ class Trainer:
         # Measurements: set by _prepare_measurements.
         self.peak_flops = 0.0
         self.flops_per_token = 0.0
+        self.check_peak = True
+        """Measure the matmul peak again when a step reaches ``PEAK_CHECK_MFU`` of it (once). A tune trial turns it
+        off: its steps are timed between their events, and the tune checks the peak itself, between trials."""
         self.peak_rss = 0.0
         """Resident memory sampled after each step: the CPU peak where the kernel's cannot be reset."""
         self._peak_resets = False
@@ -997,11 +1002,24 @@ class Trainer:
         self.peak_rss = max(self.peak_rss, mem)
         # Global: tokens of all ranks over a step time that ends with an all-reduce every rank joins.
         tps = self.tokens_per_step / step_time
+        share = tps * self.flops_per_token / (self.peak_flops * self.dist.world_size)
+        if share >= PEAK_CHECK_MFU and self.check_peak and not warmup and self.dist.is_main:
+            self._measure_peak_again(share)
         self.emit(StepMetrics(self.run_id, self.now(), step=self.step, tokens=self.tokens, loss=loss, lr=lr,
                               grad_norm=grad_norm, tokens_per_s=tps, step_time=step_time,
                               peak_mem_gib=self._peak_mem(), mem_gib=mem,
-                              mfu=tps * self.flops_per_token / (self.peak_flops * self.dist.world_size),
+                              mfu=utilization(tps, self.flops_per_token, self.peak_flops, self.dist.world_size) or 0.0,
                               warmup=warmup))
+
+    def _measure_peak_again(self, share: float) -> None:
+        """A step at ``share`` of the peak: a peak cached on a busy machine reads low (steps were shown at 127%
+        MFU). Measured again in full (a second or two, between steps: no step's time counts it; on a GPU its
+        GEMMs end in a host sync), once a run; the cache keeps the higher figure, and so does this run."""
+        self.check_peak = False
+        previous = self.peak_flops
+        self.peak_flops = max(previous, matmul_peak(self.device, self.precision, refresh=True))
+        self.emit(MatmulPeakMeasured(self.run_id, self.now(), step=self.step, precision=self.precision,
+                                     matmul_peak_flops=self.peak_flops, previous_flops=previous, step_share=share))
 
     # ------------------------------------------------------------------ eval, sample, save
     @torch.no_grad()

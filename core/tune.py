@@ -42,6 +42,7 @@ from core.config import RunConfig, TrainConfig
 from core.errors import ConfigError
 from core.event_text import counted
 from core.json_text import finite_json, parse_json
+from core.mfu import PEAK_CHECK_MFU, utilization
 from core.trials import (
     Cell,
     TrialCancelled,
@@ -76,8 +77,6 @@ STEP_FLOOR_S = {"cpu": 0.05, "cuda": 0.02}
 TIME_PASSES_BELOW_S = 0.1
 """A sample's forward and backward estimated below this (from ``EXPECTED_MFU``): the estimate times real passes
 instead (``time_passes``), a fraction of a second."""
-PEAK_CHECK_MFU = 0.9
-"""A trial at this share of the cached matmul peak or more has the peak measured again (``_raise_peak_if_reached``)."""
 SPARE_MARGIN = 1.5
 """A setting beyond the plan starts only if this much more than its estimate (and every repeat's) is left: an
 estimate short by a third took the planned settings' repeats (five settings measured once, none repeated)."""
@@ -641,8 +640,7 @@ def _cell_row(plan: TunePlan, cell: Cell, trials: list[TrialResult]) -> dict[str
     s = spread(rates)
     row["tokens_per_s"] = s.to_dict() if s else None
     peak = plan.peaks.get(cell.precision)
-    # At most 100%: a model's FLOP/s beyond the measured GEMM peak proves the peak low, not the model faster.
-    row["mfu"] = min(1.0, s.median * plan.flops_per_token / peak) if s and peak and peak > 0 else None
+    row["mfu"] = utilization(s.median, plan.flops_per_token, peak) if s and peak else None
     peaks = [t.peak_mem_gib for t in ok if t.peak_mem_gib is not None]
     row["peak_mem_gib"] = max(peaks) if peaks else None
     train = [t.peak_mem_gib - t.mem_before_gib for t in ok

@@ -30,6 +30,7 @@ from core.events import (
     DataPreparationStarted,
     DataPrepared,
     Event,
+    MatmulPeakMeasured,
     MicroBatchChanged,
     RunFailed,
     RunFinished,
@@ -37,6 +38,7 @@ from core.events import (
     StepMetrics,
     ValidationDone,
 )
+from core.mfu import utilization
 
 # Distinct, readable on white; a run keeps its colour and dash for the whole session.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -194,9 +196,9 @@ class RunRecord:
     @property
     def mfu(self) -> float | None:
         """MFU of the median tokens/s, as the CLI computes it per step; None before the run ends or without a peak."""
-        if not (self.median_tokens_per_s and self.matmul_peak_flops and self.flops_per_token):
+        if not self.median_tokens_per_s:
             return None
-        return self.median_tokens_per_s * self.flops_per_token / (self.matmul_peak_flops * self.world_size)
+        return utilization(self.median_tokens_per_s, self.flops_per_token, self.matmul_peak_flops, self.world_size)
 
     @property
     def compile_text(self) -> str:
@@ -308,6 +310,8 @@ class RunRecord:
             self.val_loss = event.loss
             if self._last_step_at is not None:
                 self.eval_seconds = max(0.0, event.time - self._last_step_at)
+        elif isinstance(event, MatmulPeakMeasured):  # measured again during the run: MFU divides by it
+            self.matmul_peak_flops = event.matmul_peak_flops
         elif isinstance(event, MicroBatchChanged):  # the split it trains with now (same effective batch)
             self.config = {**self.config, "train": {**self.train, "micro_batch": event.new_micro,
                                                     "accum_steps": event.new_accum}}

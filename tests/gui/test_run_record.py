@@ -109,3 +109,18 @@ def test_the_time_left_counts_the_validations_still_to_come():
     assert record.eval_seconds == 2.0
     # 6 steps, and the validations at step 8 and at the end (10): 3 + 2 × 2.
     assert record.seconds_left(0.5) == 7.0
+
+
+def test_the_mfu_column_divides_by_a_peak_measured_again_and_is_at_most_100_percent():
+    """The table divided the median by the peak of RunStarted: above 100% where the cached peak read low."""
+    import dataclasses
+
+    from core.events import MatmulPeakMeasured
+
+    record = RunRecord(key=1, number=1, config={})
+    record.apply(dataclasses.replace(started(), matmul_peak_flops=1e9, flops_per_token=1e6))
+    record.apply(finished(stopped=False))  # median 1e4 tokens/s: 1e10 FLOP/s, ten times the peak
+    assert record.mfu == 1.0
+    record.apply(MatmulPeakMeasured("r1", 1.0, step=2, precision="fp32", matmul_peak_flops=4e10,
+                                    previous_flops=1e9, step_share=10.0))
+    assert record.mfu == pytest.approx(0.25)
