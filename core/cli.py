@@ -540,9 +540,10 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
     clock = InterruptClock()
 
     def handler(signum, frame):
-        if clock.again():
+        presses = clock.presses()
+        if not presses:
             return  # the same Ctrl-C, delivered twice
-        if control.stop_requested:
+        if control.stop_requested or presses > 1:  # two pressed during one native call: the second aborts
             abort_on_interrupt_again(clock)
             threading.Thread(target=watchdog, name="speedboard-abort-watchdog", daemon=True).start()
             exc = KeyboardInterrupt()
@@ -552,6 +553,7 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
         control.stop()
 
     handler.again = again  # disarmed by ``_interruptible`` once the work is over
+    handler.clock = clock  # watched while the handler is installed (``_interruptible``)
     return handler
 
 
@@ -622,6 +624,7 @@ def _interruptible(control):
     if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
         handlers[hangup] = lambda signum, frame: control.stop()
     previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    stop.clock.watch()
     try:
         with _terminable():
             yield
@@ -629,6 +632,7 @@ def _interruptible(control):
         stop.again.disarm()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        stop.clock.unwatch()
 
 
 def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:

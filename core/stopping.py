@@ -69,17 +69,82 @@ at once."""
 
 
 class InterruptClock:
-    """Tells a second Ctrl-C from the same one delivered twice (``SAME_INTERRUPT_S``)."""
+    """Counts Ctrl-C key presses for a SIGINT handler: the same one delivered twice (``SAME_INTERRUPT_S``) is one,
+    and two pressed while the main thread was inside one long native call are two.
+
+    Python's C-level handler only flags a signal; the Python handler runs once the main thread is back in
+    bytecode, once however many signals came meanwhile. Two Ctrl-Cs pressed during a large matmul or a compiler's
+    C++ step ran it once: the second was lost, and the run only stopped. While ``watch`` is on (main thread, no
+    other wakeup fd set), the C-level handler also writes each SIGINT to a pipe (``signal.set_wakeup_fd``), which a
+    thread timestamps as it comes (the main thread's native calls leave it the GIL); the handler counts them."""
 
     def __init__(self) -> None:
         self._last = float("-inf")
+        self._pending: list[float] = []  # deliveries timestamped by the watcher, not counted yet
+        self._lock = threading.Lock()
+        self._read_fd: int | None = None
+        self._write_fd: int | None = None
 
-    def again(self) -> bool:
-        """Called by a SIGINT handler first: True when this SIGINT repeats the last one (ignore it)."""
+    def watch(self) -> None:
+        if self._write_fd is not None or threading.current_thread() is not threading.main_thread():
+            return
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)  # the C-level handler must never block on it
+        if signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False) != -1:  # someone else's (an event loop)
+            signal.set_wakeup_fd(-1)
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        self._read_fd, self._write_fd = read_fd, write_fd
+        threading.Thread(target=self._timestamp, args=(read_fd,), name="speedboard-interrupt-clock",
+                         daemon=True).start()
+
+    def unwatch(self) -> None:
+        if self._write_fd is None:
+            return
+        with contextlib.suppress(ValueError):  # not the main thread any more: the process is ending
+            signal.set_wakeup_fd(-1)
+        os.close(self._write_fd)  # the watcher reads the end of the pipe, closes it and ends
+        self._write_fd = None
+
+    def _timestamp(self, read_fd: int) -> None:
+        import select
+
+        try:
+            while True:
+                select.select([read_fd], [], [])
+                with self._lock:
+                    try:
+                        data = os.read(read_fd, 64)
+                    except BlockingIOError:  # the handler took them first
+                        continue
+                    if not data:
+                        return
+                    now = time.monotonic()
+                    self._pending += [now] * data.count(signal.SIGINT)
+        except OSError:
+            return
+        finally:
+            with self._lock:
+                os.close(read_fd)
+                if self._read_fd == read_fd:
+                    self._read_fd = None
+
+    def presses(self) -> int:
+        """Called by a SIGINT handler first: the key presses since its last call; 0 when this SIGINT repeats the
+        last press (ignore it)."""
         now = time.monotonic()
-        repeated = now - self._last < SAME_INTERRUPT_S
-        self._last = now
-        return repeated
+        with self._lock:
+            if self._read_fd is not None:  # what the watcher has not read yet came just now
+                with contextlib.suppress(OSError):
+                    self._pending += [now] * os.read(self._read_fd, 64).count(signal.SIGINT)
+            times, self._pending = self._pending or [now], []
+        presses = 0
+        for t in times:
+            presses += t - self._last >= SAME_INTERRUPT_S
+            self._last = t
+        return presses
 
 
 def abort_on_interrupt_again(clock: InterruptClock, speak: bool = True) -> None:
@@ -87,7 +152,7 @@ def abort_on_interrupt_again(clock: InterruptClock, speak: bool = True) -> None:
     removes what the work was writing (``exit_now``: a half store, a lock file) and says so in one line."""
 
     def again(signum, frame) -> None:
-        if clock.again():
+        if not clock.presses():
             return
         if speak:
             with contextlib.suppress(OSError, ValueError):
@@ -141,6 +206,7 @@ class StopSignals:
             if signum == getattr(signal, "SIGHUP", None) and signal.getsignal(signum) is signal.SIG_IGN:
                 continue  # nohup: closing the terminal must not stop the run
             self._previous[signum] = signal.signal(signum, handler)
+        self._interrupts.watch()
         return self
 
     def restore(self) -> None:
@@ -153,6 +219,7 @@ class StopSignals:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+        self._interrupts.unwatch()
 
     def __enter__(self) -> StopSignals:
         return self.install()
@@ -179,10 +246,11 @@ class StopSignals:
         return "\nstopping after this step (Ctrl-C again to abort) …"
 
     def _on_interrupt(self, signum, frame) -> None:
-        if self._interrupts.again():
+        presses = self._interrupts.presses()
+        if not presses:
             return
         message = self._stop_message()
-        if self.control.stop_requested or message is None:
+        if self.control.stop_requested or message is None or presses > 1:  # the second press aborts
             self._abort(KeyboardInterrupt("interrupted (Ctrl-C)"), 128 + signal.SIGINT, signal.SIGINT)
         self.control.stop()
         self._say(message)

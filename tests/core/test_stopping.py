@@ -94,6 +94,49 @@ def test_one_ctrl_c_delivered_twice_is_one_ctrl_c(capsys, monkeypatch):
         signals._finished.set()  # the abort "reached the loop": the watchdog stands down
 
 
+def test_two_ctrl_c_that_python_handles_once_are_two_presses():
+    """Python runs its handler once for however many SIGINTs came while the main thread was inside one native
+    call (a large matmul): the second Ctrl-C was lost, and the run only stopped. The clock counts the deliveries
+    the C-level handler wrote to its pipe, each timestamped as it came."""
+    import core.stopping
+
+    clock, late = core.stopping.InterruptClock(), []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: late.append(signum))  # counts nothing yet
+    clock.watch()
+    try:
+        for n in (1, 2):
+            signal.raise_signal(signal.SIGINT)
+            deadline = time.monotonic() + 60
+            while len(clock._pending) < n and time.monotonic() < deadline:  # timestamped by its thread
+                time.sleep(0.01)
+            time.sleep(2 * core.stopping.SAME_INTERRUPT_S)  # a second key press, not one delivered twice
+        assert late == [signal.SIGINT] * 2 and clock.presses() == 2  # the handler, once, sees both presses
+    finally:
+        clock.unwatch()
+        signal.signal(signal.SIGINT, before)
+    assert signal.set_wakeup_fd(-1) == -1  # unwatched: the process' wakeup fd is as it was
+
+
+def test_two_presses_in_one_handler_call_abort_train_prepare_and_tune(capsys, monkeypatch):
+    import core.cli
+    import core.stopping
+
+    monkeypatch.setattr(core.stopping.InterruptClock, "presses", lambda self: 2)
+    control = Control()
+    with StopSignals(control, FakeRun()) as signals, pytest.raises(KeyboardInterrupt):
+        signals._on_interrupt(signal.SIGINT, None)
+    signals._watchdog.join(60)
+    monkeypatch.setattr(core.stopping, "exit_now", lambda code: None)  # the watchdog's, after a grace of 0 s
+    handler = core.cli._stop_on_first_sigint(Control(), grace_s=0.0)
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            handler(signal.SIGINT, None)
+        handler.again.disarm()
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_prepare_and_tune_also_take_one_ctrl_c_delivered_twice_as_one(capsys, monkeypatch):
     import core.cli
     import core.stopping
