@@ -92,7 +92,8 @@ def event_line(event: ev.Event) -> EventLine | None:
         docs = f", {event.documents_total:,} documents" if event.documents_total else ""
         first = " (a tokenizer is trained first)" if event.train_tokenizer else ""
         skipped = f"; not read: {skipped_files(event.skipped)}" if event.skipped else ""
-        return EventLine(f"preparing {event.source} ({event.source_kind}, {event.files} files{size}{docs}{skipped}) "
+        files = f", {counted(event.files, 'file')}" if event.source_kind not in ("builtin", "hub") else ""
+        return EventLine(f"preparing {event.source} ({event.source_kind}{files}{size}{docs}{skipped}) "
                          f"into its token store, once{first} …")
     if isinstance(event, ev.DataPrepared):
         where = ("from its token store" if event.from_store

@@ -776,7 +776,7 @@ class Trainer:
         times = StepTimes(COMPILE_WARMUP_STEPS if self.compiled.compiled else 1)
         compile_reported = not self.compiled.compiled
         val_loss = None
-        last_val_step = -1
+        last_val_step = last_sample_step = -1
         stopped = False
 
         while self.tokens < self.schedule.end_tokens:
@@ -805,6 +805,7 @@ class Trainer:
                 last_val_step = self.step
             if tc.sample_every and self.step % tc.sample_every == 0:
                 self._sample()
+                last_sample_step = self.step
             if tc.save_every and self.step % tc.save_every == 0:
                 self._save_or_warn(None)
                 # Other ranks wait until rank 0 has written it: a crash elsewhere in the
@@ -817,7 +818,8 @@ class Trainer:
         compile_seconds = times.compile_seconds() if self.compiled.compiled else None
         if last_val_step != self.step:
             val_loss = self._validate()
-        self._sample()
+        if last_sample_step != self.step:  # a sample of this very step was just shown
+            self._sample()
         self._serve_save_requests()  # requests that came in during the last step
         final_ckpt = self._save_or_warn(None, final=True)  # also on stop
         # Ranks leave together: one that tore its process group down while rank 0

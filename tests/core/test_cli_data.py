@@ -78,7 +78,7 @@ def test_prepare_names_the_files_of_a_folder_it_does_not_read(tmp_path, cache, c
     (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
     assert main(["prepare", str(folder), "--vocab-size", "300", "--no-progress"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith(f"preparing {folder} (text, 1 files") and "not read: logo.png" in first, first
+    assert first.startswith(f"preparing {folder} (text, 1 file,") and "not read: logo.png" in first, first
 
 
 def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):

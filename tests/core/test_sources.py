@@ -653,3 +653,16 @@ def test_a_shard_with_a_wrong_text_column_is_named_by_its_path_not_its_base_name
     pq.write_table(pa.table({"content": DOCS}), shards / "sub" / "a.parquet")
     message = one_line_error(lambda: load_corpus(str(shards)))
     assert f"{shards / 'sub' / 'a.parquet'} has no column 'text'" in message
+
+
+def test_the_builtin_corpus_reads_as_whole_at_its_end_and_names_no_files():
+    """Its preparation ended on "tokenizing: 0% of 466.3 kB", and began "(builtin, 0 files, …)"."""
+    from core.event_text import event_line
+    from core.events import DataPreparationStarted
+
+    source = resolve_source("builtin")
+    *_, (_, position) = source.iter_documents()
+    assert position == source.bytes > 0
+    started = DataPreparationStarted("", 0.0, source="builtin", source_kind="builtin", files=0,
+                                     bytes_total=source.bytes, documents_total=None, train_tokenizer=False)
+    assert event_line(started).text.startswith("preparing builtin (builtin, 466")

@@ -33,7 +33,7 @@ from core.trainer import Trainer, train
 
 def test_run_emits_events_in_order_and_writes_its_folder(micro):
     sink = ListSink()
-    result = train(micro(train={"budget": 6, "eval_every": 3}), sink=sink)
+    result = train(micro(train={"budget": 6, "eval_every": 3, "sample_every": 3}), sink=sink)
     # The corpus comes first (from its token store, or prepared into it): set-up, before the run exists.
     data_events = (DataPreparationStarted, DataPreparationProgress, DataPrepared)
     assert isinstance(sink.events[0], data_events) and sink.of(DataPrepared)
@@ -45,7 +45,8 @@ def test_run_emits_events_in_order_and_writes_its_folder(micro):
     assert [s.step for s in steps] == list(range(1, 7))  # one metrics event per optimizer step
     assert steps[0].warmup and not any(s.warmup for s in steps[1:])
     assert [v.step for v in sink.of(ValidationDone)] == [3, 6]
-    assert sink.of(SampleGenerated) and sink.of(CheckpointSaved)
+    assert [s.step for s in sink.of(SampleGenerated)] == [3, 6]  # the last step's sample once, not twice
+    assert sink.of(CheckpointSaved)
     assert all(s.tokens == s.step * 4 * 32 for s in steps)
     run_dir = result.run_dir
     assert {p.name for p in run_dir.iterdir()} >= {"config.json", "metrics.jsonl", "tokenizer.json", "checkpoints"}
