@@ -927,10 +927,40 @@ def _generation_tokenizer(loaded, path: str | None):
 
 
 def _prompt_ids(tok, prompt: str) -> list[int]:
-    """The prompt's ids as training tokenized documents: a special token's name written in it is text."""
+    """The prompt's ids as training tokenized documents: a special token's name written in it is text. A prompt
+    the tokenizer cannot encode (a Unigram vocabulary without an unknown token) is one line, naming the first
+    character it has no token for; one whose unknown characters it drops without a trace says so."""
+    from core.errors import ConfigError, first_line
     from core.token_store import plain_text_tokenizer
+    from core.tokenizer import drops_unknown_text
 
-    return plain_text_tokenizer(tok).encode(prompt, add_special_tokens=False).ids
+    plain = plain_text_tokenizer(tok)
+
+    def encode(text: str):
+        return plain.encode(text, add_special_tokens=False)
+
+    try:
+        encoding = encode(prompt)
+    except Exception as exc:  # tokenizers raises a bare Exception
+        char = next((c for c in dict.fromkeys(prompt) if not _encodes(encode, c)), None)
+        what = f" {char!r} (U+{ord(char):04X})" if char is not None else ""
+        raise ConfigError(f"the tokenizer cannot encode the prompt's character{what}: {first_line(exc)}",
+                          "prompt") from None
+    if drops_unknown_text(tok):  # what no token's span covers was left out
+        covered = {i for start, end in encoding.offsets for i in range(start, end)}
+        dropped = list(dict.fromkeys(c for i, c in enumerate(prompt) if i not in covered and not c.isspace()))
+        if dropped:
+            _error_line(f"warning: the tokenizer has no token for {''.join(dropped[:10])!r} and "
+                        f"no unknown token: left out of the prompt")
+    return encoding.ids
+
+
+def _encodes(encode, text: str) -> bool:
+    try:
+        encode(text)
+    except Exception:  # tokenizers raises a bare Exception
+        return False
+    return True
 
 
 def cmd_generate(args: argparse.Namespace, argv: list[str]) -> int:
@@ -972,9 +1002,10 @@ def _generate(args: argparse.Namespace) -> int:
     stream = _TextStream(tok, ids)  # the text as it grows, not all of it at the end
     try:
         stream.add(None)  # the prompt, printed where a Ctrl-C after it still ends its line
+        # An embedding with more rows than the tokenizer has tokens: ids past them would print as nothing.
         model.generate(torch.tensor([ids], device=device), settings.max_new_tokens,
                        temperature=settings.temperature, top_k=settings.top_k, eos_id=tok.eos_id, generator=gen,
-                       on_token=stream.add)
+                       on_token=stream.add, vocab_limit=tok.vocab_size)
     finally:
         stream.close()  # the text ends its line, also when an error line or Ctrl-C's line follows
     return 0

@@ -185,9 +185,10 @@ class LlamaForCausalLM(nn.Module):
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, eos_id: int | None = None,
                  generator: torch.Generator | None = None,
-                 on_token: Callable[[int], None] | None = None) -> torch.Tensor:
+                 on_token: Callable[[int], None] | None = None, vocab_limit: int | None = None) -> torch.Tensor:
         """Extend (1, T) token ids. ``temperature`` 0 is greedy; ``on_token`` gets each new id as it comes
-        (a console prints the text as it grows).
+        (a console prints the text as it grows). ``vocab_limit``: ids from it on are never chosen (an embedding
+        with more rows than its tokenizer has tokens: such an id decodes to nothing).
 
         Weights that hold NaN or inf (a diverged run) are ``NotFinite``, not a
         sampler's RuntimeError or silent garbage.
@@ -199,6 +200,8 @@ class LlamaForCausalLM(nn.Module):
             if i == 0 and not bool(torch.isfinite(logits).all()):
                 raise NotFinite("the model's outputs are not finite (NaN or inf): its weights are damaged, "
                                 "or the training that made them diverged")
+            if vocab_limit is not None and vocab_limit < logits.size(-1):
+                logits[:, vocab_limit:] = float("-inf")
             if temperature <= 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -1069,7 +1069,7 @@ class Trainer:
         with autocast(self.device, self.precision):
             out = self.model.generate(torch.tensor([ids], device=self.device), self.cfg.train.sample_tokens,
                                       temperature=0.8, top_k=40, eos_id=None if self.fsdp else tok.eos_id,
-                                      generator=gen)
+                                      generator=gen, vocab_limit=tok.vocab_size)
         new = out[0, 1:].tolist()
         if tok.eos_id in new:
             new = new[: new.index(tok.eos_id) + 1]

@@ -81,13 +81,52 @@ def test_generate_from_an_article_checkpoint_with_its_tokenizer(tmp_path, capsys
     text = capsys.readouterr().out.strip()
     ids = torch.tensor([[tok.bos_id, *tok.encode("The quick")]])
     article = article_model(11)
-    with torch.no_grad():  # the article's own model, greedy
+    with torch.no_grad():  # the article's own model, greedy among the tokenizer's ids (its embedding has more rows)
         for _ in range(4):
-            ids = torch.cat([ids, article(ids)[:, -1:].argmax(-1)], dim=1)
+            ids = torch.cat([ids, article(ids)[:, -1:, :tok.vocab_size].argmax(-1)], dim=1)
+    assert ids.max() < tok.vocab_size < article.lm_head.out_features
     assert text == tok.decode(ids[0].tolist())
     # Without its tokenizer, one line saying what to add.
     assert main(["generate", str(checkpoint)]) == 2
     assert "has no tokenizer: pass --tokenizer TOKENIZER.json" in capsys.readouterr().err
+
+
+def test_generate_never_samples_an_id_its_tokenizer_lacks(tmp_path):
+    """512 embedding rows, a tokenizer of 300 tokens: ids 300-511 were sampled and printed as nothing."""
+    model = make_model(0)
+    out = model.generate(torch.tensor([[1, 2, 3]]), 200, temperature=5.0, vocab_limit=300,
+                         generator=torch.Generator().manual_seed(0))
+    assert out.size(1) == 203 and int(out[0, 3:].max()) < 300
+
+
+def _tokenizer_without_unknown(path: Path, unigram: bool) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.Unigram() if unigram else models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    trainer = (trainers.UnigramTrainer(vocab_size=60, special_tokens=["<s>", "</s>", "<pad>"], show_progress=False)
+               if unigram else trainers.BpeTrainer(vocab_size=60, special_tokens=["<s>", "</s>", "<pad>"],
+                                                   show_progress=False))
+    tok.train_from_iterator(["The quick brown fox jumps over the lazy dog."] * 20, trainer=trainer)
+    tok.save(str(path))
+    return path
+
+
+def test_a_prompt_the_tokenizer_cannot_encode_is_one_line_and_one_it_drops_is_said(tmp_path, capsys):
+    """A Unigram tokenizer without an unknown token raised "Encountered an unknown token" as a traceback; a BPE
+    one without it left the characters out of the prompt, silently."""
+    checkpoint = _article_file(tmp_path)
+    unigram = _tokenizer_without_unknown(tmp_path / "unigram.json", unigram=True)
+    assert main(["generate", str(checkpoint), "--tokenizer", str(unigram), "--prompt", "The 日本 fox",
+                 "--max-new-tokens", "2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("speedboard: error: the tokenizer cannot encode the prompt's character '日' "
+                           "(U+65E5)"), line
+    bpe = _tokenizer_without_unknown(tmp_path / "bpe.json", unigram=False)
+    assert main(["generate", str(checkpoint), "--tokenizer", str(bpe), "--prompt", "The 日本 fox",
+                 "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the tokenizer has no token for '日本' and no unknown token: left out of the prompt" in err
 
 
 def test_a_new_run_starts_from_an_article_checkpoint(tmp_path, capsys):
