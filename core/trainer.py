@@ -430,6 +430,23 @@ class Trainer:
         torch.distributed.broadcast_object_list(choice, src=0)
         return choice[0]
 
+    def _lineage_precision(self, loaded: ckpt_io.LoadedCheckpoint | None,
+                           device: torch.device) -> PrecisionChoice | None:
+        """``auto`` on resume: the precision the parent trained in, on the same kind of device. ``auto`` is decided
+        once per lineage, so a resume continues exactly: the probe read again could switch bf16 to fp32 midway (a
+        busy machine's reading). None where it is decided as for a new run (a checkpoint that does not record it,
+        another kind of device, a precision this device lacks)."""
+        if self.cfg.train.precision != "auto" or not (self.cfg.resume and loaded):
+            return None
+        parent, kind = loaded.meta.get("precision"), loaded.meta.get("device_type")
+        if parent not in ("fp32", "bf16", "fp16") or kind != device.type:
+            return None
+        try:
+            check_precision(parent, device)
+        except ConfigError:  # another GPU, without bf16
+            return None
+        return PrecisionChoice("auto", parent, f"{parent}: as its parent trained (auto is decided once per lineage)")
+
     def _check_output(self) -> None:
         """Before anything is read or created: run folders can be created where this run is to write, and a run id
         asked for is free (found after a corpus' preparation, it cost minutes on a large one)."""
@@ -514,7 +531,8 @@ class Trainer:
         # failure; the model first, as auto precision's probe builds one of its layers.
         local, shards = self._sharing()
         check_model_fits(model_cfg, device, shards=shards, processes=local)
-        self.precision_choice = self._decide_precision(tc.precision, device, model_cfg)
+        self.precision_choice = (self._lineage_precision(loaded, device)
+                                 or self._decide_precision(tc.precision, device, model_cfg))
         self.precision = self.precision_choice.precision
         if tc.auto_micro_batch:
             self._fit_before_run(model_cfg, shards, local)
@@ -1096,7 +1114,8 @@ class Trainer:
         saved = ckpt_io.save_checkpoint(path, model, tokenizer=self.data.tokenizer, run_config=self._config_dict(),
                                         trainer_state=self.trainer_state(optimizer_state),
                                         step=self.step, tokens=self.tokens,
-                                        extra={"run_id": self.run_id, "parent": self.parent})
+                                        extra={"run_id": self.run_id, "parent": self.parent,
+                                               "precision": self.precision, "device_type": self.device.type})
         self.emit(CheckpointSaved(self.run_id, self.now(), self.step, self.tokens, str(saved)))
         return saved
 

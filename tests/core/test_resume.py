@@ -100,6 +100,31 @@ def test_resume_gives_the_same_loss_curve_as_an_uninterrupted_run(tmp_path):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_auto_precision_is_decided_once_per_lineage(tmp_path, monkeypatch):
+    """A resume decided `auto` again: a parent that trained in bf16 went on in fp32 (the probe read on a busier
+    machine), and the resume was not exact."""
+    import core.trainer
+    from core.precision import PrecisionChoice
+
+    def probe_says(precision):
+        monkeypatch.setattr(core.trainer, "decide_precision", lambda requested, device, model=None: PrecisionChoice(
+            "auto", precision, f"{precision}: the probe"))
+
+    cfg = config(tmp_path, budget=6, precision="auto")
+    probe_says("bf16")
+    first, checkpoint = run_stopped_at(cfg, 3)
+    assert first.of(RunStarted)[0].precision == "bf16"
+    probe_says("fp32")  # now: another reading
+    resumed = ListSink()
+    Trainer(cfg.replace(resume=str(checkpoint)), sink=resumed).run()
+    started = resumed.of(RunStarted)[0]
+    assert started.precision == "bf16" and started.config["train"]["precision"] == "auto"
+    assert started.precision_reason == "bf16: as its parent trained (auto is decided once per lineage)"
+    fresh = ListSink()
+    Trainer(cfg.replace(init_from=str(checkpoint)), sink=fresh).run()  # a new run decides anew
+    assert fresh.of(RunStarted)[0].precision == "fp32"
+
+
 def test_resume_from_the_cli_takes_the_checkpoints_settings(stopped_parent, tmp_path, capsys):
     _, checkpoint = stopped_parent
     assert main(["train", "--resume", str(checkpoint.parent.parent), "--out", str(tmp_path), "--no-progress"]) == 0
