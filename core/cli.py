@@ -156,8 +156,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--log-every", type=_at_least_one, default=10, help="steps between printed lines (default 10)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--nproc", type=_integer, help="processes (GPUs, or CPU processes) via torchrun")
-    t.add_argument("--fsdp", action="store_true", default=None,
-                   help="with several processes: shard the model and optimizer state (FSDP2) instead of DDP")
+    t.add_argument("--fsdp", action=argparse.BooleanOptionalAction, default=None,
+                   help="with several processes: shard the model and optimizer state (FSDP2) instead of DDP; "
+                        "--no-fsdp: DDP (a resumed FSDP run keeps FSDP otherwise)")
     t.add_argument("--run-id", help="name of the run folder to create (default: date, settings, random suffix)")
 
     from core.tune_cli import add_tune_command
@@ -832,6 +833,9 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         raise ConfigError("--config holds the whole configuration; use flags other than --preset/--resume with it")
     if args.nproc is not None:
         check_nproc(args.nproc)
+    if args.fsdp and not (args.nproc and args.nproc > 1) and not launched_by_torchrun():
+        raise ConfigError("--fsdp shards over several processes: give --nproc N (N ≥ 2) with it, or leave it out",
+                          "fsdp")
     if args.nproc and args.nproc > 1 and not launched_by_torchrun():
         return _handover_to_torchrun(args, argv)
     config = config_from_args(args)

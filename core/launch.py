@@ -41,7 +41,7 @@ from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
 from core.errors import ConfigError
-from core.events import RunFailed, RunFinished
+from core.events import RunFailed, RunFinished, RunStarted
 from core.json_text import finite_json
 from core.runs import (
     CLAIM_ENV,
@@ -360,18 +360,24 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _record_lost_ending(run_dir: Path, run_id: str, code: int) -> None:
-    """Rank 0 ended without recording how (kill -9, out of memory): record it in its stead."""
+def _run_started(run_dir: Path, run_id: str) -> bool:
+    return any(isinstance(e, RunStarted) and e.run_id == run_id for e in EventTail(run_dir).poll())
+
+
+def _record_lost_ending(run_dir: Path, run_id: str, code: int, signals: list[int] | None = None) -> None:
+    """Rank 0 ended without recording how (kill -9, out of memory, or the end of a job the user signalled before
+    its ending could be written): record it in its stead."""
     events = [e for e in EventTail(run_dir).poll() if e.run_id == run_id]
     last = events[-1] if events else None
     step = max((getattr(e, "step", 0) or 0 for e in events), default=0)
+    why = (f"the job was ended by {_signal_name(signals[-1])} before rank 0 recorded its ending" if signals else
+           "rank 0 ended without recording an ending (killed?)")
     try:
         sink = JsonlSink(run_dir / METRICS_FILE)
     except OSError:  # the folder is gone or cannot be written: readers judge by the heartbeat
         return
     try:
-        sink(RunFailed(run_id, last.time if last else 0.0, f"rank 0 ended without recording an ending (killed?); "
-                                                           f"torchrun exited with code {code}", step))
+        sink(RunFailed(run_id, last.time if last else 0.0, f"{why}; torchrun exited with code {code}", step))
     finally:
         sink.close()
     try:
@@ -518,7 +524,12 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
             code = job.run(token)
             outcome = run_outcome(run_dir, run_dir.name) if run_dir.is_dir() else None
             if outcome is None and (run_dir / METRICS_FILE).is_file():
-                _record_lost_ending(run_dir, run_dir.name, code)  # this job's rank 0 started the run and died
+                if job.received and not _run_started(run_dir, run_dir.name):
+                    # Interrupted in rank 0's set-up, before a step (its clean-up cut short by torchrun's SIGTERM
+                    # to the workers): nothing was trained, so nothing is kept, as in a single process.
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                else:  # this job's rank 0 started the run and died
+                    _record_lost_ending(run_dir, run_dir.name, code, job.received)
         finally:
             release_run_dir(run_dir, token)
     finally:

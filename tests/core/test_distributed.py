@@ -551,6 +551,44 @@ def test_the_launchers_exit_code_follows_this_job_alone(behaviour, code, tmp_pat
         assert isinstance(events[-1], RunFinished)
 
 
+INTERRUPTED_RANK0 = """
+import json, os, signal, sys
+from pathlib import Path
+from core.runs import create_run_dir
+run_dir, started = Path(sys.argv[1]), sys.argv[2] == "started"
+create_run_dir(run_dir.parent, run_dir.name)
+with open(run_dir / "metrics.jsonl", "a") as f:
+    if started:
+        f.write(json.dumps({"event": "run_started", "run_id": run_dir.name, "time": 0.0, "run_dir": str(run_dir),
+                            "config": {}, "device": "cpu", "precision": "fp32", "num_parameters": 1,
+                            "tokens_per_step": 64, "budget_tokens": 640, "total_steps": 10}) + "\\n")
+    f.write(json.dumps({"event": "warning", "run_id": run_dir.name, "time": 0.0, "message": "set-up"}) + "\\n")
+signal.signal(signal.SIGINT, lambda *a: sys.exit(1))  # as torchrun ends with its workers, no ending recorded
+os.kill(os.getppid(), signal.SIGINT)  # the user's Ctrl-C, which the launcher passes on
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_a_job_interrupted_before_rank_0_recorded_its_ending(started, tmp_path, monkeypatch):
+    """Ctrl-C during rank 0's set-up left a run folder whose only event said "rank 0 ended without recording an
+    ending (killed?)": nothing was trained, so nothing is kept; a run that had started says what ended it."""
+    from core.launch import run_torchrun
+
+    run_dir = tmp_path / "runs" / "same-id"
+    fake = tmp_path / "fake_torchrun.py"
+    fake.write_text(INTERRUPTED_RANK0)
+    monkeypatch.setattr("core.launch.torchrun_argv", lambda nproc, args, log_dir=None: [
+        sys.executable, str(fake), str(run_dir), "started" if started else "set-up"])
+    assert run_torchrun(2, [], run_dir) == 130
+    if not started:
+        assert not run_dir.exists()
+        return
+    last = read_events(run_dir)[-1]
+    assert isinstance(last, RunFailed) and "killed?" not in last.message
+    assert last.message.startswith("the job was ended by signal 2, SIGINT before rank 0 recorded its ending")
+
+
 def test_the_launcher_never_writes_into_an_existing_run_folder(tmp_path, monkeypatch):
     """Another job's folder (or an earlier run's) with this run id: refused before anything starts."""
     from core.launch import run_torchrun
@@ -576,3 +614,15 @@ def test_nproc_with_the_id_of_an_existing_run_is_refused_before_launching(tmp_pa
                  str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run folder" in err and "already exists" in err, err
+
+
+def test_fsdp_in_one_process_is_refused_and_a_resumed_fsdp_run_can_leave_it(tmp_path, capsys):
+    """--fsdp without --nproc ran as one process, recorded "fsdp": true, and a resumed FSDP run had no way out."""
+    from core.cli import build_parser, main
+
+    assert main(["train", "--fsdp", "--steps", "1", "--out", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "speedboard: error: --fsdp shards over several processes: give --nproc N (N ≥ 2) with it, or leave it out"
+    assert not (tmp_path / "runs").exists()
+    assert build_parser().parse_args(["train", "--no-fsdp"]).fsdp is False
+    assert build_parser().parse_args(["train"]).fsdp is None  # a resume keeps its own
