@@ -379,6 +379,7 @@ class Trainer:
         local, shards = self._sharing()
         check_model_fits(loaded.model_config if loaded and loaded.model_config else self.cfg.expected_model(),
                          self.device, shards=shards, processes=local)
+        self._check_start_weights(loaded)
         self._prepare_data(loaded)
         # Libraries loaded, data ready, no model yet: what the process holds apart from training
         # (in the dashboard also the window and earlier runs' leftovers). Allocator stats on CUDA: no sync.
@@ -477,6 +478,22 @@ class Trainer:
                                   f"(use init-from to start a new run from its weights)")
         return loaded, loaded.trainer_state
 
+    def _check_start_weights(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
+        """Weights that cannot load into the architecture they are given (a bare state dict of another preset, a
+        Hugging Face folder whose config.json does not match its tensors) are said from their shapes alone,
+        before the corpus is prepared: found after it, the misfit cost minutes to hours of tokenizing first.
+        A bare state dict whose embedding does not tell its vocabulary is checked with the tokenizer's, later."""
+        if loaded is None or loaded.kind == "speedboard":  # a Speedboard folder's config is its tensors' (checked)
+            return
+        rows = ckpt_io.embedding_rows(loaded.state_dict) if not loaded.model_config else None
+        if not (loaded.model_config or rows):
+            return
+        model_cfg = loaded.model_config or replace(self.cfg.model, vocab_size=rows)
+        problem = ckpt_io.shape_problem(model_cfg, {k: tuple(v.shape) for k, v in loaded.state_dict.items()},
+                                        str(loaded.source))
+        if problem:
+            raise CheckpointError(problem)
+
     def _prepare_data(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
         """``data``: tokenizer (the checkpoint's own when it has one) and samples read from the
         corpus' token store, which is prepared here if it has none yet (progress events through the sink;
@@ -526,6 +543,10 @@ class Trainer:
                                             str(loaded.source))
             if problem:
                 raise CheckpointError(problem)
+        if rows and tok.vocab_size > rows and loaded.tokenizer is None and not cfg.data.tokenizer:
+            raise ConfigError(f"the tokenizer trained for this run has {tok.vocab_size:,} tokens but the embedding of "
+                              f"{loaded.source} has only {rows:,} rows; give --vocab-size {rows} (or the tokenizer "
+                              f"its weights were trained with, --tokenizer FILE)", "vocab_size")
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
         # Before anything is allocated: a model or a micro-batch that cannot fit is one line, not an allocation
         # failure; the model first, as auto precision's probe builds one of its layers.

@@ -129,6 +129,15 @@ def test_a_prompt_the_tokenizer_cannot_encode_is_one_line_and_one_it_drops_is_sa
     assert "warning: the tokenizer has no token for '日本' and no unknown token: left out of the prompt" in err
 
 
+def test_a_tokenizer_trained_too_large_for_the_checkpoints_embedding_names_the_vocab_size_to_give(tmp_path,
+                                                                                                     capsys):
+    checkpoint = _article_file(tmp_path)  # 512 embedding rows; tiny trains a tokenizer of 2,048 tokens
+    assert main(["train", "--init-from", str(checkpoint), "--data", "builtin", "--seq-len", "32",
+                 "--micro-batch", "2", "--steps", "1", "--no-progress", "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "has only 512 rows; give --vocab-size 512 (or the tokenizer its weights were trained with" in err
+
+
 def test_a_new_run_starts_from_an_article_checkpoint(tmp_path, capsys):
     checkpoint = _article_file(tmp_path)
     out = tmp_path / "runs"

@@ -21,6 +21,7 @@ from core.events import (
     CheckpointSaved,
     CompileFinished,
     ListSink,
+    RunFailed,
     RunFinished,
     RunStarted,
     StepMetrics,
@@ -287,9 +288,12 @@ def test_a_bare_state_dict_of_another_architecture_is_named_as_such(stopped_pare
     cfg = micro_config(tmp_path, data={"source": str(corpus_file(checkpoint.parents[3])),
                                        "tokenizer": str(checkpoint / "tokenizer.json")}, train={"budget": 1})
     wider = cfg.replace(model={"hidden_size": 64, "intermediate_size": 128}, init_from=str(bare))
+    seen = ListSink()
     with pytest.raises(CheckpointError, match=r"architecture mismatch with .*weights\.pt: "
                                               r"model\.embed_tokens\.weight: expected \(100, 64\), found \(100, 32\)"):
-        train(wider)
+        train(wider, sink=seen)
+    # Said before the corpus was looked at (its preparation can take hours): no data event came first.
+    assert [type(e) for e in seen.events] == [RunFailed]
 
 
 def test_resume_needs_a_trainer_state_and_an_intact_one(stopped_parent, tmp_path):
