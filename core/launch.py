@@ -498,9 +498,11 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
     and never written to. A claim no worker took is removed again.
 
     torchrun runs in its own session, so a terminal's Ctrl-C (or its closing,
-    SIGHUP) reaches this launcher alone. The first SIGINT or SIGHUP goes
-    straight to torchrun's workers (stop after this step): they end cleanly and
-    torchrun with them, as after a run that reached its budget (exit 0). A
+    SIGHUP) reaches this launcher alone. Once rank 0 has announced the run, the
+    first SIGINT or SIGHUP goes straight to torchrun's workers (stop after this
+    step): they end cleanly and torchrun with them, as after a run that reached
+    its budget (exit 0); before, it ends the job as below (set-up has no step to
+    stop after, and a worker still starting Python would print a traceback). A
     second one or a SIGTERM goes to torchrun as SIGTERM, which it passes on to
     every worker (end now); once they have ended, the launcher says so in one
     line and exits with 128 + the signal's number (130 Ctrl-C, 143 SIGTERM),
@@ -514,7 +516,7 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
     Only an ending of this job's run decides the exit code; when rank 0 died
     without recording one (kill -9), it is recorded for it.
     """
-    job = _Job(nproc, train_args, env or {})
+    job = _Job(nproc, train_args, env or {}, run_dir)
     handled = {*_STOPS, signal.SIGTERM}
     previous = {s: signal.signal(s, job.on_signal) for s in handled  # nohup's ignored SIGHUP stays ignored
                 if s == signal.SIGINT or s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN}
@@ -554,8 +556,9 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
 class _Job:
     """One torchrun job of the launcher: torchrun once started, and the signals the launcher got."""
 
-    def __init__(self, nproc: int, train_args: list[str], env: dict[str, str]) -> None:
-        self.nproc, self.train_args, self.env = nproc, train_args, env
+    def __init__(self, nproc: int, train_args: list[str], env: dict[str, str], run_dir: Path | None = None) -> None:
+        self.nproc, self.train_args, self.env, self.run_dir = nproc, train_args, env, run_dir
+        self._began = False
         self.received: list[int] = []
         self.proc: subprocess.Popen | None = None
         self.output: TorchrunOutput | None = None
@@ -564,10 +567,23 @@ class _Job:
     def on_signal(self, signum, frame) -> None:
         """The launcher's handler: the first SIGINT/SIGHUP to the workers as SIGINT, any other to torchrun as
         SIGTERM. Before torchrun has started, it only counts (``run`` then starts nothing, or ends it)."""
-        stop = signum in _STOPS and not self.received  # the first Ctrl-C: rank 0 says it is stopping
+        # The first Ctrl-C: rank 0 says it is stopping. Before the run began (its workers starting Python, its set-up)
+        # there is no step to stop after: the job ends, as one process aborts its set-up; a SIGINT to a worker still
+        # starting printed a KeyboardInterrupt traceback from its interpreter's start-up.
+        stop = signum in _STOPS and not self.received and self.began()
         self.received.append(signum)
         if self.proc is not None:
             self._pass_on(stop)
+
+    def began(self) -> bool:
+        """Rank 0 has announced the run (``run_started`` in its metrics.jsonl): its workers handle a stop."""
+        if not self._began and self.run_dir is not None:
+            try:
+                with open(self.run_dir / METRICS_FILE, encoding="utf-8", errors="replace") as f:
+                    self._began = any('"event": "run_started"' in line for line in f)
+            except OSError:  # not written yet
+                pass
+        return self._began or self.run_dir is None
 
     def _pass_on(self, stop: bool) -> None:
         self._passed_on = True

@@ -177,3 +177,25 @@ def test_a_killed_torchrun_is_one_line_and_the_exit_code_of_its_signal(start_job
     assert err[-1] == ("speedboard: torchrun, the launcher of the processes, was ended by signal 9, SIGKILL; "
                        "the run ended with it"), err
     assert not any("Traceback" in line for line in err), err
+
+
+def test_a_first_ctrl_c_before_the_run_began_ends_the_job_and_after_it_stops_it(tmp_path):
+    """A SIGINT passed on to workers still starting Python printed KeyboardInterrupt tracebacks from their
+    interpreter's start-up; before rank 0 has announced the run there is no step to stop after anyway."""
+    from core.launch import _Job
+
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+
+    def first_ctrl_c() -> list[bool]:
+        job, passed = _Job(2, [], {}, run_dir), []
+        job.proc, job._pass_on = object(), passed.append  # torchrun is running
+        job.on_signal(signal.SIGINT, None)
+        return passed
+
+    assert first_ctrl_c() == [False]  # no metrics.jsonl yet: torchrun is ended (SIGTERM)
+    (run_dir / "metrics.jsonl").write_text('{"event": "data_prepared", "run_id": "job"}\n')
+    assert first_ctrl_c() == [False]  # set-up
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"event": "run_started", "run_id": "job"}\n')
+    assert first_ctrl_c() == [True]  # the workers stop after their step
