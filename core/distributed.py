@@ -161,7 +161,8 @@ def peer_failure_message(exc: BaseException, ctx: DistContext) -> str:
     detail = re.sub(r"^\[[^\]]*\]\s*", "", lines[0]) if lines else type(exc).__name__  # drop "[file.cc:123]"
     detail = detail.split(". This is typically")[0][:200]
     return (f"rank {ctx.rank}: another process of this job failed or stopped, so this one cannot continue "
-            f"(see the first failure in the output above; {detail})")
+            f"(the first failure is said by the process that failed, or, for one killed without a word, by "
+            f"`speedboard train --nproc` once the job has ended; {detail})")
 
 
 # --------------------------------------------------------------------------- FSDP2
