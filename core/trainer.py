@@ -1058,7 +1058,16 @@ class Trainer:
         GEMMs end in a host sync), once a run; the cache keeps the higher figure, and so does this run."""
         self.check_peak = False
         previous = self.peak_flops
-        self.peak_flops = max(previous, matmul_peak(self.device, self.precision, refresh=True))
+        try:
+            self.peak_flops = max(previous, matmul_peak(self.device, self.precision, refresh=True))
+        except RuntimeError as exc:  # its GEMMs' memory (0.4-0.8 GB on a GPU) beside a run fitted to the rest
+            if not is_out_of_memory(exc):
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # host sync, once: the GEMMs' blocks go back to the run
+            self.warn(f"step {self.step} ran at {share:.0%} of the cached matmul peak, which could not be measured "
+                      f"again beside the run (out of memory); MFU is shown at most 100%")
+            return
         self.emit(MatmulPeakMeasured(self.run_id, self.now(), step=self.step, precision=self.precision,
                                      matmul_peak_flops=self.peak_flops, previous_flops=previous, step_share=share))
 

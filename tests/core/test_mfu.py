@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from core.events import MatmulPeakMeasured, RunStarted, StepMetrics, event_from_dict
 from core.mfu import utilization
@@ -62,4 +63,21 @@ def test_a_run_that_does_not_check_the_peak_measures_nothing_between_its_steps(m
     """A tune trial times its steps between their events: a measurement there would count in them."""
     events, calls = _run(micro(), monkeypatch, remeasured=1e15, check_peak=False)
     assert calls == [] and not any(isinstance(e, MatmulPeakMeasured) for e in events)
+    assert all(s.mfu == 1.0 for s in events if isinstance(s, StepMetrics))
+
+
+def test_a_peak_that_cannot_be_measured_again_beside_the_run_is_a_warning(micro, monkeypatch):
+    """On a GPU the peak's GEMMs need memory the run may hold: out of memory there must not end the run."""
+    import core.trainer
+    from core.events import RunFinished, WarningRaised
+
+    def out_of_memory(device, precision, refresh=False):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 MiB")
+
+    monkeypatch.setattr(core.trainer, "measure_matmul_peak", lambda device, precision="fp32": 1e3)
+    monkeypatch.setattr(core.trainer, "matmul_peak", out_of_memory)
+    events: list = []
+    Trainer(micro(), sink=events.append).run()
+    assert any(isinstance(e, RunFinished) for e in events)
+    assert any(isinstance(e, WarningRaised) and "could not be measured again" in e.message for e in events)
     assert all(s.mfu == 1.0 for s in events if isinstance(s, StepMetrics))
