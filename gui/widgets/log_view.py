@@ -7,6 +7,8 @@ import time
 
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
+from gui.widgets.shown_text import log_message
+
 _COLORS = {"info": "#202020", "warning": "#a15c00", "error": "#b00020"}
 
 
@@ -25,7 +27,7 @@ class LogView(QPlainTextEdit):
         color = _COLORS.get(level, _COLORS["info"])
         prefix = {"warning": "warning: ", "error": "error: "}.get(level, "")
         self.appendHtml(f'<span style="color:#808080">{stamp}</span> '
-                        f'<span style="color:{color}">{html.escape(prefix + message)}</span>')
+                        f'<span style="color:{color}">{html.escape(prefix + log_message(message))}</span>')
 
     def messages(self) -> list[str]:
         return self.toPlainText().splitlines()

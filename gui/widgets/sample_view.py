@@ -5,6 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
+from gui.widgets.shown_text import as_written
+
 
 class SampleView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -22,4 +24,4 @@ class SampleView(QWidget):
 
     def show_sample(self, run_label: str, step: int, text: str) -> None:
         self.header.setText(f"{run_label}, step {step}:")
-        self.text.setPlainText(text)
+        self.text.setPlainText(as_written(text))  # a model's text: no direction control reorders it on screen

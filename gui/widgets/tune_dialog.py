@@ -87,6 +87,18 @@ def apply_settings(panel: QWidget, settings: dict) -> list[str]:
     return missed
 
 
+def _resolved(device: object) -> object:
+    """A device setting as this machine resolves it: "auto" and "cpu" are one device on a machine without a GPU
+    (a panel with several processes shows "cpu" for "auto"). Anything unreadable stays as written."""
+    from core.device import resolve_device  # queries only: no tensors
+    from core.errors import SpeedboardError
+
+    try:
+        return str(resolve_device(device)) if isinstance(device, str) else device
+    except (SpeedboardError, RuntimeError, ValueError):  # a device this machine lacks: compared as written
+        return device
+
+
 def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> list[str]:
     """What a report's trials ran with (its plan's config) that differs from ``current``, in words ("preset
     micro (here tiny)"); empty when they match, or when either is unknown."""
@@ -102,7 +114,7 @@ def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> 
         ("preset", measured_for.get("preset"), current.preset),
         ("data", data.get("source"), current.data.source),
         ("sequence length", data.get("seq_len"), current.data.seq_len),
-        ("device", train.get("device"), current.train.device),
+        ("device", _resolved(train.get("device")), _resolved(current.train.device)),
         ("effective batch", sequences and f"{sequences:,} sequences", f"{here:,} sequences"),
     ]
     differences = [f"{what} {theirs} (here {ours})" for what, theirs, ours in pairs

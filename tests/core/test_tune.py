@@ -661,3 +661,15 @@ def test_a_warm_up_trial_runs_before_the_first_measured_one_and_is_not_counted(m
     assert warm == (Cell("off", "model", 1, EAGER[0].micro_batch, EAGER[0].precision), core.tune.WARM_UP_STEPS, 0)
     assert [c.name for c, _, _ in measured] == [c.name for c in EAGER[:2]]
     assert len(report["trials"]) == 2
+
+
+def test_the_table_shows_each_settings_own_memory_not_the_process_peak():
+    """On a CPU every row read 0.53 GiB, micro-batch 1 to 4, fp32 and bf16: the process' peak, Python and torch."""
+    from core.tune import TABLE_HEADER
+
+    row = {"label": "off", "tokens_per_s": None, "vs_current": None, "current": True, "mode": "off", "trials": 1,
+           "error": None, "mfu": None, "peak_mem_gib": 0.53, "train_mem_gib": 0.04, "loss": 1.0}
+    header, shown = table_rows({"summary": {"rows": {"off": row}}})
+    assert shown[header.index("train mem (GiB)")] == "0.04"
+    shown = table_rows({"summary": {"rows": {"off": {**row, "train_mem_gib": None}}}})[1]
+    assert shown[TABLE_HEADER.index("train mem (GiB)")] == "0.53"  # where the own figure is not known

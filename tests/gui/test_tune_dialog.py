@@ -239,3 +239,14 @@ def test_the_table_has_its_column_titles_before_any_trial_ended(window):
     table = open_dialog(window).table
     titles = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
     assert titles == list(TABLE_HEADER) and titles[0] == "setting"
+
+
+def test_a_device_is_compared_as_this_machine_resolves_it():
+    """A report measured with device "auto" was said to differ from a panel showing "cpu" (as it does with several
+    processes) on a machine where both are the CPU."""
+    from core.device import resolve_device
+    from tests.conftest import micro_config
+
+    here = micro_config(train={"device": str(resolve_device("auto"))})
+    assert measured_for_other({"train": {"device": "auto"}}, here) == []
+    assert measured_for_other({"train": {"device": "cuda:7"}}, here) == [f"device cuda:7 (here {here.train.device})"]
