@@ -118,6 +118,34 @@ def test_the_packed_validation_spreads_over_the_corpus_at_document_boundaries(tm
     assert one.store.num_documents == 1 and len(one.train) >= 1 and len(one.val) >= 1
 
 
+def _split_of(lengths: list[int], seq_len: int):
+    """``packed_split`` of a stream of documents of these token lengths (its offsets: where each begins)."""
+    import types
+
+    from core.samples import packed_split
+
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    store = types.SimpleNamespace(num_tokens=int(sum(lengths)), offsets=offsets)
+    return packed_split(store, seq_len, 0.05), store.num_tokens
+
+
+@pytest.mark.parametrize("name, lengths, seq_len", [
+    ("40 articles of ~4k tokens", [800 * 5 + 37 * i for i in range(40)], 128),
+    ("a book among notes", [40, 110_000, 20, 60, 15, 50], 64),
+    ("one document", [50_000], 32),
+] + [(f"random {seed}", list(np.random.default_rng(seed).integers(2, 6_000, 60)), 64) for seed in range(8)])
+def test_the_packed_split_holds_out_about_a_twentieth_in_ordered_ranges(name, lengths, seq_len):
+    """Bounds snapped to document boundaries however far: a stretch held out its whole last document (31% of a
+    corpus of 4k-token articles, 99.8% of one holding a book), and edges squeezed at the stream's end repeated a
+    validation window 16 times (and gave inverted training ranges)."""
+    (train, val), total = _split_of(lengths, seq_len)
+    held = sum(end - cut for cut, end in val) / total
+    assert 0.025 < held < 0.09, (name, held)
+    bounds = [b for (t0, t1), (v0, v1) in zip(train, val, strict=True) for b in (t0, v0, v1)]
+    assert bounds == sorted(bounds) and len(set(val)) == len(val)  # in order, none repeated
+    assert all(t1 - t0 > seq_len and v1 - v0 > seq_len for (t0, t1), (v0, v1) in zip(train, val, strict=True))
+
+
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process' mappings from /proc")
 @pytest.mark.parametrize("layout", ["packed", "document"])
 def test_training_reads_the_store_without_mapping_it(tmp_path, cache, layout):
