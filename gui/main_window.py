@@ -25,12 +25,11 @@ from PySide6.QtWidgets import (
 
 from core.config import RunConfig
 from core.device import available_devices
-from core.errors import SpeedboardError
 from core.events import DataPreparationProgress, Event, MicroBatchChanged, RunFailed, RunStarted, SampleGenerated
-from core.memory_budget import fit_run_config
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions, RecentFolders
 from gui.redraw_pacer import RedrawPacer
+from gui.run_actions import RunActions
 from gui.run_folders import RunFolders
 from gui.run_record import RunRecord, describe
 from gui.session import RunSession
@@ -75,6 +74,8 @@ class MainWindow(QMainWindow):
         self.checkpoints = CheckpointActions(self, self.session, self.config_panel, self.folders, self.log,
                                              self.status)
         self.run_folders = RunFolders(self, self.session, self.folders, self.plots, self.log, self.status)
+        self.runs = RunActions(self, self.session, self.config_panel, self.table, self.checkpoints, self.log,
+                               self.status, lambda: self._update_controls())
         self._error_seen = ""
         """The settings' error already scrolled into sight."""
         self._build_layout()
@@ -174,9 +175,9 @@ class MainWindow(QMainWindow):
                       ("Load weights…", "Ctrl+L", self._load),
                       None,
                       ("Quit", QKeySequence.StandardKey.Quit, self.close)),
-            "&Run": (("Start", "Ctrl+Return", self._start), ("Pause", "Ctrl+P", self._pause_or_resume),
-                     ("Stop", "Ctrl+.", self._stop), None,
-                     ("Continue with these settings", "Ctrl+Shift+Return", self._continue)),
+            "&Run": (("Start", "Ctrl+Return", self.runs.start), ("Pause", "Ctrl+P", self.runs.pause_or_resume),
+                     ("Stop", "Ctrl+.", self.runs.stop), None,
+                     ("Continue with these settings", "Ctrl+Shift+Return", self.runs.continue_run)),
         }
         self.actions: dict[str, QAction] = {}
         for title, actions in menus.items():
@@ -221,18 +222,17 @@ class MainWindow(QMainWindow):
         s.record_changed.connect(self._on_record_changed)
         s.event_applied.connect(self._on_event_applied)
         s.running_changed.connect(self._on_running_changed)
-        s.continue_failed.connect(self._on_continue_failed)
         s.job_failed.connect(self._on_job_failed)
         s.record_removed.connect(self._on_record_removed)
         self.plots.visibility_changed.connect(self.table.set_hidden)
         self.table.remove_requested.connect(self._remove_runs)
         self.config_panel.changed.connect(self._update_controls)
         self.config_panel.changed.connect(self._show_settings_error)
-        self.controls.start_clicked.connect(self._start)
-        self.controls.pause_clicked.connect(self._pause)
-        self.controls.resume_clicked.connect(self._resume)
-        self.controls.stop_clicked.connect(self._stop)
-        self.controls.continue_clicked.connect(self._continue)
+        self.controls.start_clicked.connect(self.runs.start)
+        self.controls.pause_clicked.connect(self.runs.pause)
+        self.controls.resume_clicked.connect(self.runs.resume)
+        self.controls.stop_clicked.connect(self.runs.stop)
+        self.controls.continue_clicked.connect(self.runs.continue_run)
         self.controls.save_clicked.connect(self.checkpoints.save)
         self.controls.load_clicked.connect(self._load)
         self.table.selection_changed.connect(self.plots.set_visible_runs)
@@ -368,150 +368,8 @@ class MainWindow(QMainWindow):
         else:
             self._show_focus()
 
-    def _on_continue_failed(self, message: str) -> None:
-        dialogs.show_error(self, "Cannot continue", message)
-
     def _on_job_failed(self, job: str, message: str) -> None:
         self.log.add(f"{job} failed: {message}", "error")
-
-    # ------------------------------------------------------------------ commands
-    def _settings_or_explain(self) -> RunConfig | None:
-        cfg = self.config_panel.committed_config()
-        if cfg is None:
-            dialogs.show_error(self, "Invalid settings", self.config_panel.error)
-        return cfg
-
-    def _start(self) -> None:
-        if self.session.running or self.session.tuning:
-            return
-        if not self.config_panel.recheck_source() and self.config_panel.error_field == "source":
-            return  # the data went away or changed since it was chosen: said under the Data control
-        cfg = self._settings_or_explain()
-        if cfg is None:
-            return
-        cfg = self._offer_fitting_split(cfg)
-        if cfg is None:
-            return
-        try:
-            record = self.session.start(cfg, self.config_panel.nproc)
-        except SpeedboardError as exc:
-            dialogs.show_error(self, "Cannot start", str(exc))
-            return
-        self.checkpoints.started(record, cfg)
-
-    def _offer_fitting_split(self, cfg: RunConfig) -> RunConfig | None:
-        """When the micro-batch cannot fit, offer the largest that does with the same effective batch:
-        Yes sets it in the settings, No starts as set (and the run says why it cannot)."""
-        nproc = self.config_panel.nproc
-        try:
-            # Arithmetic, and the device's memory: no tensor, no probe. On a CPU a split fits in half the free RAM
-            # (core.memory_budget.CPU_RAM_SHARE): a run of one process trains in this one, which running out
-            # of RAM would end.
-            fit = fit_run_config(cfg, nproc)
-        except SpeedboardError:
-            return cfg  # not even micro-batch 1 fits, or no such device: the run explains it
-        if not fit.changed:
-            return cfg
-        sequences = cfg.train.sequences_per_step(nproc)
-        if not dialogs.offer_fitting_split(self, fit.reason, fit.micro_batch, fit.accum_steps, sequences):
-            return cfg
-        self.config_panel.micro_batch.setValue(fit.micro_batch)
-        self.config_panel.accum.setValue(fit.accum_steps)
-        self.log.add(f"micro-batch {cfg.train.micro_batch} × accumulation {cfg.train.accum_steps} does not fit: "
-                     f"set to {fit.micro_batch} × {fit.accum_steps}, the same effective batch")
-        return self._settings_or_explain()
-
-    def _note_what_continue_keeps(self, parent: RunRecord, settings: RunConfig) -> None:
-        """Continue trains the parent's model on the parent's data with the panel's training settings: where the
-        panel shows another preset or other data, the log says which values the continued run keeps."""
-        data = parent.config.get("data", {})
-        kept = [f"{what} {theirs}" for what, theirs, ours in (
-            ("preset", parent.config.get("preset"), settings.preset),
-            ("data", data.get("source"), settings.data.source),
-            ("layout", data.get("layout"), settings.data.layout),
-            ("sequence length", data.get("seq_len"), settings.data.seq_len)) if theirs is not None and theirs != ours]
-        if kept:
-            self.log.add(f"Continue keeps {parent.label}'s model and data ({', '.join(kept)}); the settings shown "
-                         f"for them apply to Start")
-
-    def _pause(self) -> None:
-        self.session.pause()
-        key = self.session.active.key if self.session.active is not None else None
-        self.status.showMessage("Pausing after the current optimizer step …", 5_000,
-                                until=lambda r: r.key != key or r.state == "paused" or r.ended
-                                or not self.session.paused)  # or withdrawn: Resume before the pause came
-        self._update_controls()
-
-    def _pause_or_resume(self) -> None:
-        if self.session.running and not self.session.in_processes:
-            (self._resume if self.session.paused else self._pause)()
-
-    def _resume(self) -> None:
-        self.session.resume()
-        self._update_controls()
-
-    def _stop(self) -> None:
-        if not self.session.running:
-            return
-        active = self.session.active
-        key = active.key if active is not None else None
-        setting_up = active is not None and active.before_training  # set-up ends, nothing is kept
-        self.session.stop()
-        self.status.showMessage("Stopping its set-up: nothing is kept …" if setting_up else
-                                "Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
-                                until=lambda r: r.key != key or r.ended)
-        self._update_controls()
-
-    def _continue(self) -> None:
-        settings = self._settings_or_explain()
-        if settings is None:
-            return
-        if self.session.running:
-            active = self.session.active
-            key = active.key if active is not None else None
-            if active is not None and active.before_training:  # stopped now, it would leave nothing to go on from
-                dialogs.show_error(self, "Cannot continue", f"{active.label} is still being set up: it has trained "
-                                   f"no step, so there is nothing to continue from yet. Wait for its first step, "
-                                   f"or stop it and start again.")
-                return
-            if active is not None:
-                # Judged before the run is stopped: a budget it has already passed stops nothing.
-                plan, problem = _continue_plan(active, settings, self.config_panel.nproc)
-                if problem:
-                    dialogs.show_error(self, "Cannot continue", problem)
-                    return
-                self._note_what_continue_keeps(active, settings)
-                self.log.add(plan)
-            self.session.stop_then_continue(settings, self.config_panel.nproc)
-            self.status.showMessage("Stopping; the run then continues with these settings …", 10_000,
-                                    until=lambda r: r.key != key)  # the continued run is in focus
-            self._update_controls()
-            return
-        selected = self.table.selected_keys()
-        source = self.session.continue_source(selected)
-        if len(selected) == 1 and (source is None or source.key not in selected):
-            # The run picked cannot be continued: said, not another run's weights taken in its stead.
-            # Ended with a checkpoint, it would be the source: it has not ended, or it saved none.
-            picked = self.session.record(next(iter(selected)))
-            why = "it is still training" if not picked.ended else "it saved no checkpoint (it failed or was " \
-                  "stopped before its first one)"
-            dialogs.show_error(self, "Cannot continue", f"{picked.label} cannot be continued: {why}. Select a run "
-                                                        f"that has a final checkpoint, or none to continue the latest.")
-            return
-        if source is None:
-            dialogs.show_error(self, "Nothing to continue", "Finish or stop a run first: Continue starts from "
-                                                            "its final checkpoint.")
-            return
-        self._note_what_continue_keeps(source, settings)
-        plan, problem = _continue_plan(source, settings, self.config_panel.nproc)
-        if problem:
-            dialogs.show_error(self, "Cannot continue", problem)
-            return
-        self.log.add(plan)
-        try:
-            self.session.continue_from(source, settings, self.config_panel.nproc)
-        except SpeedboardError as exc:
-            dialogs.show_error(self, "Cannot continue", str(exc))
 
     def _load(self) -> None:
         self.checkpoints.load()
@@ -605,53 +463,3 @@ class MainWindow(QMainWindow):
         self._refresh_timer.stop()
         self.session.shutdown()  # the torch thread ends before the window goes
         event.accept()
-
-
-def _continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tuple[str, str]:
-    """What Continue will train (as ``core.schedule.make_schedule`` decides it), and why it cannot (or "").
-
-    A parent that finished its budget gets one more budget, a new cosine from the peak learning rate without
-    warmup; one that stopped early goes on to its own budget, or to a new total given in the same unit. Both
-    horizons are in tokens: a new effective batch changes the steps they take, which the plan counts."""
-    tc, theirs = settings.train, parent.train
-    budget = f"{tc.budget:,g} {tc.budget_kind}"
-    # The continued run keeps the parent's sequence length; the panel's batch and processes apply.
-    per_step = tc.sequences_per_step(nproc) * (parent.config.get("data", {}).get("seq_len") or settings.data.seq_len)
-
-    def counted(how_much: str) -> str:
-        # A parent still training goes on until it stops, a step or (several processes) a few later: no count yet.
-        return how_much if parent.ended else "from the step it stops at"
-
-    def more(tokens: int) -> str:
-        return counted(f"{tokens:,} tokens more: {-(-tokens // per_step):,} steps of {per_step:,} tokens")
-
-    if parent.state == "finished":
-        return (f"Continue: {budget} more after {parent.label}'s step {parent.step:,}, a new cosine from the peak "
-                f"learning rate {tc.lr:g} without warmup"), ""
-    if (theirs.get("budget_kind"), theirs.get("budget")) == (tc.budget_kind, tc.budget):
-        if parent.budget_tokens > parent.tokens:
-            return (f"Continue: {parent.label} goes on to its budget of {parent.budget_tokens:,} tokens "
-                    f"({more(parent.budget_tokens - parent.tokens)})"), ""
-        return f"Continue: {parent.label} goes on to its budget", ""
-    where = "stopped at" if parent.ended else "is at"
-    if tc.budget_kind == "steps" and tc.budget <= parent.step:
-        return "", (f"a budget of {budget} is already used up: {parent.label} {where} step {parent.step:,}; "
-                    f"give a larger budget (the steps in all, counted from its start)")
-    if tc.budget_kind == "tokens" and tc.budget <= parent.tokens:
-        return "", (f"a budget of {budget} is already used up: {parent.label} {where} {parent.tokens:,} tokens "
-                    f"(step {parent.step:,}); give a larger budget (the tokens in all, counted from its start)")
-    # A new total inside the warmup the lineage keeps is refused by the run (core.schedule): said here, before the
-    # run is stopped, for a parent that started its own schedule (a resumed one's warmup is its lineage's).
-    if not parent.config.get("resume") and tc.budget_kind in ("steps", "tokens"):
-        warmed = int(float(theirs.get("warmup_ratio") or 0.0) * parent.budget_tokens)
-        end = (parent.tokens + (int(tc.budget) - parent.step) * per_step if tc.budget_kind == "steps"
-               else int(tc.budget))
-        if end <= warmed:
-            return "", (f"a budget of {budget} ends inside {parent.label}'s learning-rate warmup (to {warmed:,} "
-                        f"tokens): it would never reach its peak or decay; give a budget past the warmup")
-    plan = f"Continue: {parent.label} goes on along its schedule to {budget} in all"
-    if tc.budget_kind == "steps":
-        return f"{plan} ({counted(f'{int(tc.budget) - parent.step:,} steps more')})", ""
-    if tc.budget_kind == "tokens":
-        return f"{plan} ({more(int(tc.budget) - parent.tokens)})", ""
-    return plan, ""
