@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +25,8 @@ import torch
 
 from core.config import DataConfig
 from core.errors import DataError
+from core.prepare import prepare_corpus
+from core.sources import joined_documents, resolve_source
 from core.tokenizer import BPETokenizer
 
 if TYPE_CHECKING:
@@ -48,8 +50,6 @@ class Corpus:
 
 def load_corpus(source: str, text_field: str = "text") -> Corpus:
     """Read every document of ``source`` into memory; raise DataError with a one-line reason."""
-    from core.sources import joined_documents, resolve_source
-
     src = resolve_source(source, text_field)
     src.check()
     docs = list(joined_documents(d for batch, _ in src.iter_documents() for d in batch))
@@ -235,8 +235,6 @@ class CorpusInfo:
     tokenizer_origin: str
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -273,8 +271,6 @@ def prepare_data(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, toke
                  run_id: str = "", should_stop: Callable[[], bool] | None = None) -> Data:
     """The corpus' token store (prepared once, opened in place after), its tokenizer (the one given, the
     ``cfg.tokenizer`` file, or one trained and cached), and train/val samples read from the store."""
-    from core.prepare import prepare_corpus
-
     prepared = prepare_corpus(cfg, tokenizer, tokenizer_origin=tokenizer_origin, sink=sink, clock=clock,
                               run_id=run_id, should_stop=should_stop)
     train, val = build_views(prepared.store, cfg, prepared.tokenizer)

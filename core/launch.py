@@ -27,6 +27,7 @@ Importing this module loads no torch (only ``check_nproc`` and ``process_capacit
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -41,8 +42,8 @@ from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
 from core.errors import ConfigError
-from core.events import RunFailed, RunFinished, RunStarted
-from core.json_text import finite_json
+from core.events import DataPrepared, RunFailed, RunFinished, RunStarted, event_from_dict
+from core.json_text import finite_json, parse_json
 from core.runs import (
     CLAIM_ENV,
     HEARTBEAT_FILE,
@@ -165,12 +166,9 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     The data's summary (``DataPrepared``: the "data …" and "tokenizer …" lines)
     is not passed to ``sink``: the run's rank 0 reports it once it has opened the store.
     """
-    import dataclasses
-
     from core.checkpoint import check_tokenizer_fits
     from core.data import build_views, prepare_data
     from core.device import resolve_device, resolve_precision
-    from core.events import DataPrepared
     from core.memory_budget import check_fits, fit_split
     from core.schedule import Position, make_schedule
     from core.trainer import Trainer
@@ -247,9 +245,6 @@ def event_line(event) -> str:
 
 def event_from_line(line: str):
     """The event of a line that ``event_line`` wrote, or None (any other line, or a damaged one)."""
-    from core.events import event_from_dict
-    from core.json_text import parse_json
-
     if not line.startswith(EVENT_LINE_PREFIX):
         return None
     try:

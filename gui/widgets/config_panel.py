@@ -795,9 +795,9 @@ def _source_summary(info: SourceInfo | None, problem: str | None) -> str:
     files = f"{info.files:,} files, " if info.files > 1 else ""
     size = _size(info.bytes) if info.bytes is not None else "size unknown"
     skipped = f"; not read: {skipped_files(info.ignored)}" if info.ignored else ""
-    if info.prepared and info.tokens is not None:
-        return f"{files}{size}; tokenized: {info.tokens:,} tokens, training starts at once{skipped}"
     docs = f", {info.documents:,} documents" if info.documents else ""
+    if info.prepared and info.tokens is not None:
+        return f"{files}{size}{docs}; tokenized: {info.tokens:,} tokens, training starts at once{skipped}"
     return f"{files}{size}{docs}; tokenized once when a run first starts on it{skipped}"
 
 

@@ -407,7 +407,7 @@ def test_training_the_tokenizer_is_a_stage_between_reading_its_sample_and_tokeni
     assert data_progress_line(event) == "training the tokenizer on 120 documents …"
 
 
-def test_one_process_prepares_and_the_others_wait_then_map_its_store(tmp_path, cache):
+def test_one_process_prepares_and_the_others_wait_then_read_its_store(tmp_path, cache):
     """Under torchrun every rank calls the preparation: the corpus' lock lets one write while the others wait
     (saying so), then they map that same store. A stop while waiting ends the wait. flock belongs to an open
     file, so this thread holding the lock stands in for another process."""

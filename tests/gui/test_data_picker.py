@@ -269,3 +269,23 @@ def test_jsonl_text_under_another_field_is_said_and_trains_once_the_text_field_n
     wait_idle(qtbot, window)
     (record,) = window.session.records
     assert record.state == "finished", record.message
+
+
+def test_a_prepared_source_still_says_how_many_documents_it_holds(qtbot, window, dialogs, tmp_path):
+    """Once tokenized the line said only its tokens: the documents, shown before, were gone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from core.prepare import prepare_corpus
+
+    path = tmp_path / "docs.parquet"
+    text = _corpus(tmp_path / "docs.txt").read_text(encoding="utf-8").split("\n\n")
+    pq.write_table(pa.table({"text": text}), path)
+    _choose(window, dialogs, path)
+    info = child(window, "dataInfoLabel")
+    qtbot.waitUntil(lambda: not window.config_panel.checking_source)
+    assert "80 documents; tokenized once" in info.text()
+    prepared = prepare_corpus(window.config_panel.config.data)
+    _choose(window, dialogs, path)  # looked at again, as a later start of the window would
+    qtbot.waitUntil(lambda: not window.config_panel.checking_source)
+    assert f"80 documents; tokenized: {prepared.store.num_tokens:,} tokens, training starts at once" in info.text()
