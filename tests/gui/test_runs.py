@@ -364,6 +364,9 @@ def test_core_exception_becomes_a_failed_row_and_the_next_run_works(qtbot, windo
     assert any("simulated kernel failure" in line for line in window.log.messages())
     assert read_jsonl(failed.folder)[-1]["event"] == "failed"
     assert "simulated kernel failure" in window.status.currentMessage()
+    # The model of its last good step is still there: Save stays offered (the menu and the button alike).
+    assert window.session.can_save and child(window, "saveButton").isEnabled()
+    assert window.actions["Save model…"].isEnabled()
 
     monkeypatch.undo()
     ok = run_once(qtbot, window)

@@ -91,3 +91,26 @@ def test_a_damaged_settings_file_keeps_the_defaults_and_the_window_opens(qtbot, 
             window.plots.smoothing.value(), window.plots.log_scale.isChecked()) == expected
     assert panel.config is not None, panel.error
     assert not window.geometry_restored and window.session.records == []
+
+
+def test_the_icon_loads_and_the_desktop_entry_names_it_and_the_command(qtbot):
+    """The window icon and the desktop entry ship with the app (assets/), and agree with each other."""
+    import configparser
+    import tomllib
+    from pathlib import Path
+
+    from PySide6.QtGui import QIcon
+
+    from assets import DESKTOP_ENTRY, ICON
+
+    icon = QIcon(str(ICON))
+    assert not icon.isNull() and not icon.pixmap(64, 64).isNull()  # the SVG renders
+    entry = configparser.ConfigParser(interpolation=None)
+    entry.read(DESKTOP_ENTRY, encoding="utf-8")
+    desktop = entry["Desktop Entry"]
+    assert desktop["Icon"] == ICON.stem and desktop["Exec"] == "speedboard gui" and desktop["Type"] == "Application"
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["speedboard"]  # the command the entry runs is installed
+    files = project["tool"]["setuptools"]["data-files"]
+    assert files["share/applications"] == ["assets/speedboard.desktop"]
+    assert files["share/icons/hicolor/scalable/apps"] == ["assets/speedboard.svg"]
