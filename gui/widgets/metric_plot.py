@@ -126,6 +126,7 @@ class MetricPlot(pg.PlotWidget):
         self.hint.setStyleSheet("color: #707070; background: transparent;")
         self.hint.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
         self.hint.setVisible(bool(hint))
+        item.vb.sigResized.connect(self._place_hint)  # over the data area, wherever the axes leave it
         self._curves: dict[tuple[Hashable, str], pg.PlotDataItem] = {}
         self._bounds: dict[tuple[Hashable, str], tuple[Bounds, float]] = {}
         self._regions: dict[Hashable, pg.LinearRegionItem] = {}
@@ -380,9 +381,18 @@ class MetricPlot(pg.PlotWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
-        hint = self.__dict__.get("hint")  # pyqtgraph resizes before __init__ has made it
-        if hint is not None:
-            hint.setGeometry(self.rect().adjusted(40, 30, -12, -36))
+        self._place_hint()
+
+    def _place_hint(self, *_) -> None:
+        """The hint covers the data area (the view box), never the axes: at fixed margins, a long hint ("#1 eager
+        ×1 on 2 processes is setting up.") ran over the y axis' tick labels, whose width varies."""
+        hint, item = self.__dict__.get("hint"), self.getPlotItem()  # pyqtgraph resizes before __init__ made them
+        if hint is None or item is None:
+            return
+        area = self.mapFromScene(item.vb.sceneBoundingRect()).boundingRect()
+        if area.width() < 40 or area.height() < 20:  # not laid out yet
+            area = self.rect().adjusted(40, 30, -12, -36)
+        hint.setGeometry(area.adjusted(8, 2, -8, -2) & self.rect())  # clear of the axis' ticks, inside the widget
 
     def _on_manual_range(self, *_) -> None:
         self.follow = False

@@ -119,3 +119,21 @@ def test_a_curve_of_one_point_shows_it_and_a_longer_one_is_a_plain_line(qtbot):
     assert curve.opts["symbol"] == "o"
     plot.set_curve(1, "train", np.array([1.0, 2.0]), np.array([2.5, 2.4]), color="#1f77b4")
     assert curve.opts["symbol"] is None
+
+
+def test_the_hint_covers_the_data_area_never_the_axis(qtbot):
+    """At fixed margins a long hint ran over the y axis' tick labels, whose width varies with the numbers."""
+    plot = MetricPlot("lossPlot", "Loss", "loss", hint="#1 eager ×1 on 2 processes is setting up. Its curves "
+                                                        "begin with its first optimizer step.")
+    qtbot.addWidget(plot)
+    plot.resize(420, 260)
+    plot.show()
+    qtbot.waitExposed(plot)
+
+    def on_screen(graphics) -> object:
+        return plot.mapFromScene(graphics.sceneBoundingRect()).boundingRect()
+
+    item = plot.getPlotItem()
+    qtbot.waitUntil(lambda: on_screen(item.vb).contains(plot.hint.geometry()))
+    assert plot.hint.geometry().left() >= on_screen(item.getAxis("left")).right()  # past the ticks drawn into it
+    assert plot.rect().contains(plot.hint.geometry())
