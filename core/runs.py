@@ -320,6 +320,28 @@ class JsonlSink:
                 return False
             return True
 
+    def moved_to(self) -> Path | None:
+        """Where the file is now, when its folder was moved (renamed) while the run writes it: ``path`` names
+        another file or none, and the open file has a name elsewhere (Linux: ``/proc/self/fd``). None when it is
+        where it was, deleted, or its new name cannot be told."""
+        with self._lock:
+            if self._fd is None:
+                return None
+            mine = os.fstat(self._fd)
+            try:
+                there = os.stat(self.path)
+                if (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+                    return None
+            except OSError:
+                pass
+            if mine.st_nlink == 0:
+                return None
+            try:
+                now = Path(os.readlink(f"/proc/self/fd/{self._fd}"))
+            except OSError:  # not Linux
+                return None
+            return now if now.name == self.path.name and now.is_absolute() else None
+
     @property
     def closed(self) -> bool:
         return self._fd is None

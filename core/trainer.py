@@ -93,6 +93,7 @@ from core.precision import PrecisionChoice, check_precision, decide_precision, m
 from core.resume import check_optimizer_state, other_batch, other_stream, rng_state, set_rng_state
 from core.runs import (
     CONFIG_FILE,
+    HEARTBEAT_FILE,
     METRICS_FILE,
     Heartbeat,
     JsonlSink,
@@ -1043,6 +1044,7 @@ class Trainer:
         self.peak_rss = max(self.peak_rss, mem)
         # Global: tokens of all ranks over a step time that ends with an all-reduce every rank joins.
         tps = self.tokens_per_step / step_time
+        self._follow_run_folder()  # one stat a step: the heartbeat and the next checkpoint follow a moved folder
         share = tps * self.flops_per_token / (self.peak_flops * self.dist.world_size)
         if share >= PEAK_CHECK_MFU and self.check_peak and not warmup and self.dist.is_main:
             self._measure_peak_again(share)
@@ -1178,8 +1180,23 @@ class Trainer:
             self.emit(CheckpointFailed(self.run_id, self.now(), self.step, str(target), str(exc)))
             return None
 
+    def _follow_run_folder(self) -> None:
+        """A run folder renamed while the run trains (``mv runs/a runs/b``) is followed: its checkpoints went to a
+        recreated ``runs/a/checkpoints`` beside the renamed folder's metrics, splitting the run in two (a resume of
+        the renamed folder went back to its last checkpoint before the move, silently). Said once, when seen."""
+        moved = self._jsonl.moved_to() if self._jsonl is not None and self.dist.is_main else None
+        if moved is None:
+            return
+        old, self.run_dir = self.run_dir, moved.parent
+        self._jsonl.path = moved
+        if self._heartbeat is not None:
+            self._heartbeat.path = self.run_dir / HEARTBEAT_FILE
+        self.warn(f"the run folder {old} was moved to {self.run_dir} while the run trained: the run follows it "
+                  f"(its checkpoints and heartbeat go there)")
+
     def _save_periodic(self, final: bool = False) -> Path | None:
         """``<run>/checkpoints/step_NNNNNNN``, keeping the newest ``keep`` of them."""
+        self._follow_run_folder()
         name = f"step_{self.step:07d}"
         if not self.dist.is_main:
             if self.fsdp and not (final and self._periodic_step == self.step):

@@ -84,6 +84,34 @@ def test_a_run_folder_deleted_mid_run_is_said_once_and_the_run_goes_on(tmp_path)
     assert sorted({e.step for e in events.of(StepMetrics)}) == [1, 2, 3, 4]  # trained to its end
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="a moved file's new name is read from /proc")
+def test_a_run_folder_renamed_mid_run_is_followed(tmp_path):
+    """Renamed while its run trained, the folder kept the metrics while later checkpoints went to a recreated
+    runs/a/checkpoints, without a word: a resume of the renamed folder went back to its step before the move."""
+    from core.events import ListSink, RunFinished, StepMetrics, WarningRaised
+    from core.runs import HEARTBEAT_FILE, run_state
+    from core.trainer import Trainer
+    from tests.conftest import micro_config
+
+    events = ListSink()
+    moved = tmp_path / "runs" / "renamed"
+
+    def sink(event):
+        events(event)
+        if isinstance(event, StepMetrics) and event.step == 2:
+            os.rename(trainer.run_dir, moved)
+
+    trainer = Trainer(micro_config(tmp_path, train={"budget": 4, "save_every": 1, "keep": 10}), sink=sink)
+    trainer.run()
+    (warning,) = [w.message for w in events.of(WarningRaised)]
+    assert warning.endswith(f"was moved to {moved} while the run trained: the run follows it (its checkpoints and "
+                            f"heartbeat go there)")
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["renamed"]  # nothing recreated at the old name
+    assert sorted(p.name for p in (moved / "checkpoints").iterdir())[-1] == "step_0000004"
+    assert events.of(RunFinished)[0].checkpoint == str(moved / "checkpoints" / "step_0000004")
+    assert not (moved / HEARTBEAT_FILE).exists() and run_state(moved).state == "finished"
+
+
 def test_a_run_on_a_full_disk_trains_to_its_end_and_says_why_nothing_is_saved(tmp_path):
     corpus = str(corpus_file(tmp_path))
     prepare_data(DataConfig(source=corpus, vocab_size=300, seq_len=32))  # the token store is written here
