@@ -317,7 +317,15 @@ def _read_config_file(path: str):
     except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and every JSON damage
         raise ConfigError(f"cannot read the configuration file {path} ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
-        data = data["config"]  # a run folder's config.json holds the RunConfig under "config"
+        # A run folder's config.json holds the RunConfig under "config"; a setting written beside it (an edit
+        # at the wrong level) was silently ignored.
+        from core.runs import RUN_CONFIG_KEYS
+
+        beside = sorted(k for k in data if k not in RUN_CONFIG_KEYS)
+        if beside:
+            raise ConfigError(f"{path}: unknown key '{beside[0]}' beside 'config', which holds a run folder's "
+                              f"settings; move it into 'config' (or remove it)", "config")
+        data = data["config"]
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a run configuration (a JSON object)")
     try:
@@ -875,7 +883,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
 def _isatty(stream) -> bool:
     try:
         return stream.isatty()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # AttributeError: None, a stream the shell closed (2>&-)
         return False
 
 
@@ -1062,7 +1070,8 @@ def cmd_export(args: argparse.Namespace, argv: list[str]) -> int:
 
     with _terminable():  # the folder being written is removed (AtomicFolder), then one line says why
         out = export_hf(args.checkpoint, args.out)  # a run folder means its newest checkpoint
-    print(f"exported to {out}", flush=True)
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # the export is whole: saying so is best-effort
+        print(f"exported to {out}", flush=True)
     return 0
 
 
@@ -1180,9 +1189,23 @@ def console_writes_every_line() -> None:
             stream.reconfigure(errors=CONSOLE_ERRORS)
 
 
+def working_folder_problem() -> str | None:
+    """Why the command cannot start here: its current folder was deleted (or moved) after the shell entered it.
+    A relative path cannot be resolved there, and torch's own import fails with an error about oneMKL."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the current folder no longer exists (deleted or moved since the shell entered it); cd to an " \
+               "existing folder and run the command again"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     install_start_handlers()
     console_writes_every_line()
+    if (problem := working_folder_problem()) is not None:
+        _error_line(f"speedboard: error: {problem}")
+        return EXIT_USAGE
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)

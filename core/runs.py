@@ -277,6 +277,12 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+RUN_CONFIG_KEYS = frozenset({
+    "run_id", "parent", "config", "device", "precision", "precision_choice", "world_size", "tokens_per_step",
+    "budget_tokens", "total_steps", "corpus", "tokenizer", "versions", "split_changes"})
+"""What a run folder's ``config.json`` holds: the run's settings under ``config``, and what the run found out."""
+
+
 class JsonlSink:
     """Appends each event to ``metrics.jsonl`` as one whole line, at once visible to readers.
 

@@ -95,6 +95,7 @@ from core.runs import (
     CONFIG_FILE,
     HEARTBEAT_FILE,
     METRICS_FILE,
+    RUN_CONFIG_KEYS,
     Heartbeat,
     JsonlSink,
     check_run_id,
@@ -722,7 +723,7 @@ class Trainer:
 
     def _run_config_json(self) -> dict[str, Any]:
         corpus, tok = self.data.corpus, self.data.tokenizer
-        return {
+        record = {
             "run_id": self.run_id,
             "parent": self.parent,
             "config": self._config_dict(),
@@ -741,6 +742,8 @@ class Trainer:
             "versions": library_versions(),
             "split_changes": self.split_changes,
         }
+        assert record.keys() == RUN_CONFIG_KEYS, record.keys() ^ RUN_CONFIG_KEYS  # what --config of it reads
+        return record
 
     def _position(self) -> Position:
         return Position(self.step, self.tokens, self.tokens_per_step, len(self.data.train) * self.data.train.seq_len)

@@ -41,6 +41,9 @@ def _gui() -> int:
 def main(argv: list[str] | None = None) -> int:
     install_start_handlers()  # again: main may be called without this module's import (tests, a second call)
     _cli.console_writes_every_line()
+    if (problem := _cli.working_folder_problem()) is not None:
+        print(f"speedboard: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # the benchmark parses its own options, --help included
         return _bench(argv[1:])

@@ -182,6 +182,10 @@ CONFIG_FILES = {
                                                           "(did you mean 'train'?)"),
     "unknown_model_key": ({"model": {"hidden": 64}}, "unknown key 'hidden' in the model section "
                                                       "(did you mean 'hidden_size'?)"),
+    # A run folder's config.json edited at the wrong level: the setting beside "config" was silently ignored.
+    "setting_beside_a_run_folders_config": ({"run_id": "r", "config": {"preset": "tiny"}, "train": {"lr": 0.5}},
+                                            "unknown key 'train' beside 'config', which holds a run folder's "
+                                            "settings; move it into 'config' (or remove it)"),
 }
 
 
@@ -452,3 +456,39 @@ def test_an_abbreviated_flag_is_refused_in_one_line(capsys):
         main(["train", "--ru", "x", "--steps", "1"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err == "speedboard: error: unrecognized arguments: --ru x\n"
+
+
+def _cli_process(args: list[str], tmp_path: Path, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPEEDBOARD_CACHE_DIR": str(tmp_path / "cache")}
+    code = "import sys; from core.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, timeout=300, **popen)
+
+
+def test_a_closed_stderr_or_a_full_stdout_leaves_the_work_done(tmp_path):
+    """`train … 2>&-` exited 1 without a word (sys.stderr is None there), and `export … > /dev/full` printed a
+    traceback after writing the whole export."""
+    out = _cli_process(["train", *SMALL, "--steps", "1", "--out", str(tmp_path / "runs")], tmp_path,
+                       stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(2))
+    assert out.returncode == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            out = _cli_process(["export", str(run_dir), str(tmp_path / "hf")], tmp_path, stdout=full,
+                               stderr=subprocess.PIPE, text=True)
+        assert out.returncode == 0 and out.stderr == "" and (tmp_path / "hf" / "config.json").is_file()
+
+
+def test_a_deleted_current_folder_is_one_line(tmp_path):
+    """A relative path raised a 51-line traceback there, and torch's import failed naming oneMKL."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def enter_then_delete() -> None:
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    out = _cli_process(["export", str(tmp_path), "relative"], tmp_path, capture_output=True, text=True,
+                       preexec_fn=enter_then_delete)
+    assert out.returncode == 2
+    assert out.stderr == "speedboard: error: the current folder no longer exists (deleted or moved since the shell " \
+                         "entered it); cd to an existing folder and run the command again\n"
