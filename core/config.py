@@ -424,6 +424,10 @@ class RunConfig:
                  f"sequence length {self.data.seq_len} is beyond the model's "
                  f"{self.model.max_position_embeddings} positions", "seq_len")
         _require(not (self.resume and self.init_from), "use either resume or init-from, not both", "init_from")
+        for name in ("out_dir", "resume", "init_from"):  # "" would mean the current folder, or quietly nothing
+            value = getattr(self, name)
+            _require(value is None or bool(value.strip()), f"{name.replace('_', ' ')} path is empty; leave it out "
+                     f"(null) instead", name)
         self.check_tokens_per_step()
 
     def check_tokens_per_step(self, world_size: int = 1) -> None:

@@ -182,6 +182,10 @@ CONFIG_FILES = {
                                                           "(did you mean 'train'?)"),
     "unknown_model_key": ({"model": {"hidden": 64}}, "unknown key 'hidden' in the model section "
                                                       "(did you mean 'hidden_size'?)"),
+    # "" was taken as "none" (or the current folder) for these, while an empty data or tokenizer path is refused.
+    "empty_out_dir": ({"out_dir": ""}, "out dir path is empty; leave it out (null) instead"),
+    "empty_resume": ({"resume": " "}, "resume path is empty; leave it out (null) instead"),
+    "empty_init_from": ({"init_from": ""}, "init from path is empty; leave it out (null) instead"),
     # A run folder's config.json edited at the wrong level: the setting beside "config" was silently ignored.
     "setting_beside_a_run_folders_config": ({"run_id": "r", "config": {"preset": "tiny"}, "train": {"lr": 0.5}},
                                             "unknown key 'train' beside 'config', which holds a run folder's "
