@@ -992,6 +992,8 @@ def _generate(args: argparse.Namespace) -> int:
     settings = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                 top_k=args.top_k, seed=args.seed)  # checked before anything is read
     _check_prompt(args.prompt)
+    if sys.stdout is None:  # `>&-`: the text would go nowhere, and the command said nothing
+        raise ConfigError("standard output is closed: there is nowhere to write the generated text")
     if args.preset and args.config:
         raise ConfigError("--preset and --config each give a bare state dict's architecture; use one of them")
     loaded = read_checkpoint(args.checkpoint)

@@ -482,6 +482,15 @@ def test_a_closed_stderr_or_a_full_stdout_leaves_the_work_done(tmp_path):
         assert out.returncode == 0 and out.stderr == "" and (tmp_path / "hf" / "config.json").is_file()
 
 
+def test_generate_with_stdout_closed_says_the_text_has_nowhere_to_go(tmp_path):
+    torch.save({"w": torch.zeros(1)}, tmp_path / "model.pt")
+    out = _cli_process(["generate", str(tmp_path / "model.pt")], tmp_path, stderr=subprocess.PIPE, text=True,
+                       preexec_fn=lambda: os.close(1))
+    assert out.returncode == 2
+    assert out.stderr == "speedboard: error: standard output is closed: there is nowhere to write the generated " \
+                         "text\n"
+
+
 def test_a_deleted_current_folder_is_one_line(tmp_path):
     """A relative path raised a 51-line traceback there, and torch's import failed naming oneMKL."""
     gone = tmp_path / "gone"
