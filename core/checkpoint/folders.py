@@ -22,9 +22,27 @@ def _host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9.]", "", socket.gethostname())[:64] or "host"
 
 
+_LONG_NAME_BYTES = 150
+"""A target name longer than this is carried by its hidden folders shortened (``_hidden_form``): with the kind,
+pid, host and random parts added, a name of 235-255 bytes (which the file system allows) made a hidden name past
+its 255, and the export was refused as "File name too long"."""
+
+
+def _hidden_form(name: str) -> str:
+    """``name`` as its hidden folders carry it: whole, or (long) its first 100 bytes, ``~`` and a hash of it all."""
+    data = name.encode("utf-8", "surrogateescape")
+    if len(data) <= _LONG_NAME_BYTES:
+        return name
+    start = data[:100].decode("utf-8", "ignore")  # whole characters only
+    return f"{start}~{hashlib.sha256(data).hexdigest()[:12]}"
+
+
+_SHORTENED = re.compile(r"~[0-9a-f]{12}$")
+
+
 def _hidden(target: Path, kind: str) -> Path:
     """``.NAME.KIND-PID@HOST-RANDOM`` beside ``target``: never taken for a checkpoint, and traceable to its process."""
-    return target.parent / f".{target.name}.{kind}-{os.getpid()}@{_host_tag()}-{secrets.token_hex(3)}"
+    return target.parent / f".{_hidden_form(target.name)}.{kind}-{os.getpid()}@{_host_tag()}-{secrets.token_hex(3)}"
 
 
 _LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old|del)-(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9.]+))?-[0-9a-f]+")
@@ -157,7 +175,7 @@ def remove_folder(path: Path) -> bool:
 
 
 def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
-    wanted = set(names) if names is not None else None
+    wanted = {_hidden_form(n): n for n in names} if names is not None else None
     touched = []
     try:
         entries = sorted(folder.iterdir())
@@ -169,9 +187,13 @@ def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
                 # Another machine's leftovers (shared storage) are never touched: this one cannot tell.
                 or not writer_gone(leftover, int(match["pid"]), match["host"] in (None, _host_tag()))):
             continue
-        target = folder / match["name"]
+        # A shortened long name (only found through the target's own sweep) maps back to the name it stands for.
+        target = folder / (wanted[match["name"]] if wanted is not None else match["name"])
         try:
-            if match["kind"] == "old" and not target.exists():
+            # The last good checkpoint goes back under its own name, where the name is known (a shortened long
+            # one is known only to its target's own sweep; elsewhere it is removed like the rest).
+            if match["kind"] == "old" and not target.exists() and (wanted is not None
+                                                                    or not _SHORTENED.search(match["name"])):
                 os.rename(leftover, target)  # the last good checkpoint, back under its own name
             else:
                 shutil.rmtree(leftover, ignore_errors=True)

@@ -594,6 +594,23 @@ def test_next_save_clears_what_a_crashed_save_left(tmp_path, tok):
     assert sorted(p.name for p in folder.iterdir()) == sorted(["final", live_tmp.name, other.name])
 
 
+def test_a_name_the_file_system_allows_is_saved_and_its_leftovers_found_again(tmp_path, tok):
+    """A folder name of 235-255 bytes was refused ("File name too long"): its hidden temporary sibling, the name
+    with ".tmp-PID@HOST-RANDOM" added, went past the file system's 255 bytes."""
+    from core.checkpoint.folders import _hidden
+
+    target = tmp_path / ("é" * 120 + "x" * 10)  # 250 bytes
+    saved = ck.save_checkpoint(target, make_model(0), tokenizer=tok, step=1)
+    assert ck.read_checkpoint(saved).meta["step"] == 1
+    dead = _dead_pid()
+    # A crash between "old away" and "new in", as the save names it: found by that name's own sweep, put back.
+    aside = _hidden(target, "old")
+    assert len(aside.name.encode()) < 255
+    moved = aside.with_name(aside.name.replace(f"-{os.getpid()}@", f"-{dead}@"))
+    os.rename(saved, moved)
+    assert ck.sweep_leftovers(target) == [moved] and ck.read_checkpoint(target).meta["step"] == 1
+
+
 def test_a_bare_state_dict_meets_the_named_presets_model(tmp_path, tok, capsys):
     """``--init-from weights.pt --preset tiny``: the preset's architecture, the vocabulary of the weights'
     embedding; without --preset a state dict whose shapes do not tell the heads asks for one."""
