@@ -237,7 +237,7 @@ class RunFailed(Event):
 
 @dataclass(frozen=True)
 class MatmulPeakMeasured(Event):
-    """A step reached ``core.precision.PEAK_CHECK_MFU`` of the cached matmul peak, which was measured again
+    """A step reached ``core.mfu.PEAK_CHECK_MFU`` of the cached matmul peak, which was measured again
     (once a run): MFU divides by ``matmul_peak_flops`` from ``step`` on (``RunStarted`` held the one before)."""
 
     step: int

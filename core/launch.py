@@ -42,7 +42,7 @@ from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
 from core.errors import ConfigError
-from core.events import DataPrepared, RunFailed, RunFinished, RunStarted, event_from_dict
+from core.events import DataPrepared, RunFailed, RunFinished, event_from_dict
 from core.json_text import finite_json, parse_json
 from core.runs import (
     CLAIM_ENV,
@@ -355,10 +355,6 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _run_started(run_dir: Path, run_id: str) -> bool:
-    return any(isinstance(e, RunStarted) and e.run_id == run_id for e in EventTail(run_dir).poll())
-
-
 def _record_lost_ending(run_dir: Path, run_id: str, code: int, signals: list[int] | None = None) -> None:
     """Rank 0 ended without recording how (kill -9, out of memory, or the end of a job the user signalled before
     its ending could be written): record it in its stead."""
@@ -521,7 +517,7 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
             code = job.run(token)
             outcome = run_outcome(run_dir, run_dir.name) if run_dir.is_dir() else None
             if outcome is None and (run_dir / METRICS_FILE).is_file():
-                if job.received and not _run_started(run_dir, run_dir.name):
+                if job.received and not job.began():
                     # Interrupted in rank 0's set-up, before a step (its clean-up cut short by torchrun's SIGTERM
                     # to the workers): nothing was trained, so nothing is kept, as in a single process.
                     shutil.rmtree(run_dir, ignore_errors=True)

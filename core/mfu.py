@@ -13,10 +13,18 @@ PEAK_CHECK_MFU = 0.9
 measured again, once: a figure cached while the machine was busy reads low, and an MFU near 100% is how it shows."""
 
 
-def utilization(tokens_per_s: float, flops_per_token: float, peak_flops: float | None,
-                world_size: int = 1) -> float | None:
-    """The model's FLOP/s over the matmul peak of all ``world_size`` processes, at most 1: a model's FLOP/s beyond
-    the measured GEMM peak proves the peak low, not the model faster. None without a peak."""
+def peak_share(tokens_per_s: float, flops_per_token: float, peak_flops: float | None,
+               world_size: int = 1) -> float | None:
+    """The model's FLOP/s over the matmul peak of all ``world_size`` processes, as measured: past 1 where the cached
+    peak reads low (what ``PEAK_CHECK_MFU`` is compared with). None without a peak."""
     if not (peak_flops and peak_flops > 0 and flops_per_token):
         return None
-    return min(1.0, tokens_per_s * flops_per_token / (peak_flops * world_size))
+    return tokens_per_s * flops_per_token / (peak_flops * world_size)
+
+
+def utilization(tokens_per_s: float, flops_per_token: float, peak_flops: float | None,
+                world_size: int = 1) -> float | None:
+    """MFU: ``peak_share`` at most 1, as it is shown: a model's FLOP/s beyond the measured GEMM peak proves the peak
+    low, not the model faster. None without a peak."""
+    share = peak_share(tokens_per_s, flops_per_token, peak_flops, world_size)
+    return None if share is None else min(1.0, share)

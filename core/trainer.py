@@ -86,7 +86,7 @@ from core.events import (
     null_sink,
 )
 from core.memory_budget import check_fits, check_model_fits, fit_split
-from core.mfu import PEAK_CHECK_MFU, utilization
+from core.mfu import PEAK_CHECK_MFU, peak_share, utilization
 from core.model import LlamaForCausalLM
 from core.paths import user_path, why_write_failed
 from core.precision import PrecisionChoice, check_precision, decide_precision, matmul_peak
@@ -538,7 +538,7 @@ class Trainer:
         if cfg.data.seq_len > model_cfg.max_position_embeddings:
             raise ConfigError(f"sequence length {cfg.data.seq_len} is beyond the model's "
                               f"{model_cfg.max_position_embeddings} positions", "seq_len")
-        if loaded and not loaded.model_config:
+        if loaded and not loaded.model_config and not rows:  # with its rows, _check_start_weights has done it
             # The architecture before the tokenizer: a bare state dict of another preset is named as such,
             # not as a tokenizer too large for its embedding.
             problem = ckpt_io.shape_problem(model_cfg, {k: tuple(v.shape) for k, v in loaded.state_dict.items()},
@@ -1048,7 +1048,7 @@ class Trainer:
         # Global: tokens of all ranks over a step time that ends with an all-reduce every rank joins.
         tps = self.tokens_per_step / step_time
         self._follow_run_folder()  # one stat a step: the heartbeat and the next checkpoint follow a moved folder
-        share = tps * self.flops_per_token / (self.peak_flops * self.dist.world_size)
+        share = peak_share(tps, self.flops_per_token, self.peak_flops, self.dist.world_size) or 0.0
         if share >= PEAK_CHECK_MFU and self.check_peak and not warmup and self.dist.is_main:
             self._measure_peak_again(share)
         self.emit(StepMetrics(self.run_id, self.now(), step=self.step, tokens=self.tokens, loss=loss, lr=lr,

@@ -42,7 +42,7 @@ from core.config import RunConfig, TrainConfig
 from core.errors import ConfigError
 from core.event_text import counted
 from core.json_text import finite_json, parse_json
-from core.mfu import PEAK_CHECK_MFU, utilization
+from core.mfu import PEAK_CHECK_MFU, peak_share, utilization
 from core.trials import (
     Cell,
     TrialCancelled,
@@ -495,17 +495,17 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         pace = min(3.0, max(0.05, max(compile_ratios))) if compile_ratios else 1.0
         return e["first"] - cold + cold * pace + steps
 
-    def counted(cell: Cell) -> bool:
+    def in_count(cell: Cell) -> bool:
         """In the ETA and the trial count: a planned cell, or a spare one that started."""
         return cell.name not in spare or cell in started
 
     def eta(repeat: int, position: int) -> float:
         """Seconds of the trials from ``position`` of ``repeat`` on: the rest of this repeat, then the later
         repeats (each costs as much as the next: ``cost`` tells only a first trial from a repeat)."""
-        rest = [c for c in lineup[position:] if counted(c) and (repeat == 0 or c in started)]
+        rest = [c for c in lineup[position:] if in_count(c) and (repeat == 0 or c in started)]
         now = sum(cost(c, repeat) for c in rest)
         later = plan.repeats - repeat - 1
-        return now + (later * sum(cost(c, 1) for c in lineup if counted(c) and c in started) if later else 0.0)
+        return now + (later * sum(cost(c, 1) for c in lineup if in_count(c) and c in started) if later else 0.0)
 
     for repeat in range(plan.repeats):
         if was_cancelled:
@@ -541,7 +541,7 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
                     live.cells.append(cell)
                     live.estimates[cell.name] = estimates[cell.name]
                     live.left_out = [x for x in live.left_out if x["cell"] != cell.name]
-            total = plan.repeats * sum(1 for c in lineup if counted(c))
+            total = plan.repeats * sum(1 for c in lineup if in_count(c))
             emit(TrialStarted(cell.name, cell.label, repeat, len(results) + 1, total, elapsed,
                               eta(repeat, position)))
             try:
@@ -578,7 +578,7 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         live.left_out = [{**x, "reason": CANCELLED_REASON} if x["reason"] == BUDGET_REASON else x
                          for x in live.left_out]
         live.left_out += [{"cell": c.name, "reason": CANCELLED_REASON} for c in live.cells if c.name not in ran]
-        tried = f"; cancelled after {len(results)} trial{'s' * (len(results) != 1)}"
+        tried = f"; cancelled after {counted(len(results), 'trial')}"
     plan = live
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
     report["plan"]["description"] = planned[0] + tried
@@ -623,7 +623,7 @@ def _raise_peak_if_reached(plan: TunePlan, cell: Cell, result: TrialResult, reme
     peak = plan.peaks.get(cell.precision)
     if cell.precision in remeasured or not result.step_rates or not peak:
         return None
-    if statistics.median(result.step_rates) * plan.flops_per_token < PEAK_CHECK_MFU * peak:
+    if (peak_share(statistics.median(result.step_rates), plan.flops_per_token, peak) or 0.0) < PEAK_CHECK_MFU:
         return None
     remeasured.add(cell.precision)
     kept = matmul_peak(torch.device(plan.device), cell.precision, refresh=True)
@@ -973,7 +973,7 @@ def format_report(report: dict[str, Any]) -> str:
     skipped = report.get("skipped", [])
     unrun = report["plan"].get("left_out", []) + [x for x in skipped if not x.get("repeat")]
     repeats = [x for x in skipped if x.get("repeat")]
-    parts = [f"{len(group)} {noun}{'s' * (len(group) != 1)} ({'; '.join(sorted({x['reason'] for x in group}))})"
+    parts = [f"{counted(len(group), noun)} ({'; '.join(sorted({x['reason'] for x in group}))})"
              for group, noun in ((unrun, "setting"), (repeats, "repeat")) if group]
     if parts:
         lines.append(f"not tried: {', '.join(parts)}")

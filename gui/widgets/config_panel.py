@@ -572,7 +572,7 @@ class ConfigPanel(QWidget):
         self._budget_kind_shown = kind
         if not self._updating and kind != before:
             # From the fields, not the validated config: another setting being invalid must not change the length.
-            per_step = self.micro_batch.value() * self.accum.value() * self.nproc * self.seq_len.value()
+            per_step = self._sequences_per_step() * self.seq_len.value()
             budget = self.budget.number()
             self._updating = True
             try:
@@ -726,10 +726,14 @@ class ConfigPanel(QWidget):
             return
         self._show_auto_choice(device, self._config.model)
 
+    def _sequences_per_step(self) -> int:
+        """The effective batch as the fields show it, whatever other setting is invalid."""
+        return self.micro_batch.value() * self.accum.value() * self.processes.value()
+
     def _on_changed(self) -> None:
         if self._updating:
             return
-        sequences = self.micro_batch.value() * self.accum.value() * self.processes.value()
+        sequences = self._sequences_per_step()
         self.effective.setText(f"{sequences:,} sequences · {sequences * self.seq_len.value():,} tokens per step")
         try:
             self._config, self._error, self._error_field = self.build_config(), "", None
