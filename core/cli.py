@@ -376,6 +376,23 @@ class ConsoleSink:
             self.lines_ok = False
             _silence(sys.stdout)
 
+    def _say(self, line) -> None:
+        if line.level == "info":
+            self._print(line.text)
+        else:
+            self._warn(f"{line.level}: {line.text}")
+
+    def _warn(self, text: str) -> None:
+        """A warning goes where errors go (standard error), so that ``> log`` keeps the steps and the terminal
+        still shows what went wrong, and the final error line's "see the warning above" is true."""
+        try:
+            if self.bar is not None:
+                self.bar.write(text, file=sys.stderr)
+            else:
+                print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError, AttributeError):  # a closed or absent standard error: nowhere left to say it
+            pass
+
     def _drop_bar(self) -> None:
         bar, self.bar, self.progress = self.bar, None, False
         try:
@@ -412,7 +429,7 @@ class ConsoleSink:
             return  # the command's own error line says it
         line = event_line(event)
         if line is not None:
-            self._print(line.text if line.level == "info" else f"{line.level}: {line.text}")
+            self._say(line)
         if isinstance(event, ev.RunStarted) and self.progress:
             from tqdm import tqdm
 
@@ -462,7 +479,7 @@ class ConsoleSink:
         self.close()
         line = event_line(event)
         if line is not None:
-            self._print(line.text)
+            self._say(line)
 
 
 def _without_option(argv: list[str], name: str, takes_value: bool = True) -> list[str]:

@@ -168,10 +168,11 @@ def test_micro_batch_auto_picks_the_largest_split_that_fits(budget, tmp_path, ca
     # 6 fits, but only 4 divides 32.
     budget(13)
     assert main(["train", *CLI, "--micro-batch", "auto", "--accum", "2", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "warning:" not in out  # warnings go where errors go; step lines stay on standard output
     assert ("warning: micro-batch auto: micro-batch 16 × 32 tokens needs at least 16.0 GiB (16.0 GiB of "
             "activations), more than half of the 13.0 GiB of test memory, what a CPU run is fitted to (the "
-            "estimate is a lower bound): from step 1 micro-batch 4 × accumulation 8 (was 16 × 2)") in out
+            "estimate is a lower bound): from step 1 micro-batch 4 × accumulation 8 (was 16 × 2)") in err
     (run_dir,) = tmp_path.iterdir()
     saved = json.loads((run_dir / "config.json").read_text())
     assert (saved["config"]["train"]["micro_batch"], saved["config"]["train"]["accum_steps"]) == (4, 8)
