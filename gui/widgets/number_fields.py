@@ -10,7 +10,7 @@ field (a negative seed or learning rate too, sign kept); a number past even that
 range becomes the bound nearest to it. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
 takes a number typed past it as its bound, not as its first digits (a negative one as its lowest). What reads
 as no number it can hold (a field left empty, a fraction in a whole-number field: ``3.5`` was once taken as
-``35``; ``0x10``, ``2.5M`` as a rate) gives the field back the value it had before it was edited. Every
+``35``, ``1,5`` as ``15``; ``0x10``, ``2.5M`` as a rate) gives the field back the value it had before it was edited. Every
 keystroke is shown as typed until the field is left: none is dropped to keep the rest (``5e9`` was ``59``).
 """
 
@@ -166,21 +166,23 @@ class BoundedSpin(_KeepsValueBefore, QSpinBox):
         self.setGroupSeparatorShown(True)
         self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
 
-    def _digits(self, text: str) -> str:
-        """The number typed, without its suffix and group separators ("" digits: not a whole number)."""
-        return text.strip().removesuffix(self.suffix().strip()).strip().replace(",", "")
+    def _typed(self, text: str) -> str:
+        """The number typed, without its suffix; its commas kept, as only whole groups of three are groups."""
+        return text.strip().removesuffix(self.suffix().strip()).strip()
 
     def validate(self, text: str, pos: int):
         state = super().validate(text, pos)
         state = state[0] if isinstance(state, tuple) else state
-        if state == QValidator.State.Invalid:
+        if state == QValidator.State.Invalid or (state == QValidator.State.Acceptable
+                                                 and "," in text and parse_number(self._typed(text)) is None):
             # Past the range, negative, a fraction, "5e9", "0x10": shown as typed, judged once the field is left
-            # (fixup), where Qt dropped the keystroke and kept the rest ("5e9" became 59).
+            # (fixup), where Qt dropped the keystroke and kept the rest ("5e9" became 59). Qt also takes any
+            # comma for a group separator: "1,5" (a decimal comma) was 15.
             return QValidator.State.Intermediate, text, pos
         return state, text, pos
 
     def fixup(self, text: str) -> str:
-        value = parse_number(self._digits(text))  # "5e9" and "2k" are whole numbers too
+        value = parse_number(self._typed(text))  # "5e9", "2k" and "1,024" are whole numbers too
         if value is not None and value.is_integer():
             return self.textFromValue(int(min(max(value, self.minimum()), self.maximum())))
         return self._value_before()

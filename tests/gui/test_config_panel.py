@@ -256,13 +256,15 @@ def test_a_negative_number_is_refused_under_its_field_not_taken_without_its_sign
     ("micro_batch", "-2", 1), ("seq_len", "-64", 2), ("warmup", "-1", 0),  # a negative count: its lowest bound
     ("accum", "3.5", 2), ("micro_batch", "1.5", 2), ("accum", "", 2), ("accum", "-", 2),  # no whole number: as it was
     ("seed", "", 7), ("seed", "-", 7),  # a seed field left empty was seed 0
+    ("accum", "1,5", 2), ("warmup", "1,5", 3), ("seq_len", "1,5", 128),  # a decimal comma: 1.5, not 15
+    ("seq_len", "1,024", 1024), ("seed", "1,5", 7),  # a whole group of three is a group
 ])
 def test_a_count_typed_with_a_sign_a_fraction_or_nothing_is_never_taken_from_its_digits(qtbot, panel, field, typed,
                                                                                          value):
     """Qt refused the keystrokes it could not hold: -2 became a micro-batch of 2, an accumulation of 3.5
     became 35 (ten times the effective batch)."""
     widget = getattr(panel, field)
-    widget.setValue(2 if field in ("accum", "micro_batch") else 7 if field == "seed" else widget.value())
+    widget.setValue({"accum": 2, "micro_batch": 2, "seed": 7, "warmup": 3, "seq_len": 128}[field])
     type_into(qtbot, widget, typed)
     assert widget.value() == value and widget.cleanText() == widget.textFromValue(value)
 
