@@ -57,10 +57,10 @@ def data_progress_line(event: ev.DataPreparationProgress) -> str:
     if event.stage == "waiting":
         return "waiting for another process that is preparing this corpus …"
     if event.stage == "tokenizer-training":
-        return f"training the tokenizer on {event.documents_done:,} documents …"
+        return f"training the tokenizer on {counted(event.documents_done, 'document')} …"
     what = "reading the tokenizer's training documents" if event.stage == "tokenizer" else "tokenizing"
     share = (f" {100 * event.bytes_done / event.bytes_total:.0f}% of {_size(event.bytes_total)}"
-             if event.bytes_total else f" {event.documents_done:,} documents")
+             if event.bytes_total else f" {counted(event.documents_done, 'document')}")
     eta = f", {_duration(event.eta_seconds)} left" if event.eta_seconds is not None else ""
     tokens = f", {event.tokens_done:,} tokens" if event.stage == "tokens" else ""
     return f"{what}:{share}{tokens}{eta}"
@@ -89,7 +89,7 @@ def event_line(event: ev.Event) -> EventLine | None:
     """What a person wants to read about ``event``; None for events shown otherwise (steps, samples)."""
     if isinstance(event, ev.DataPreparationStarted):
         size = f", {_size(event.bytes_total)}" if event.bytes_total is not None else ""
-        docs = f", {event.documents_total:,} documents" if event.documents_total else ""
+        docs = f", {counted(event.documents_total, 'document')}" if event.documents_total else ""
         first = " (a tokenizer is trained first)" if event.train_tokenizer else ""
         skipped = f"; not read: {skipped_files(event.skipped)}" if event.skipped else ""
         files = f", {counted(event.files, 'file')}" if event.source_kind not in ("builtin", "hub") else ""
@@ -98,7 +98,8 @@ def event_line(event: ev.Event) -> EventLine | None:
     if isinstance(event, ev.DataPrepared):
         where = ("from its token store" if event.from_store
                  else f"prepared in {_duration(event.seconds)}")
-        return EventLine(f"data: {event.documents:,} documents, {event.tokens:,} tokens, {where} ({event.store})\n"
+        return EventLine(f"data: {counted(event.documents, 'document')}, {counted(event.tokens, 'token')}, "
+                         f"{where} ({event.store})\n"
                          f"{tokenizer_line(event)}")
     if isinstance(event, ev.RunStarted):
         where = f" from step {event.start_step}" if event.start_step else ""

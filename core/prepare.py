@@ -50,7 +50,9 @@ held whole (1 GB of text: 1.6 GB peak and 137 s of training, where 1,000 documen
 
 
 def trained_origin(cfg: DataConfig) -> str:
-    return (f"trained on the corpus' first {cfg.tokenizer_train_docs:,} documents at most, "
+    first = ("first document" if cfg.tokenizer_train_docs == 1 else
+             f"first {cfg.tokenizer_train_docs:,} documents at most")
+    return (f"trained on the corpus' {first}, "
             f"{TOKENIZER_SAMPLE_CHARS // 2**20} Mi characters at most ({cfg.vocab_size} tokens asked)")
 
 

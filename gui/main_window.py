@@ -325,7 +325,7 @@ class MainWindow(QMainWindow):
         if active is not None and not active.ended and not active.step:
             self.plots.show_waiting(active.label, active.state, active.preparing)
         else:
-            self.plots.show_waiting(None)
+            self.plots.show_waiting(None, listed=bool(self.table.keys))
         if record is None:
             self.status.show_idle("idle")
         else:

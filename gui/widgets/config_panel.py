@@ -42,7 +42,7 @@ from core.config import (
     config_from_preset,
 )
 from core.errors import ConfigError, DataError, SpeedboardError
-from core.event_text import skipped_files
+from core.event_text import counted, skipped_files
 from core.launch import check_nproc, process_capacity
 from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
@@ -799,7 +799,7 @@ def _source_summary(info: SourceInfo | None, problem: str | None) -> str:
     files = f"{info.files:,} files, " if info.files > 1 else ""
     size = _size(info.bytes) if info.bytes is not None else "size unknown"
     skipped = f"; not read: {skipped_files(info.ignored)}" if info.ignored else ""
-    docs = f", {info.documents:,} documents" if info.documents else ""
+    docs = f", {counted(info.documents, 'document')}" if info.documents else ""
     if info.prepared and info.tokens is not None:
         return f"{files}{size}{docs}; tokenized: {info.tokens:,} tokens, training starts at once{skipped}"
     return f"{files}{size}{docs}; tokenized once when a run first starts on it{skipped}"

@@ -79,6 +79,10 @@ def count_text(value: float) -> str:
     return f"{value:.4g}"
 
 
+REGION_LABEL_LEVELS = 8
+"""Heights a shaded region's label takes in turn: compiled runs side by side on the step axis end their
+warm-ups at the same step, and the labels of as many must not write over each other."""
+
 class CountAxis(pg.AxisItem):
     """The x axis: ticks of tokens read 400k and 1.2M, not 400000 and 1.2e+06. With ``whole`` (optimizer
     steps), ticks fall on whole numbers only: a short run's axis has no step 1.5."""
@@ -242,7 +246,7 @@ class MetricPlot(pg.PlotWidget):
             region.setZValue(-10)
             # Each run's label a little lower than the last one's: regions that end close together (compiled
             # runs on the wall-time axis) would write their labels over each other.
-            height = 0.92 - 0.09 * (len(self._regions) % 4)
+            height = 0.92 - 0.08 * (len(self._regions) % REGION_LABEL_LEVELS)
             region.label = pg.InfLineLabel(region.lines[1], "", position=height, anchor=(1, 0), color=color)
             self.getPlotItem().addItem(region, ignoreBounds=True)
             region.setVisible(key not in self._hidden)

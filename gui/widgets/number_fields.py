@@ -10,8 +10,9 @@ field (a negative seed or learning rate too, sign kept); a number past even that
 range becomes the bound nearest to it. ``BoundedSpin`` keeps a documented range (accumulation 1-1024) and
 takes a number typed past it as its bound, not as its first digits (a negative one as its lowest). What reads
 as no number it can hold (a field left empty, a fraction in a whole-number field: ``3.5`` was once taken as
-``35``, ``1,5`` as ``15``; ``0x10``, ``2.5M`` as a rate) gives the field back the value it had before it was edited. Every
-keystroke is shown as typed until the field is left: none is dropped to keep the rest (``5e9`` was ``59``).
+``35``, ``1,5`` as ``15``; ``0x10``, ``2.5M`` as a rate) gives the field back the value it had before it was
+edited. Every keystroke is shown as typed until the field is left: none is dropped to keep the rest (``5e9``
+was ``59``).
 """
 
 from __future__ import annotations

@@ -37,6 +37,8 @@ MIN_MEMORY_SPAN_GIB = 0.1
 """The memory plot never spans less: a change of a few megabytes is not a cliff."""
 EMPTY_HINT = ("No runs yet.\nChoose settings on the left and press Start,\n"
               "or open run folders (File ▸ Open run folders…).")
+NO_STEPS_HINT = ("No optimizer step recorded yet:\nthe runs in the table ended before their first step.\n"
+                 "Press Start for a new one.")
 LR_HINT = "The schedule: warm-up, then cosine decay."
 WAITING_PHASES = {"starting": "setting up", "compiling": "compiling its model", "stopping": "stopping"}
 
@@ -142,11 +144,13 @@ class PlotPanel(QWidget):
         if index >= 0:
             self.x_axis_combo.setCurrentIndex(index)
 
-    def show_waiting(self, label: str | None, phase: str = "", preparing: bool = False) -> None:
+    def show_waiting(self, label: str | None, phase: str = "", preparing: bool = False,
+                     listed: bool = False) -> None:
         """While the run in focus has no step yet (setting up, preparing data, a compile warm-up of a minute on a
-        CPU), the empty loss plot says so instead of "No runs yet … press Start"; ``label`` None: the hint."""
+        CPU), the empty loss plot says so instead of "No runs yet … press Start"; ``label`` None: the hint, which
+        with runs ``listed`` in the table (all of them ended before a step) says that, not "No runs yet"."""
         if label is None:
-            self.loss.set_hint(EMPTY_HINT)
+            self.loss.set_hint(NO_STEPS_HINT if listed else EMPTY_HINT)
             return
         doing = "preparing its data" if preparing else WAITING_PHASES.get(phase, phase)
         self.loss.set_hint(f"{label} is {doing}.\nIts curves begin with its first optimizer step.")

@@ -108,3 +108,22 @@ def test_numbers_that_are_not_finite_are_written_as_null_and_read_back_as_nan(tm
     assert isinstance(read, Step) and math.isnan(read.loss) and math.isnan(read.mfu)
     write_json(tmp_path / "config.json", {"speedup": float("inf"), "nested": [1.0, float("-inf")]})
     assert json.loads((tmp_path / "config.json").read_text()) == {"speedup": None, "nested": [1.0, None]}
+
+
+def test_lines_of_one_document_say_document_not_documents():
+    """The status bar read "training the tokenizer on 1 documents"."""
+    from core.event_text import data_progress_line, event_line
+    from core.events import DataPreparationProgress, DataPrepared
+
+    def progress(stage, done):
+        return DataPreparationProgress("r", 0.0, stage, 0, None, done, None, 0, None)
+
+    assert data_progress_line(progress("tokenizer-training", 1)) == "training the tokenizer on 1 document …"
+    assert data_progress_line(progress("tokens", 1)) == "tokenizing: 1 document, 0 tokens"
+    assert data_progress_line(progress("tokens", 2_000)) == "tokenizing: 2,000 documents, 0 tokens"
+    prepared = DataPrepared("r", 0.0, "c.txt", 1, 1, True, "/s", 0.0, "tok.json", 300, "[BOS]", "[EOS]", None)
+    assert event_line(prepared).text.startswith("data: 1 document, 1 token, from its token store")
+    from core.config import DataConfig
+    from core.prepare import trained_origin
+
+    assert trained_origin(DataConfig(tokenizer_train_docs=1)).startswith("trained on the corpus' first document, ")

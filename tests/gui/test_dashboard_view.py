@@ -436,3 +436,16 @@ def test_continue_of_a_selected_run_without_a_checkpoint_says_so_not_another_run
                                   f"(it failed or was stopped before its first one). Select a run that has a "
                                   f"final checkpoint, or none to continue the latest."]
     assert window.session.records[-1] is failed and good.state == "finished"  # nothing started
+
+
+def test_the_empty_plots_say_the_listed_runs_ended_before_a_step_not_no_runs_yet(window, tmp_path):
+    """A run stopped while it prepared its data is a row of the table, while the loss plot said "No runs yet"."""
+    from gui.widgets.plot_panel import EMPTY_HINT, NO_STEPS_HINT
+
+    hint = child(window, "lossPlotHint")
+    assert hint.text() == EMPTY_HINT and hint.isVisible()
+    (record,) = open_runs(window, tmp_path, 1, fail="cannot read the corpus")
+    assert record.key in window.table.keys and record.step == 0
+    assert hint.text() == NO_STEPS_HINT and hint.isVisible()
+    open_runs(window, tmp_path, 1)  # a run with steps: its curves, no hint
+    assert not hint.isVisible()

@@ -158,7 +158,7 @@ def test_the_empty_loss_plot_says_a_started_run_is_setting_up_not_press_start(qt
     assert hint.text() == f"{record.label} is setting up.\nIts curves begin with its first optimizer step."
     wait_idle(qtbot, window)
     window.plots.refresh(force=True)  # the curves are drawn at the redraw pacer's next frame
-    assert record.state == "finished" and hint.text() == EMPTY_HINT and not hint.isVisible()
+    assert record.state == "finished" and not hint.isVisible()
 
 
 def test_the_settings_column_comes_back_as_wide_as_it_was(qtbot, window):
