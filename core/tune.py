@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import RunConfig, TrainConfig
-from core.errors import ConfigError
+from core.errors import Cancelled, ConfigError
 from core.event_text import counted
 from core.json_text import finite_json, parse_json
 from core.mfu import PEAK_CHECK_MFU, peak_share, utilization
@@ -322,10 +322,12 @@ def check_settings(config: RunConfig) -> None:
     check_before_launch(config.replace(init_from=None, resume=None), 1)
 
 
-def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list[Cell] | None = None) -> TunePlan:
+def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list[Cell] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> TunePlan:
     """Check the settings, list the cells (or take ``cells``), estimate, and keep what fits the budget.
 
-    Raises ``ConfigError`` (one line) for settings that cannot run or a budget too short for two cells.
+    Raises ``ConfigError`` (one line) for settings that cannot run or a budget too short for two cells, and
+    ``Cancelled`` when ``cancelled`` holds between its measurements (seconds each, a minute on a busy machine).
     """
     from core.device import (
         device_name,
@@ -335,6 +337,10 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
         training_flops_per_token,
     )
     from core.runs import check_run_root
+
+    def check_cancelled() -> None:
+        if cancelled is not None and cancelled():
+            raise Cancelled("the trials were cancelled while they were planned: nothing was measured")
 
     t0 = time.perf_counter()
     options = options or TuneOptions()
@@ -346,6 +352,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     # refused as train refuses it, before the precision probe or anything else is measured.
     check_run_root(config.out_dir)
     precision = resolve_precision(config.train.precision, device, config.expected_model())
+    check_cancelled()  # after the precision probe (its first time on this machine)
     current = cell_of(config, precision)
     precisions = options.precisions or default_precisions(device)
     for p in precisions:
@@ -361,7 +368,11 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     elif current not in cells:
         cells = [current, *cells]
     flops = training_flops_per_token(config.expected_model(), config.data.seq_len)  # the trials' vocabulary
-    peaks = {p: measure_matmul_peak(str(device), p) for p in sorted({c.precision for c in cells})}
+    peaks = {}
+    for p in sorted({c.precision for c in cells}):
+        check_cancelled()
+        peaks[p] = measure_matmul_peak(str(device), p)  # cached per machine; its first time, seconds
+    check_cancelled()
     total_steps = max(c.warmup_steps for c in cells) + options.steps
     tokens_per_step = config.tokens_per_step()
     efficiency = EXPECTED_MFU.get(device.type, EXPECTED_MFU["cuda"])
@@ -371,9 +382,12 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     # no share of the matmul peak predicts that, so its passes are timed (tiny reached 5-12% of the peak on a
     # busy CPU where 50% was assumed, and the estimate came out 3-5× short).
     largest = max(c.micro_batch for c in cells)  # cells that do not fit in memory are already left out
-    timed = {p: time_passes(config.expected_model(), config.data.seq_len, device, p,
-                            min(largest, max(2, int(TIME_PASSES_BELOW_S * 2 / analytic))))
-             for p in peaks if (analytic := sample_flops / (peaks[p] * efficiency)) < TIME_PASSES_BELOW_S}
+    timed = {}
+    for p in peaks:
+        if (analytic := sample_flops / (peaks[p] * efficiency)) < TIME_PASSES_BELOW_S:
+            timed[p] = time_passes(config.expected_model(), config.data.seq_len, device, p,
+                                   min(largest, max(2, int(TIME_PASSES_BELOW_S * 2 / analytic))))
+            check_cancelled()
 
     def step_seconds(cell: Cell) -> float:
         if timed.get(cell.precision) is not None:
@@ -1005,5 +1019,5 @@ def report_settings(report: dict[str, Any]) -> dict[str, Any] | None:
 def tune(config: RunConfig, options: TuneOptions | None = None, sink=None, cancelled=None,
          report_path=None) -> dict[str, Any]:
     """``plan_tune`` then ``run_tune``."""
-    return run_tune(plan_tune(config, options), sink, cancelled, report_path)
+    return run_tune(plan_tune(config, options, cancelled=cancelled), sink, cancelled, report_path)
 

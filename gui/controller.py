@@ -37,7 +37,7 @@ from core.checkpoint import (
 from core.checkpoint.read import tensor_shapes
 from core.config import ModelConfig, RunConfig
 from core.control import Control
-from core.errors import CheckpointError, SpeedboardError, describe_exception
+from core.errors import Cancelled, CheckpointError, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
 from core.paths import user_path
 from core.trainer import Trainer
@@ -302,10 +302,12 @@ class TorchThread(QThread):
 
     def _tune(self, job: StartTune) -> None:
         """Plan (a bad setting or budget is a ``JobFailed``), then the trials; ``tune_ended`` always follows."""
+        cancelled = lambda: job.control.stop_requested  # noqa: E731 - asked between measurements and steps
         try:
-            plan = plan_tune(job.config, job.options)
-            run_tune(plan, self.tune_event.emit, cancelled=lambda: job.control.stop_requested,
-                     report_path=job.report_path)
+            plan = plan_tune(job.config, job.options, cancelled=cancelled)
+            run_tune(plan, self.tune_event.emit, cancelled=cancelled, report_path=job.report_path)
+        except Cancelled:
+            pass  # while planning: nothing was measured, no report; ``tune_ended`` says the thread is free
         except Exception as exc:  # trials never raise; this is planning, the data, or writing the report
             if not isinstance(exc, SpeedboardError):
                 log.exception("tune failed")

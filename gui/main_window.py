@@ -204,7 +204,7 @@ class MainWindow(QMainWindow):
         menu.addAction(self.tune_action)
         menu.addSeparator()
         self.tune_dialog: TuneDialog | None = None
-        self.session.tuning_changed.connect(self._update_controls)
+        self.session.tuning_changed.connect(self._on_tuning_changed)
 
     def find_fastest_settings(self) -> TuneDialog:
         """Open (or raise) the speed advisor's dialog for the current settings."""
@@ -368,6 +368,11 @@ class MainWindow(QMainWindow):
         else:
             self._show_focus()
 
+    def _on_tuning_changed(self, tuning: bool) -> None:
+        self._update_controls()
+        if not tuning and self.session.closing:
+            QTimer.singleShot(0, self.close)
+
     def _on_job_failed(self, job: str, message: str) -> None:
         self.log.add(f"{job} failed: {message}", "error")
 
@@ -458,6 +463,14 @@ class MainWindow(QMainWindow):
             self.session.stop_then_close()
             self.status.showMessage(f"Stopping: the window closes after {after} …")
             self._update_controls()
+            return
+        if self.session.tuning:
+            # Waiting here for the trials to end would freeze the window for as long as a compile takes.
+            event.ignore()
+            if not self.session.closing:
+                self.session.cancel_tune_then_close()
+            self.status.showMessage("Stopping the trials: the window closes after the current trial's step or "
+                                    "compile (the report keeps what they measured) …")
             return
         self.save_settings()
         self._refresh_timer.stop()

@@ -240,6 +240,11 @@ class RunSession(QObject):
     def cancel_tune(self) -> None:
         self.controller.cancel_tune()
 
+    def cancel_tune_then_close(self) -> None:
+        """End the trials at their next optimizer step; ``tuning_changed(False)`` then finds ``closing`` set."""
+        self._closing = True
+        self.cancel_tune()
+
     def pause(self) -> None:
         self.controller.pause()
 

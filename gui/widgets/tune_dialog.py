@@ -183,6 +183,8 @@ class TuneDialog(QDialog):
         """The finished (or opened) report; its recommendation is what Apply sets."""
         self.summary: dict | None = None
         self.finished_events = 0
+        self._awaiting = False
+        """Trials were started and neither their report nor their failure has come yet."""
 
         self.intro = QLabel("Short trials of the current model, data and effective batch with every compile mode, "
                             "precision and micro-batch × accumulation split that fits, interleaved so that drift "
@@ -297,6 +299,7 @@ class TuneDialog(QDialog):
             f" The trials measure one process; the panel's {processes} processes are not what they time."
             if processes > 1 else ""))
         self.progress_label.setText("")
+        self._awaiting = True
         self.session.start_tune(cfg, options, str(default_report_path(cfg)))
         self._update_buttons()
 
@@ -370,9 +373,14 @@ class TuneDialog(QDialog):
             self._show_finished(event.report, event.path)
 
     def _on_ended(self) -> None:
+        if self._awaiting and self.report is None:  # neither a report nor a failure: cancelled while planning
+            self.plan_label.setText("Cancelled while planning: nothing was measured.")
+            self.progress_label.setText("")
+        self._awaiting = False
         self._update_buttons()
 
     def _on_failed(self, message: str) -> None:
+        self._awaiting = False
         self.plan_label.setText(f"The trials could not run: {message}")
         dialogs.show_error(self, "Cannot find settings", message)
         self._update_buttons()

@@ -290,6 +290,25 @@ def test_tune_interleaves_trials_and_recommends_with_a_report_that_round_trips(m
     assert table_rows(unrun["summary"], running=True)[position][-1] == "to run"
 
 
+def test_a_cancel_while_planning_ends_the_planning_at_its_next_measurement(micro, monkeypatch):
+    """The plan's measurements (matmul peaks, timed passes: a minute on a busy machine) went on to their end
+    after Cancel, and the trials' warm-up after them."""
+    import core.device
+    from core.errors import Cancelled
+
+    asked = {"peaks": 0}
+    real = core.device.measure_matmul_peak
+
+    def measured(device, precision):
+        asked["peaks"] += 1
+        return real(device, precision)
+
+    monkeypatch.setattr(core.device, "measure_matmul_peak", measured)
+    with pytest.raises(Cancelled, match="while they were planned: nothing was measured"):
+        plan_tune(micro(), TuneOptions(budget_seconds=600), cancelled=lambda: asked["peaks"] >= 1)
+    assert asked["peaks"] == 1  # fp32's peak; bf16's was not measured after the cancel
+
+
 def test_a_cancelled_tune_reports_what_it_measured(micro, private_tmp):
     plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=2), cells=EAGER)
     cancel = {"now": False}

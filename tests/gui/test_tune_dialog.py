@@ -104,6 +104,31 @@ def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
     assert child(dialog, "tuneRunButton").isEnabled() and child(window, "startButton").isEnabled()
 
 
+def test_cancel_while_planning_ends_at_once_and_says_nothing_was_measured(qtbot, window, monkeypatch):
+    import threading
+
+    import core.device
+
+    planning, clicked = {"peaks": 0}, threading.Event()
+    real = core.device.measure_matmul_peak
+
+    def measured(device, precision):  # on the torch thread: the dialog's Cancel is clicked meanwhile
+        planning["peaks"] += 1
+        clicked.wait(RUN_TIMEOUT_MS / 1000)
+        return real(device, precision)
+
+    monkeypatch.setattr(core.device, "measure_matmul_peak", measured)
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    qtbot.waitUntil(lambda: planning["peaks"] == 1, timeout=RUN_TIMEOUT_MS)
+    click(dialog, "tuneCancelButton")
+    clicked.set()
+    qtbot.waitUntil(lambda: not dialog.tuning, timeout=RUN_TIMEOUT_MS)
+    assert planning["peaks"] == 1 and dialog.report is None and dialog.finished_events == 0
+    assert child(dialog, "tunePlanLabel").text() == "Cancelled while planning: nothing was measured."
+    assert child(dialog, "tuneRunButton").isEnabled() and child(window, "startButton").isEnabled()
+
+
 def test_escape_ends_the_trials_as_closing_does_and_save_and_load_wait_for_them(qtbot, window):
     """The trials hold the torch thread: Save and Load are not offered meanwhile (they would wait unseen);
     Escape, which hides the dialog without a close event, cancels them as closing does."""
@@ -120,6 +145,20 @@ def test_escape_ends_the_trials_as_closing_does_and_save_and_load_wait_for_them(
     wait_done(qtbot, dialog)
     assert dialog.report["cancelled"] and len(dialog.report["trials"]) < 6
     assert child(window, "startButton").isEnabled() and child(window, "loadButton").isEnabled()
+
+
+def test_closing_the_window_during_the_trials_ends_them_first_without_holding_the_window(qtbot, window):
+    """The close waited for the torch thread inside the close event: a trial's compile of a minute froze the
+    window that long. It now ends the trials as Cancel does and closes once they have ended."""
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    qtbot.waitUntil(lambda: dialog.finished_events >= 1, timeout=RUN_TIMEOUT_MS)
+    window.close()
+    assert window.isVisible() and window.session.closing  # not closed inside the event: the trials end first
+    assert window.status.currentMessage().startswith("Stopping the trials: the window closes after")
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=RUN_TIMEOUT_MS)
+    assert dialog.report["cancelled"] and len(dialog.report["trials"]) < 6  # what they measured is kept
+    assert window.session.controller.thread_finished
 
 
 def test_a_failing_cell_is_a_row_with_its_reason(qtbot, window, monkeypatch):
