@@ -313,13 +313,13 @@ def candidate_cells(config: RunConfig, precisions: tuple[str, ...], device, curr
     return cells, left_out
 
 
-def check_settings(config: RunConfig) -> None:
+def check_settings(config: RunConfig, should_stop: Callable[[], bool] | None = None) -> None:
     """Refuse, in one line, the current settings where ``speedboard train`` would refuse them before its first
     step: its own check (the data prepared, positions, tokenizer, the memory of a micro-batch), for the run the
-    trials train (from scratch, one process)."""
+    trials train (from scratch, one process). ``should_stop`` cancels the corpus' preparation (``Cancelled``)."""
     from core.launch import check_before_launch
 
-    check_before_launch(config.replace(init_from=None, resume=None), 1)
+    check_before_launch(config.replace(init_from=None, resume=None), 1, should_stop=should_stop)
 
 
 def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list[Cell] | None = None,
@@ -359,7 +359,8 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
         resolve_precision(p, device)  # bf16 where the device lacks it: one line
     # Before any estimate: a setting train refuses (a micro-batch far beyond memory) is refused in train's
     # words, not planned into a budget of weeks (or a split search over every divisor of a huge batch).
-    check_settings(config)
+    check_settings(config, should_stop=cancelled)  # a corpus prepared here: minutes for a large one
+    check_cancelled()
     left_out: list[dict[str, str]] = []
     if cells is None:
         cells, left_out = candidate_cells(config, precisions, device, current)
