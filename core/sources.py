@@ -325,7 +325,7 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
         raise DataError(f"cannot read {exc.filename}: {exc.strerror}")
 
     seen: set[tuple[int, int]] = set()
-    seen_files: set[tuple[int, int]] = set()
+    listed: list[tuple[Path, str, os.stat_result]] = []
     # Symbolic links to folders are followed (a corpus assembled from links), each folder read once.
     for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=True):
         st = os.stat(root)
@@ -338,29 +338,37 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
             if name.startswith("."):
                 continue
             p = Path(root, name)
-            rel = p.relative_to(path).as_posix()
             try:
                 st = p.stat()
             except OSError as exc:
                 raise DataError(f"cannot read {p}: {exc.strerror}") from None
             _require_regular(p, st.st_mode, spec)
-            if (st.st_dev, st.st_ino) in seen_files:  # a second link (symbolic or hard) to a file: read once
-                binary.append(rel)
+            listed.append((p, p.relative_to(path).as_posix(), st))
+    # A file with several names in the folder (symbolic or hard links) is read once, under its own name where
+    # one is not a symbolic link: the corpus, and its fingerprint, do not change when a link comes or goes.
+    read_as: dict[tuple[int, int], str] = {}
+    for p, rel, st in listed:
+        key = (st.st_dev, st.st_ino)
+        if key not in read_as or (Path(path, read_as[key]).is_symlink() and not p.is_symlink()):
+            read_as[key] = rel
+    for p, rel, st in listed:
+        name = p.name
+        if read_as[(st.st_dev, st.st_ino)] != rel:  # another name of a file read under its own
+            binary.append(rel)
+            continue
+        fmt = _format_of(p)
+        if fmt is None and (_DOC_FILE.fullmatch(name) or _JOB_MARKER.fullmatch(name)):
+            binary.append(rel)  # LICENSE, README without an extension, Spark's _SUCCESS: never data
+            continue
+        if fmt is not None:
+            if _DOC_FILE.fullmatch(name) and fmt == "text":
+                docs.append(rel)  # decided below: part of a text corpus, or a data folder's README
                 continue
-            seen_files.add((st.st_dev, st.st_ino))
-            fmt = _format_of(p)
-            if fmt is None and (_DOC_FILE.fullmatch(name) or _JOB_MARKER.fullmatch(name)):
-                binary.append(rel)  # LICENSE, README without an extension, Spark's _SUCCESS: never data
-                continue
-            if fmt is not None:
-                if _DOC_FILE.fullmatch(name) and fmt == "text":
-                    docs.append(rel)  # decided below: part of a text corpus, or a data folder's README
-                    continue
-                found.setdefault(fmt, []).append(SourceFile(p, rel, st.st_size, st.st_mtime_ns, fmt))
-            elif name.lower().endswith(_DATA_LIKE) or not _looks_binary(p):
-                unsupported.append(rel)
-            else:
-                binary.append(rel)
+            found.setdefault(fmt, []).append(SourceFile(p, rel, st.st_size, st.st_mtime_ns, fmt))
+        elif name.lower().endswith(_DATA_LIKE) or not _looks_binary(p):
+            unsupported.append(rel)
+        else:
+            binary.append(rel)
     if docs:
         if found and "text" not in found:
             binary += docs  # a dataset's README beside its shards

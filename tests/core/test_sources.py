@@ -316,6 +316,20 @@ def test_a_second_link_to_a_file_is_read_once_and_named_as_not_read(tmp_path):
     assert load_corpus(str(corpus)).documents == ["some text", "other text"]
 
 
+def test_a_file_and_a_link_to_it_read_the_file_under_its_own_name(tmp_path):
+    """The link sorted first ("a-link.txt" before "b.txt") was read and the file itself named as not read: the
+    corpus' files, and its fingerprint, changed when the link was removed."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "b.txt").write_text("some text")
+    (corpus / "a-link.txt").symlink_to(corpus / "b.txt")
+    (corpus / "c.txt").write_text("other text")
+    source = resolve_source(str(corpus))
+    assert [f.rel for f in source.files] == ["b.txt", "c.txt"] and source.ignored == ("a-link.txt",)
+    (corpus / "a-link.txt").unlink()
+    assert [f.rel for f in resolve_source(str(corpus)).files] == ["b.txt", "c.txt"]
+
+
 def test_a_licence_without_a_suffix_beside_data_shards_is_skipped_and_named(tmp_path):
     shards = tmp_path / "shards"
     shards.mkdir()
