@@ -79,6 +79,8 @@ def count_text(value: float) -> str:
     return f"{value:.4g}"
 
 
+RIGHT_MARGIN_PX = 14
+"""Half the width of a five-digit tick label ("2,000") and a little air."""
 REGION_LABEL_LEVELS = 8
 """Heights a shaded region's label takes in turn: compiled runs side by side on the step axis end their
 warm-ups at the same step, and the labels of as many must not write over each other."""
@@ -116,6 +118,9 @@ class MetricPlot(pg.PlotWidget):
         item.setDownsampling(auto=True, mode="peak")
         item.setClipToView(True)
         item.setMenuEnabled(True)
+        # Room right of the data area: the x axis' last label is centred on its edge, and a plot at the window's
+        # right edge cut it in half.
+        item.layout.setContentsMargins(1, 1, RIGHT_MARGIN_PX, 1)
         self.setMinimumSize(MIN_PLOT_WIDTH, MIN_PLOT_HEIGHT)
         self.title = title
         self.min_y_span = min_y_span

@@ -139,3 +139,19 @@ def test_the_hint_covers_the_data_area_never_the_axis(qtbot):
     qtbot.waitUntil(lambda: on_screen(item.vb).contains(plot.hint.geometry()))
     assert plot.hint.geometry().left() >= on_screen(item.getAxis("left")).right()  # past the ticks drawn into it
     assert plot.rect().contains(plot.hint.geometry())
+
+
+def test_the_x_axis_last_label_has_room_right_of_the_data_area(qtbot):
+    """Its last tick label is centred on the data area's right edge: a plot at the window's right edge cut it."""
+    from gui.widgets.metric_plot import RIGHT_MARGIN_PX
+
+    plot = MetricPlot("lrPlot", "Learning rate", "lr")
+    qtbot.addWidget(plot)
+    plot.resize(420, 260)
+    plot.show()
+    qtbot.waitExposed(plot)
+    plot.set_curve(1, "lr", np.arange(1.0, 31.0), np.full(30, 1e-3), color="#1f77b4")
+    view = plot.mapFromScene(plot.getPlotItem().vb.sceneBoundingRect()).boundingRect()
+    label = plot.fontMetrics().horizontalAdvance("30")
+    room = plot.width() - (view.right() + 1)  # QRect.right() is its last pixel
+    assert room >= label / 2 + 2 and room >= RIGHT_MARGIN_PX - 2
