@@ -114,6 +114,26 @@ def reset_peak_memory(device: torch.device) -> bool:
         return False
 
 
+def release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
+
+    On CPU a run's memory figure is its peak resident set minus the process's before its model exists.
+    The last run's tensors, freed, stay resident in the allocator's free lists: without this a later run
+    reuses them and reads far less than the same run alone (identical runs read 0.30, 0.19, 0.00 GiB).
+    """
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # another C library (musl)
+        return
+    trim(0)
+
+
 def memory_gib(device: torch.device) -> float:
     """Current memory: CUDA allocated, else the process's resident set."""
     if device.type == "cuda":

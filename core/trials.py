@@ -34,6 +34,7 @@ import torch
 from core.compile import reset_compiler
 from core.config import COMPILE_MODES, CUDA_GRAPH_MODES, RunConfig
 from core.control import Control
+from core.device import release_freed_memory
 from core.errors import SpeedboardError, describe_exception, first_line
 from core.events import CompileFinished, Event, RunFailed, RunFinished, RunStarted, StepMetrics, WarningRaised
 from core.trainer import COMPILE_WARMUP_STEPS, Trainer
@@ -336,6 +337,7 @@ def release() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    release_freed_memory()  # else the next trial reuses these pages and its training memory reads about 0
 
 
 def _out_of_memory(exc: BaseException) -> bool:
