@@ -757,9 +757,12 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
     # other): the pick's lead, worded as the runner-up's, read "+1.6%" for one 1.6% slower.
     behind = compare(by_cell.get(runner_up["name"], []), by_cell.get(best["name"], [])) if runner_up else None
     out["runner_up"] = runner_up["name"] if runner_up else None
-    out["runner_up_tied"] = bool(behind and not behind.significant)
-    if behind is not None and not behind.significant:
+    # A tie needs a noise to be within: with too few timed steps to judge, the margin is given, no verdict.
+    out["runner_up_tied"] = bool(behind and behind.noise is not None and not behind.significant)
+    if out["runner_up_tied"]:
         out["text"] += f" The next best, {runner_up['label']}, shows {behind.describe('it')}: either will do."
+    elif behind is not None and behind.noise is None:
+        out["text"] += f" The next best, {runner_up['label']}, shows {behind.describe('it')}."
     return out
 
 

@@ -401,6 +401,14 @@ def test_a_pick_within_the_noise_of_the_next_best_says_it_is_a_tie(micro, privat
                                                              for r in (0, 1)]
     rec = summarise(plan, clear)["recommendation"]
     assert not rec["runner_up_tied"] and "either will do" not in rec["text"]
+    # One timed step per setting: no noise to be within, so no tie ("-21.4% … too few timed steps to judge
+    # …: either will do" read as a verdict the figures cannot give).
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=1, repeats=1), cells=EAGER)
+    single = [_trial("off-a1-fp32", 0, [100]), _trial("off-a2-fp32", 0, [160]), _trial("off-a1-bf16", 0, [203])]
+    rec = summarise(plan, single)["recommendation"]
+    assert rec["cell"] == "off-a1-bf16" and not rec["runner_up_tied"] and "either will do" not in rec["text"]
+    assert rec["text"].endswith("The next best, compile off, fp32, 2 × 2, shows -21.2% against it, with too few "
+                                "timed steps to judge (a spread needs two or more per setting)."), rec["text"]
 
 
 def test_the_pick_is_ranked_against_the_current_settings_repeat_by_repeat(micro, private_tmp):
