@@ -993,6 +993,11 @@ def format_report(report: dict[str, Any]) -> str:
     repeats = [x for x in skipped if x.get("repeat")]
     parts = [f"{counted(len(group), noun)} ({'; '.join(sorted({x['reason'] for x in group}))})"
              for group, noun in ((unrun, "setting"), (repeats, "repeat")) if group]
+    in_table = set((report.get("summary") or {}).get("rows", {}))
+    absent = [x["cell"] for x in report["plan"].get("left_out", []) if x["cell"] not in in_table]  # no row
+    if absent and parts:
+        parts[0] = parts[0][:-1] + (f"; {'the one' if len(absent) == 1 else f'{len(absent)}'} left out before "
+                                    f"the trials, not in the table: {', '.join(absent)})")
     if parts:
         lines.append(f"not tried: {', '.join(parts)}")
     lines.append(time_taken(report))

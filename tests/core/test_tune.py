@@ -352,6 +352,10 @@ def test_the_not_tried_line_counts_settings_once_and_repeats_apart():
                           {"cell": "b", "repeat": 1, "reason": "over budget"}]}
     text = format_report(report)
     assert "not tried: 1 setting (over budget), 1 repeat (over budget)" in text
+    # Settings left out before the trials have no row: the line names them ("not tried: 4" beside 2 rows).
+    report["plan"]["left_out"] = [{"cell": "off-a1-fp32", "reason": "left out to stay within the time budget"}]
+    assert ("not tried: 2 settings (left out to stay within the time budget; over budget; the one left out "
+            "before the trials, not in the table: off-a1-fp32), 1 repeat (over budget)") in format_report(report)
 
 
 def test_a_failing_cell_is_a_row_and_never_recommended(micro, monkeypatch, private_tmp):
