@@ -426,12 +426,13 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
             low, high = (mid, high) if holds(mid) else (low, mid - 1)
         repeats = low
     kept = fitting(repeats)
-    if len(kept) < enough:
-        takes = sum(estimates[c.name]["first"] for c in cells[:2])
+    takes = sum(estimates[c.name]["first"] for c in cells[:enough])
+    if len(kept) < enough or takes > options.budget_seconds:  # one setting selected: its first trial must fit
         need = math.ceil(BUDGET_ADVICE_MARGIN * takes)  # an estimate is not a promise: room for a slower machine
         advice = (f"give --budget-seconds {need} or more" if need <= MAX_BUDGET_SECONDS else
                   "give fewer --trial-steps (the budget is at most a week)")
-        raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to compare two settings here: "
+        what = "compare two settings" if enough == 2 else "measure the one setting selected"
+        raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to {what} here: "
                           f"that takes about {takes:,.0f} s; {advice}", "budget_seconds")
     spare = [c for c in cells if c not in kept]
     left_out += [{"cell": c.name, "reason": BUDGET_REASON} for c in spare]
@@ -1014,7 +1015,7 @@ def time_taken(report: dict[str, Any]) -> str:
     budget = report.get("plan", {}).get("budget_seconds")
     if isinstance(budget, (int, float)) and report["elapsed_seconds"] > budget and not report.get("cancelled"):
         text += f", over the budget of {budget:,.0f} s"
-        if len({t["cell"] for t in report.get("trials", [])}) <= 2:
+        if len({t["cell"] for t in report.get("trials", [])}) == 2:
             text += ": a comparison needs two settings at least"
     return text
 

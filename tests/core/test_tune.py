@@ -161,8 +161,13 @@ def test_plan_puts_the_current_settings_first_and_keeps_within_the_budget(micro)
     assert short.estimate_seconds <= 20 and len(short.cells) >= 2
     assert all(not c.compiled for c in short.cells)  # a cold compile does not fit in 20 s
     assert any(x["reason"].startswith("left out") for x in short.left_out)
-    with pytest.raises(ConfigError, match="too short"):
+    with pytest.raises(ConfigError, match="too short to compare two settings"):
         plan_tune(config, TuneOptions(budget_seconds=0.5))
+    # One setting selected (--cells): its first trial must fit too; it ran 19 s on a budget of 1 s, then said
+    # "a comparison needs two settings at least".
+    with pytest.raises(ConfigError, match="too short to measure the one setting selected here: that takes"):
+        plan_tune(config, TuneOptions(budget_seconds=0.5), cells=[plan.cells[0]])
+    assert len(plan_tune(config, TuneOptions(budget_seconds=600), cells=[plan.cells[0]]).cells) == 1
     for bad in ({"budget_seconds": -1}, {"budget_seconds": float("nan")}, {"steps": 0}, {"repeats": 0},
                 {"precisions": ("fp8",)}):
         with pytest.raises(ConfigError):
@@ -720,3 +725,14 @@ def test_the_table_shows_each_settings_own_memory_not_the_process_peak():
     assert shown[header.index("train mem (GiB)")] == "0.04"
     shown = table_rows({"summary": {"rows": {"off": {**row, "train_mem_gib": None}}}})[1]
     assert shown[TABLE_HEADER.index("train mem (GiB)")] == "0.53"  # where the own figure is not known
+
+
+def test_an_overrun_budget_says_a_comparison_needs_two_only_where_two_settings_ran():
+    from core.tune import time_taken
+
+    def report(cells):
+        return {"elapsed_seconds": 19.0, "cancelled": False, "plan": {"budget_seconds": 1.0},
+                "trials": [{"cell": c} for c in cells]}
+
+    assert time_taken(report(["a", "b"])).endswith("over the budget of 1 s: a comparison needs two settings at least")
+    assert time_taken(report(["a"])).endswith("over the budget of 1 s")
