@@ -70,10 +70,27 @@ def _mapper(keys: list[str]):
     return to_hf
 
 
-def clean_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def check_plain_tensors(state: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse what no weight can be copied from: a tensor that is sparse, quantized, nested or on the meta
+    device (a shape without values). Checked before anything is copied: a copy that failed half-way left the
+    weights before it overwritten (38 of 39 tensors, then the meta one raised). Keys: ``clean_state_dict``."""
+    for key, value in state.items():
+        kind = ("not a tensor" if not isinstance(value, torch.Tensor) else
+                "on the meta device: a shape without values" if value.is_meta else
+                f"{value.layout} (not dense)".replace("torch.", "") if value.layout != torch.strided else
+                "quantized" if value.is_quantized else "nested" if value.is_nested else None)
+        if kind is not None:
+            raise CheckpointError(f"{source} holds a tensor no weight can be loaded from: {key} is {kind}")
+
+
+def clean_state_dict(state: dict[str, torch.Tensor], source: str = "the state dict") -> dict[str, torch.Tensor]:
     """Keys without wrapper parts, in HF's names (see the module doc); derived buffers other than the
-    rotary tables dropped."""
+    rotary tables dropped. A key that is not text is a ``CheckpointError`` naming ``source``."""
     cleaned: dict[str, str] = {}
+    odd = next((k for k in state if not isinstance(k, str)), None)
+    if odd is not None:
+        raise CheckpointError(f"{source} is no model state dict: it names a tensor {odd!r} "
+                              f"({type(odd).__name__}), not by text")
     for key in state:
         new = clean_key(key)
         if new in cleaned:

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from core.checkpoint.infer import infer_model_config, rope_theta_of
-from core.checkpoint.keys import ROPE_TABLES, clean_key, clean_state_dict, plain_module
+from core.checkpoint.keys import ROPE_TABLES, check_plain_tensors, clean_key, clean_state_dict, plain_module
 from core.checkpoint.read import LoadedCheckpoint, read_checkpoint
 from core.compile import CompiledModel
 from core.config import ModelConfig
@@ -49,6 +49,7 @@ def _check_rope_tables(plain: torch.nn.Module, tables: dict[str, torch.Tensor], 
 def check_compatible(model: torch.nn.Module | CompiledModel, state: dict[str, torch.Tensor],
                      source: str = "checkpoint") -> None:
     """Raise CheckpointError naming the first differences; change nothing."""
+    check_plain_tensors(state, source)
     plain = plain_module(model)
     tables = {k: v for k, v in state.items() if k in ROPE_TABLES}
     state = {k: v for k, v in state.items() if k not in ROPE_TABLES}
@@ -135,7 +136,7 @@ def load_weights(model: torch.nn.Module | CompiledModel, state: dict[str, torch.
     Weights are copied in place, so a model compiled before the load computes
     with the new values without recompiling.
     """
-    state = clean_state_dict(state)
+    state = clean_state_dict(state, source)
     check_compatible(model, state, source)
     plain = plain_module(model)
     params = dict(plain.named_parameters())

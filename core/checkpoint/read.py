@@ -26,7 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from core.checkpoint.folders import file_record
-from core.checkpoint.keys import clean_state_dict
+from core.checkpoint.keys import check_plain_tensors, clean_state_dict
 from core.config import MAX_SEED, ModelConfig, RunConfig
 from core.errors import CheckpointError, ConfigError, first_line
 from core.json_text import parse_json
@@ -458,9 +458,9 @@ def _read_folder(path: Path, with_trainer_state: bool) -> LoadedCheckpoint:
         tokenizer = BPETokenizer.load(path)
         check_tokenizer_fits(tokenizer, model_cfg)
     if kind == "speedboard":
-        state = clean_state_dict(_load_safetensors(path / WEIGHTS_FILE))
+        state = clean_state_dict(_load_safetensors(path / WEIGHTS_FILE), WEIGHTS_FILE)
     else:
-        state = clean_state_dict(_read_hf_weights(path))
+        state = clean_state_dict(_read_hf_weights(path), path.name)
     if not state:
         raise CheckpointError(f"{path} holds no weights")
     trainer_state = None
@@ -480,7 +480,7 @@ def _read_file(path: Path) -> LoadedCheckpoint:
                               f"a Hugging Face folder, or a .pt/.pth/.bin/.safetensors state dict")
     if not state:
         raise CheckpointError(f"{path.name} holds no tensors")
-    return LoadedCheckpoint(path, "state_dict", clean_state_dict(state))
+    return LoadedCheckpoint(path, "state_dict", clean_state_dict(state, path.name))
 
 
 def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -521,7 +521,7 @@ def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for file in files:
         shapes.update(_file_shapes(file))
-    return clean_state_dict(shapes)  # keys only: it renames and drops entries, whatever their values
+    return clean_state_dict(shapes, path.name)  # keys only: it renames and drops entries, whatever their values
 
 
 def read_checkpoint(path: str | Path, *, trainer_state: bool = False) -> LoadedCheckpoint:
@@ -532,8 +532,10 @@ def read_checkpoint(path: str | Path, *, trainer_state: bool = False) -> LoadedC
     state-dict file. ``trainer_state=True`` also reads and checks the trainer
     state, in the same pass. Every problem is a CheckpointError.
     """
-    return _read_newest(user_path(path),
-                        lambda p: _read_file(p) if p.is_file() else _read_folder(p, trainer_state))
+    loaded = _read_newest(user_path(path),
+                          lambda p: _read_file(p) if p.is_file() else _read_folder(p, trainer_state))
+    check_plain_tensors(loaded.state_dict, loaded.source.name)  # every format: before any caller copies one
+    return loaded
 
 
 # ----------------------------------------------------------------------------- trainer state

@@ -307,6 +307,16 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         path = tmp_path / "notes.txt"
         path.write_text("hello")
         return path
+    if kind in ("meta_tensor_pt", "sparse_tensor_pt", "int_key_pt"):
+        state = dict(make_model(7).state_dict())
+        norm = state.pop("model.norm.weight")  # the last one copied
+        if kind == "int_key_pt":
+            state[1] = norm
+        else:
+            state["model.norm.weight"] = norm.to("meta") if kind == "meta_tensor_pt" else norm.to_sparse()
+        path = tmp_path / "last.pt"
+        torch.save(state, path)
+        return path
     if kind == "pt_without_state_dict":
         path = tmp_path / "numbers.pt"
         torch.save({"step": 3, "loss": 1.5}, path)
@@ -465,6 +475,11 @@ BAD_CASES = {
     "raw_pickle": r"weights\.pt is not a PyTorch weights file.*\(a plain pickle, not a file written by torch\.save\)",
     "hf_index_outside": r"points outside its folder \('\.\./elsewhere\.safetensors'\): refused",
     "hf_index_absolute": r"points outside its folder \('/.*elsewhere\.safetensors'\): refused",
+    # The last tensor is one no weight can be copied from: 38 of 39 weights were overwritten before it raised.
+    "meta_tensor_pt": r"last\.pt holds a tensor no weight can be loaded from: model\.norm\.weight is on the meta "
+                      r"device",
+    "sparse_tensor_pt": r"last\.pt holds a tensor no weight can be loaded from: model\.norm\.weight is sparse_coo",
+    "int_key_pt": r"last\.pt is no model state dict: it names a tensor 1 \(int\), not by text",
 }
 
 
