@@ -422,15 +422,23 @@ def verify_checkpoint(path: str | Path) -> None:
 
 def _verify_speedboard_files(path: Path, records: dict[str, dict[str, Any]], has_state: bool,
                              hash_state: bool) -> None:
-    """A Speedboard checkpoint folder's files present and as recorded: weights and tokenizer always, the
-    trainer state where it is there or recorded (``hash_state=False``: its hash is checked when it is read)."""
+    """A Speedboard checkpoint folder's files present and as recorded: weights and tokenizer always, every
+    other file config.json records (the tokenizer's ``tokenizer_config.json``, whose special tokens the run
+    takes), and the trainer state where it is there or recorded (``hash_state=False``: its hash is checked
+    when it is read)."""
     for part in (WEIGHTS_FILE, TOKENIZER_FILE):
         if not (path / part).is_file():
             raise CheckpointError(f"checkpoint {path} is incomplete: {part} is missing")
     if records.get(STATE_FILE) and not has_state:
         raise CheckpointError(f"checkpoint {path} is incomplete: {STATE_FILE} is missing")
-    _verify_file(path / TOKENIZER_FILE, records.get(TOKENIZER_FILE))
-    _verify_file(path / WEIGHTS_FILE, records.get(WEIGHTS_FILE))
+    for name, record in records.items():
+        if name == STATE_FILE:
+            continue
+        if Path(name).name != name or name in (".", ".."):  # a record names a file of this folder, no path
+            raise CheckpointError(f"{path / CONFIG_FILE} records a file outside its folder ({name!r}): refused")
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+        _verify_file(path / name, record)
     if has_state:
         _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=hash_state)
 

@@ -307,6 +307,20 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         path = tmp_path / "notes.txt"
         path.write_text("hello")
         return path
+    if kind == "tokenizer_config_edited":
+        folder = _good_folder(tmp_path, tok)
+        cfg = folder / "tokenizer_config.json"
+        cfg.write_text(cfg.read_text().replace('"bos_token"', '"bos_tokeN"'))  # same size, other content
+        return folder
+    if kind == "tokenizer_config_missing":
+        folder = _good_folder(tmp_path, tok)
+        (folder / "tokenizer_config.json").unlink()
+        return folder
+    if kind == "record_outside_folder":
+        folder = _good_folder(tmp_path, tok)
+        meta = json.loads((folder / "config.json").read_text())
+        _edit_config(folder, files={**meta["files"], "../x": {"bytes": 1}})
+        return folder
     if kind in ("meta_tensor_pt", "sparse_tensor_pt", "int_key_pt"):
         state = dict(make_model(7).state_dict())
         norm = state.pop("model.norm.weight")  # the last one copied
@@ -480,6 +494,10 @@ BAD_CASES = {
                       r"device",
     "sparse_tensor_pt": r"last\.pt holds a tensor no weight can be loaded from: model\.norm\.weight is sparse_coo",
     "int_key_pt": r"last\.pt is no model state dict: it names a tensor 1 \(int\), not by text",
+    # Its special tokens (BOS/EOS/PAD) are the run's: swapped, a resume trained and exported with them swapped.
+    "tokenizer_config_edited": r"tokenizer_config\.json in .* is corrupted: its checksum differs",
+    "tokenizer_config_missing": r"is incomplete: tokenizer_config\.json is missing",
+    "record_outside_folder": r"records a file outside its folder \('\.\./x'\): refused",
 }
 
 
