@@ -293,18 +293,32 @@ def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
         if value is not None and tokenizer is not None:
             raise ConfigError(f"{flag} is for training a new tokenizer, but this run uses {tokenizer}; "
                               f"leave {flag} out", "tokenizer")
-    if info is None or info.model_config is None or not args.preset:
+    if info is None or info.model_config is None:
         return
-    if not config_from_preset(args.preset).model.same_architecture(info.model_config):
+    if args.preset and not config_from_preset(args.preset).model.same_architecture(info.model_config):
         raise ConfigError(f"{info.path} brings its own architecture, not the {args.preset} preset's; leave "
                           f"--preset out (it is for a bare state dict)", "preset")
+    given = _read_config_data(args.config).get("model") if getattr(args, "config", None) else None
+    if given is not None and not _read_config_file(args.config).model.same_architecture(info.model_config):
+        raise ConfigError(f"{info.path} brings its own architecture, not the model of {args.config}; remove "
+                          f"its \"model\" section (it is for a bare state dict) or start from scratch", "config")
 
 
 def _read_config_file(path: str):
     """A RunConfig saved as JSON (``RunConfig.to_dict()``, or a run folder's config.json)."""
+    from core.config import RunConfig
+    from core.errors import ConfigError
+
+    try:
+        return RunConfig.from_dict(_read_config_data(path), strict=True)
+    except (TypeError, OverflowError) as exc:  # OverflowError: a number too large for a float (lr: 1e400 as an int)
+        raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
+
+
+def _read_config_data(path: str) -> dict[str, Any]:
+    """The sections a configuration file gives, as written (a run folder's config.json: its ``config``)."""
     import stat
 
-    from core.config import RunConfig
     from core.errors import ConfigError
     from core.paths import user_path
 
@@ -328,10 +342,7 @@ def _read_config_file(path: str):
         data = data["config"]
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a run configuration (a JSON object)")
-    try:
-        return RunConfig.from_dict(data, strict=True)
-    except (TypeError, OverflowError) as exc:  # OverflowError: a number too large for a float (lr: 1e400 as an int)
-        raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
+    return data
 
 
 def _silence(stream) -> None:

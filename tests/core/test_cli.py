@@ -142,6 +142,26 @@ def test_flags_a_start_checkpoint_or_tokenizer_makes_void_are_refused(existing_r
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == snapshot
 
 
+def test_a_config_files_model_beside_a_checkpoint_with_its_own_is_refused(existing_run, capsys, tmp_path):
+    """--init-from with --config trained the checkpoint's architecture and recorded it, the config's model
+    (hidden size 512, 8 layers) ignored without a word, where --preset for another architecture was refused."""
+    out_dir, run_dir, snapshot = existing_run
+    saved = json.loads((run_dir / "config.json").read_text())["config"]
+    other = tmp_path / "other_model.json"
+    other.write_text(json.dumps({**saved, "model": {**saved["model"], "hidden_size": 512, "num_layers": 8}}))
+    capsys.readouterr()
+    assert main(["train", "--steps", "2", "--out", str(out_dir), "--init-from", str(run_dir),
+                 "--config", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"brings its own architecture, not the model of {other}; remove its \"model\" section (it "
+                        f"is for a bare state dict) or start from scratch") and len(err.splitlines()) == 1, err
+    assert list(out_dir.iterdir()) == [run_dir]
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == snapshot
+    # The run's own configuration (its model the checkpoint's) is no contradiction.
+    assert main(["train", "--steps", "2", "--out", str(tmp_path / "runs"), "--init-from", str(run_dir),
+                 "--config", str(run_dir / "config.json")]) == 0
+
+
 def test_bf16_on_a_device_without_it(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("core.device.bf16_supported", lambda device: False)
     assert main(["train", *SMALL, "--steps", "1", "--precision", "bf16", "--out", str(tmp_path)]) == 2
