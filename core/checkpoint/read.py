@@ -623,6 +623,12 @@ def _check_optimizer(optimizer: Any, bad: Callable[[str], CheckpointError]) -> N
     for index, entry in optimizer["state"].items():
         if not isinstance(entry, dict) or not all(isinstance(v, (torch.Tensor, int, float)) for v in entry.values()):
             raise bad(f"the optimizer state of parameter {index!r} must map names to tensors or numbers")
+        for name, value in entry.items():
+            # A NaN moment makes the first step's update NaN: the run then fails blaming its learning rate.
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.layout == torch.strided \
+                    and not value.is_meta and not bool(torch.isfinite(value).all()):
+                raise bad(f"the optimizer state of parameter {index!r} is not finite (NaN or inf in {name}): it was "
+                          f"saved from a diverged or damaged run; start a new run from its weights with --init-from")
 
 
 def _check_rng(rng: Any, bad: Callable[[str], CheckpointError]) -> None:

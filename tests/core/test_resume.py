@@ -477,6 +477,9 @@ def _craft(state: dict, kind: str) -> None:
         entry["exp_avg"] = torch.zeros(3, 3)
     elif kind == "optimizer_without_groups":
         state["optimizer"] = {"state": {}}
+    elif kind == "optimizer_moment_nan":
+        entry = next(iter(state["optimizer"]["state"].values()))
+        entry["exp_avg_sq"].view(-1)[0] = float("nan")
     elif kind == "not_a_dict":
         state.clear()
         state["x"] = 1
@@ -494,6 +497,9 @@ def _craft(state: dict, kind: str) -> None:
     ("optimizer_state_of_another_shape", "exp_avg of parameter 0 has shape (3, 3)"),
     ("optimizer_without_groups", "optimizer must be an optimizer state_dict"),
     ("not_a_dict", "not a valid Speedboard trainer state: optimizer, samples, schedule, step, tokens missing"),
+    # Resumed, it trained a step and failed with "loss became nan …; lower the learning rate".
+    ("optimizer_moment_nan", "is not finite (NaN or inf in exp_avg_sq): it was saved from a diverged or damaged "
+                             "run; start a new run from its weights with --init-from"),
 ])
 def test_a_crafted_trainer_state_with_a_valid_checksum_is_one_line_before_any_folder(kind, message, stopped_parent,
                                                                                      tmp_path, capsys):
