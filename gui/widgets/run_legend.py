@@ -48,9 +48,12 @@ class RunLegend(QListWidget):
         self.setIconSize(SWATCH)
         self.setSpacing(1)
         self.setSelectionMode(QListWidget.SelectionMode.NoSelection)
-        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        # Reached by Tab (a click ticks without taking the focus from a field being typed in): the arrows move
+        # between entries, Space ticks or unticks one.
+        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setToolTip("Tick or untick a run to show or hide its curves in every plot")
+        self.setToolTip("Tick or untick a run to show or hide its curves in every plot (keyboard: Tab to here, "
+                        "the arrows, Space)")
         self.setFrameShape(QListWidget.Shape.NoFrame)
         self._items: dict[Hashable, QListWidgetItem] = {}
         self._filling = False
@@ -72,6 +75,11 @@ class RunLegend(QListWidget):
                 used = 0
             used += w
         self.setFixedHeight(min(rows, self.ROWS) * row + 2 * self.frameWidth() + 2)
+
+    def focusInEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if self.currentRow() < 0 and self.count():
+            self.setCurrentRow(0)  # an entry to act on, shown by its focus frame
+        super().focusInEvent(event)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)

@@ -96,6 +96,26 @@ def test_table_log_and_shaded_region_show_one_compile_figure(window, tmp_path):
 
 
 # --------------------------------------------------------------------------- bug 2: one notion of visible
+def test_the_legend_is_reached_by_tab_and_space_ticks_an_entry(qtbot, window, tmp_path):
+    """It took no focus: a run could be hidden or shown only with the mouse."""
+    first, second = open_runs(window, tmp_path, 2)
+    legend = child(window, "runLegend")
+    window.activateWindow()
+    toggle = child(window, "settingsToggle")
+    toggle.setFocus()
+    for _ in range(12):  # Tab from the plots' first control reaches the legend
+        if legend.hasFocus():
+            break
+        qtbot.keyClick(window.focusWidget(), Qt.Key.Key_Tab)
+    assert legend.hasFocus() and legend.currentRow() == 0
+    qtbot.keyClick(legend, Qt.Key.Key_Right)
+    qtbot.keyClick(legend, Qt.Key.Key_Space)
+    assert not legend.is_checked(second.key) and legend.is_checked(first.key)
+    assert window.plots.hidden_runs == {second.key}
+    qtbot.keyClick(legend, Qt.Key.Key_Space)
+    assert window.plots.hidden_runs == set()
+
+
 def test_legend_table_selection_and_every_plot_share_one_visibility(window, tmp_path):
     first, second = open_runs(window, tmp_path, 2)
     legend = child(window, "runLegend")
