@@ -312,10 +312,6 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         cfg = folder / "tokenizer_config.json"
         cfg.write_text(cfg.read_text().replace('"bos_token"', '"bos_tokeN"'))  # same size, other content
         return folder
-    if kind == "tokenizer_config_missing":
-        folder = _good_folder(tmp_path, tok)
-        (folder / "tokenizer_config.json").unlink()
-        return folder
     if kind == "record_outside_folder":
         folder = _good_folder(tmp_path, tok)
         meta = json.loads((folder / "config.json").read_text())
@@ -347,13 +343,11 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         else:
             os.mkfifo(folder / "config.json")
         return folder
-    if kind == "folder_missing_weights":
+    removed = {"folder_missing_weights": "model.safetensors", "folder_missing_tokenizer": "tokenizer.json",
+               "tokenizer_config_missing": "tokenizer_config.json"}
+    if kind in removed:
         folder = _good_folder(tmp_path, tok)
-        (folder / "model.safetensors").unlink()
-        return folder
-    if kind == "folder_missing_tokenizer":
-        folder = _good_folder(tmp_path, tok)
-        (folder / "tokenizer.json").unlink()
+        (folder / removed[kind]).unlink()
         return folder
     if kind == "config_not_json":
         folder = _good_folder(tmp_path, tok)
