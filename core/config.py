@@ -490,7 +490,7 @@ class RunConfig:
         name = data.get("preset", "tiny")
         if not isinstance(name, str):
             raise ConfigError(f"preset must be text, got {name!r}", "preset")
-        if "model" not in data and "preset" in data:
+        if "model" not in data:  # the preset named, or tiny, the label the run gets: its budget too, not 300 steps
             base = config_from_preset(name)  # an unknown name is one line here
             sections = {"model": base.model.to_dict(), "data": {**base.data.to_dict(), **sections["data"]},
                         "train": {**base.train.to_dict(), **sections["train"]}}

@@ -247,6 +247,10 @@ def test_a_config_file_without_a_model_section_takes_its_presets_model():
     labelled = RunConfig.from_dict({"preset": "anything", "model": {"hidden_size": 64, "num_heads": 4,
                                                                     "num_kv_heads": 2}})
     assert labelled.model.hidden_size == 64 and labelled.preset == "anything"
+    # Naming no preset, it is labelled tiny and trains tiny's budget (it trained TrainConfig's 300 steps).
+    bare = RunConfig.from_dict({"train": {"accum_steps": 1}})
+    assert bare.preset == "tiny" and bare.train.budget == PRESETS["tiny"].steps
+    assert bare.train.micro_batch == PRESETS["tiny"].micro_batch
 
 
 @pytest.mark.parametrize("args, message", [
