@@ -155,8 +155,13 @@ class RunActions(QObject):
             # The run picked cannot be continued: said, not another run's weights taken in its stead.
             # Ended with a checkpoint, it would be the source: it has not ended, or it saved none.
             picked = self.session.record(next(iter(selected)))
-            why = "it is still training" if not picked.ended else "it saved no checkpoint (it failed or was " \
-                  "stopped before its first one)"
+            if not picked.ended:
+                why = "it is still training"
+            elif picked.checkpoints:  # periodic ones, but not the final one Continue starts from
+                why = (f"it {picked.state} at step {picked.step:,} without a final checkpoint; its last one, "
+                       f"{picked.checkpoints[-1]}, can be resumed with Load…")
+            else:
+                why = "it saved no checkpoint (it failed or was stopped before its first one)"
             dialogs.show_error(self._window, "Cannot continue",
                                f"{picked.label} cannot be continued: {why}. Select a run that has a final "
                                f"checkpoint, or none to continue the latest.")

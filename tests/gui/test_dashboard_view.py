@@ -14,6 +14,7 @@ from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QKeySequence
 
 from core.events import (
+    CheckpointSaved,
     CompileFinished,
     CompileStarted,
     RunFailed,
@@ -456,6 +457,24 @@ def test_continue_of_a_selected_run_without_a_checkpoint_says_so_not_another_run
                                   f"(it failed or was stopped before its first one). Select a run that has a "
                                   f"final checkpoint, or none to continue the latest."]
     assert window.session.records[-1] is failed and good.state == "finished"  # nothing started
+
+
+def test_continue_of_a_failed_run_with_periodic_checkpoints_names_its_last_one(qtbot, window, tmp_path, dialogs):
+    """A run that diverged at step 9 after saving step 5 was said to have "saved no checkpoint"."""
+    run_once(qtbot, window)  # a run Continue could take instead: the button is offered
+    folder = write_run(tmp_path / "diverged", "d1", step_times=(0.1,) * 9)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()[:-1]  # without its RunFinished
+    saved = str(folder / "checkpoints" / "step_0000005")
+    for event in (CheckpointSaved("d1", 0.5, 5, 640, saved), RunFailed("d1", 0.9, "loss became nan", 9)):
+        lines.append(json.dumps(event.to_dict()))
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    failed = window.open_run_folder(str(folder))
+    assert failed.state == "failed" and failed.checkpoints == [saved]
+    window.table.selectRow(window.table.row_of(failed.key))
+    click(window, "continueButton")
+    assert dialogs.warnings() == [f"Cannot continue: {failed.label} cannot be continued: it failed at step 9 "
+                                  f"without a final checkpoint; its last one, {saved}, can be resumed with Load…. "
+                                  f"Select a run that has a final checkpoint, or none to continue the latest."]
 
 
 def test_the_empty_plots_say_the_listed_runs_ended_before_a_step_not_no_runs_yet(window, tmp_path):
