@@ -208,3 +208,20 @@ def test_tab_reaches_the_settings_button_where_it_stands_before_the_plots_option
             break
     # Round the chain: the settings column, the log below it, then the button, not the run table.
     assert reached[-2].objectName() == "logView" and window.table in reached[:-2]
+
+
+def test_tab_leaves_the_run_table(qtbot, window, tmp_path):
+    """Tab moved between the table's cells: a keyboard user who reached it could leave only by a shortcut."""
+    from PySide6.QtCore import Qt
+
+    from tests.gui.test_dashboard_view import open_runs
+
+    open_runs(window, tmp_path, 2)
+    window.activateWindow()
+    window.table.setFocus()
+    window.table.setCurrentCell(0, 1)
+    qtbot.keyClick(window.table, Qt.Key.Key_Tab)
+    assert not window.table.hasFocus() and window.focusWidget() is not None
+    window.table.setFocus()
+    qtbot.keyClick(window.table, Qt.Key.Key_Backtab, Qt.KeyboardModifier.ShiftModifier)
+    assert not window.table.hasFocus()
