@@ -33,7 +33,7 @@ from gui.run_actions import RunActions
 from gui.run_folders import RunFolders
 from gui.run_record import RunRecord, describe
 from gui.session import RunSession
-from gui.stored_settings import stored_bytes
+from gui.stored_settings import splitter_state_whole, stored_bytes
 from gui.widgets.config_panel import ConfigPanel, presets_with
 from gui.widgets.log_view import LogView
 from gui.widgets.plot_panel import PlotPanel
@@ -248,8 +248,9 @@ class MainWindow(QMainWindow):
         self.geometry_restored = geometry is not None and self.restoreGeometry(geometry)
         for name in SPLITTERS:
             state = stored_bytes(s, f"window/{name}")
-            if state is not None:
-                getattr(self, name).restoreState(state)
+            splitter = getattr(self, name)
+            if state is not None and splitter_state_whole(state, splitter.count()):
+                splitter.restoreState(state)
         self.settings_button.sync()  # the settings column may come back collapsed
 
     def fit_on(self, available: QRect) -> None:

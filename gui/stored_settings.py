@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtCore import QByteArray, QDataStream, QSettings
 
 
 def stored_text(settings: QSettings, key: str) -> str | None:
@@ -50,6 +50,20 @@ def stored_bytes(settings: QSettings, key: str) -> QByteArray | None:
     if isinstance(value, bytes):
         return QByteArray(value)
     return value if isinstance(value, QByteArray) else None
+
+
+def splitter_state_whole(state: QByteArray, panes: int) -> bool:
+    """``QSplitter.saveState`` bytes that hold a size for each of ``panes`` and what follows them. Qt's
+    ``restoreState`` reads a state cut short as zeros and applies it (the settings column came back collapsed)."""
+    stream = QDataStream(state)
+    marker, _version, count = stream.readInt32(), stream.readInt32(), stream.readInt32()
+    if (marker, count) != (0xFF, panes):
+        return False
+    for _ in range(panes):
+        stream.readInt32()
+    stream.readBool()  # children collapsible
+    stream.readInt32()  # handle width
+    return stream.status() == QDataStream.Status.Ok
 
 
 def stored_json_list(settings: QSettings, key: str) -> list[Any]:

@@ -71,6 +71,7 @@ def test_the_readme_lists_the_same_packages():
 @pytest.mark.parametrize("damage", [
     "[session]\nrun_folders=null\n", "[session]\nrun_folders=5\n", "[session]\nrun_folders=[[[[[\n",
     "[window]\ngeometry=garbage\nmain_splitter=garbage\n",
+    "[window]\nmain_splitter=@ByteArray(\\0\\0\\0\\xff)\n",  # a state cut short: it collapsed the settings
     "[config]\naccum=99999999999999999999\nmicro_batch=5e3\nseq_len=-4\nwarmup=1.5\n",
     "[config]\nbudget=nan\nseed=nan\nlr=inf\npreset=tiny, small\ndevice=cpu, cuda\n",
     "[plots]\nx_axis=step, time\nsmoothing=1e400\nlog_scale=maybe\n",
@@ -91,6 +92,7 @@ def test_a_damaged_settings_file_keeps_the_defaults_and_the_window_opens(qtbot, 
             window.plots.smoothing.value(), window.plots.log_scale.isChecked()) == expected
     assert panel.config is not None, panel.error
     assert not window.geometry_restored and window.session.records == []
+    assert window.main_splitter.sizes()[0] > 0  # the settings column shown
 
 
 def test_the_icon_loads_and_the_desktop_entry_names_it_and_the_command(qtbot):
@@ -114,3 +116,16 @@ def test_the_icon_loads_and_the_desktop_entry_names_it_and_the_command(qtbot):
     files = project["tool"]["setuptools"]["data-files"]
     assert files["share/applications"] == ["assets/speedboard.desktop"]
     assert files["share/icons/hicolor/scalable/apps"] == ["assets/speedboard.svg"]
+
+
+def test_a_collapsed_settings_column_comes_back_collapsed_and_a_shown_one_shown(qtbot, make_window):
+    """What the splitters' states are checked for (a state cut short collapsed the column) lets whole ones by."""
+    first = make_window()
+    first.settings_button.click()
+    assert not first.settings_shown()
+    first.save_settings()
+    assert not make_window().settings_shown()
+    shown = make_window()
+    shown.settings_button.click()
+    shown.save_settings()
+    assert make_window().settings_shown()
