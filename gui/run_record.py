@@ -209,6 +209,11 @@ class RunRecord:
         return f"{mode} ({'per block' if scope == 'block' else 'model'})"
 
     @property
+    def processes(self) -> int:
+        """The processes it trains in: a followed or reopened run tells it by its world size."""
+        return max(self.nproc, self.world_size)
+
+    @property
     def label(self) -> str:
         """Short name for legends: number, compile mode, accumulation, and the processes when more than one."""
         mode = self.train.get("compile_mode", "off")
@@ -216,7 +221,7 @@ class RunRecord:
         if self.train.get("compile_scope") == "block" and mode != "eager":
             mode += "/block"
         text = f"#{self.number} {mode} ×{self.train.get('accum_steps', 1)}"
-        processes = max(self.nproc, self.world_size)  # a followed or reopened run tells it by its world size
+        processes = self.processes
         if processes > 1:
             text += f" on {processes} processes"
         if self.parent_number is not None:

@@ -203,6 +203,9 @@ class RunSession(QObject):
             cfg = cfg.replace(out_dir=self.out_dir)
         if nproc > 1:
             spec = prepare_launch(cfg, nproc)
+            # The model this process holds (an earlier run's) is no longer the latest: Save would write it under
+            # this run's name and step. The job's own checkpoints hold its weights.
+            self._has_model = False
             record = self._new_record(cfg.to_dict(), "live", folder=str(spec.run_dir), parent=parent, nproc=nproc)
             self._active = record
             self._process = ProcessRun(spec, self)

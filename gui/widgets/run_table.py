@@ -230,7 +230,7 @@ class RunTable(QTableWidget):
             "Micro": str(record.train.get("micro_batch", "")),
             "Precision": record.precision or record.train.get("precision", ""),
             "Device": record.device or record.train.get("device", ""),
-            "Procs": str(record.nproc),
+            "Procs": str(record.processes),
             "Started from": started,
             "Compile s": compile_s,
             "Tokens/s": _fmt(tps, ",.0f"),

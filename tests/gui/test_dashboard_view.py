@@ -33,7 +33,8 @@ MIB = 1 / 1024
 def write_run(folder: Path, run_id: str, *, step_times=(0.1,) * 8, warmup: int = 1, compile_mode: str = "off",
               compile_seconds: float | None = None, precision: str = "fp32", device: str = "cpu",
               preset: str = "micro", seq_len: int = 32, tokens_per_step: int = 128, baseline_gib: float = 0.5,
-              mem_gib: float = 0.6, fail: str | None = None, init_from: str | None = None) -> Path:
+              mem_gib: float = 0.6, fail: str | None = None, init_from: str | None = None,
+              world_size: int = 1) -> Path:
     """A run folder with the events a trainer writes; ``fail`` ends it failed before its first step."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {"preset": preset, "data": {"seq_len": seq_len}, "init_from": init_from,
@@ -42,7 +43,7 @@ def write_run(folder: Path, run_id: str, *, step_times=(0.1,) * 8, warmup: int =
     events = [RunStarted(run_id, 0.0, run_dir=str(folder), config=config, device=device, precision=precision,
                          num_parameters=1000, tokens_per_step=tokens_per_step,
                          budget_tokens=tokens_per_step * len(step_times), total_steps=len(step_times),
-                         mem_baseline_gib=baseline_gib)]
+                         mem_baseline_gib=baseline_gib, world_size=world_size)]
     if fail:
         events.append(RunFailed(run_id, 0.1, fail))
     else:
@@ -422,6 +423,8 @@ def test_processes_and_started_from_columns(qtbot, window, tmp_path):
     (loaded,) = open_runs(window, tmp_path, 1, init_from="/data/weights/model.safetensors")
     assert cell(window, loaded.key, "Started from").text() == "weights/model.safetensors"
     assert cell(window, loaded.key, "Procs").text() == "1"
+    (two,) = open_runs(window, tmp_path, 1, world_size=2)  # a job of 2 processes, reopened: it said 1
+    assert cell(window, two.key, "Procs").text() == "2" and two.label.endswith("on 2 processes")
     parent = run_once(qtbot, window)
     click(window, "continueButton")
     wait_idle(qtbot, window)

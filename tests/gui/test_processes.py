@@ -9,7 +9,13 @@ from tests.gui.conftest import RUN_TIMEOUT_MS, child, click, read_jsonl
 
 @pytest.mark.slow
 def test_two_cpu_processes_from_the_window(qtbot, make_window):
+    from tests.gui.conftest import run_once
+
     window = make_window(train={"budget": 100_000, "micro_batch": 2, "eval_every": 0})
+    window.config_panel.budget.setValue(3)
+    run_once(qtbot, window)  # a model in this process: an earlier run's, not the job's
+    assert child(window, "saveButton").isEnabled()
+    window.config_panel.budget.setValue(100_000)
     child(window, "processesSpin").setValue(2)
     assert window.config_panel.config is not None, window.config_panel.error
     click(window, "startButton")
@@ -29,3 +35,5 @@ def test_two_cpu_processes_from_the_window(qtbot, make_window):
     x, _ = window.store.series(record.key, "train/loss")
     assert len(x) == len(steps)  # the plots hold every step rank 0 logged
     assert child(window, "startButton").isEnabled()
+    # The model this process holds is the earlier run's: Save wrote it under the job's name and step.
+    assert not child(window, "saveButton").isEnabled() and not window.session.can_save
