@@ -82,7 +82,8 @@ def _peak(event: ev.RunStarted) -> str:
     """The MFU denominator, so the step lines' MFU can be checked."""
     if not event.matmul_peak_flops:
         return ""
-    return f", MFU of {event.matmul_peak_flops / 1e9:,.0f} GFLOP/s {event.precision} GEMMs"
+    each = f"{event.world_size} × " if event.world_size > 1 else ""  # every process's GEMMs: the job's peak
+    return f", MFU of {each}{event.matmul_peak_flops / 1e9:,.0f} GFLOP/s {event.precision} GEMMs"
 
 
 def event_line(event: ev.Event) -> EventLine | None:
@@ -147,6 +148,8 @@ def event_line(event: ev.Event) -> EventLine | None:
         if event.train_mem_gib is not None and event.peak_mem_gib - event.train_mem_gib >= 0.005:
             # On a CPU the process's resident set holds Python, torch and (in the dashboard) the window too.
             mem = f"peak mem {event.train_mem_gib:.2f} GiB for training ({event.peak_mem_gib:.2f} GiB the process)"
+        if event.world_size > 1:  # each process holds its own model, optimizer and share of the batch
+            mem += f" in rank 0, one of {event.world_size} processes"
         return EventLine(f"{state} at step {event.step}: train loss {_number(event.final_loss)}, "
                          f"val loss {_number(event.val_loss)}, {tps}{comp}, {mem}")
     if isinstance(event, ev.RunFailed):

@@ -227,6 +227,8 @@ class RunFinished(Event):
     train_mem_gib: float | None = None
     """The training's own peak: ``peak_mem_gib`` minus what the process held before the model existed, as
     the dashboard's Train GiB and ``speedboard bench`` report it (None in runs recorded before it existed)."""
+    world_size: int = 1
+    """The job's processes: its memory figures are rank 0's, one process's (tokens/s and MFU are the job's)."""
 
 
 @dataclass(frozen=True)

@@ -877,7 +877,7 @@ class Trainer:
         self.emit(RunFinished(self.run_id, self.now(), self.step, self.tokens, stopped, result.final_loss,
                               val_loss, median_tps, compile_seconds, peak,
                               str(final_ckpt) if final_ckpt else None,
-                              train_mem_gib=max(0.0, peak - self.mem_baseline)))
+                              train_mem_gib=max(0.0, peak - self.mem_baseline), world_size=self.dist.world_size))
         return result
 
     def _report_compile(self, times: StepTimes) -> None:

@@ -117,13 +117,16 @@ class RunTable(QTableWidget):
                            "runs' step-time spread (25th–75th percentile). The runs were measured one after "
                            "the other, not interleaved: load on the machine between them moves the figure",
                 "MFU": "Model FLOPs utilisation of the median tokens/s, against this machine's measured GEMM peak "
-                       "in the run's precision (the figure of the CLI's step lines and of speedboard bench)",
+                       "in the run's precision (the figure of the CLI's step lines and of speedboard bench); a "
+                       "job of N processes against N times that peak",
                 "Loss": "Final training loss",
                 "Train GiB": "Peak memory of the training itself: CUDA max allocated, or on CPU the peak "
                              "resident set minus what the process held before the model existed (the "
                              "window and earlier runs excluded; their freed memory is handed back first), as "
                              "speedboard bench reports it. On CPU a window's first run also counts torch's "
-                             "one-time set-up, so it reads higher than the runs after it"}
+                             "one-time set-up, so it reads higher than the runs after it. A job of several "
+                             "processes: rank 0's, one process's (each holds its own model, optimizer and share "
+                             "of the batch); its Tokens/s and MFU are the whole job's"}
         for name, tip in tips.items():
             self.horizontalHeaderItem(COLUMNS.index(name)).setToolTip(tip)
         self._records: list[RunRecord] = []

@@ -166,8 +166,10 @@ class StatusBar(QStatusBar):
         now, peak = record.mem_gib, record.peak_mem_gib
         self.memory.setText("" if now is None else f"mem {now:.2f} GiB" if peak is None else
                             f"mem {now:.2f} GiB · peak {peak:.2f}")
+        rank0 = (f" Rank 0's, one of {record.processes} processes (each holds as much)."
+                 if record.processes > 1 else "")
         self.memory.setToolTip("Memory the training holds now, and its peak so far (the run table's Train GiB): "
-                               "above what the process held before the model existed")
+                               "above what the process held before the model existed." + rank0)
 
     def show_idle(self, text: str = "idle") -> None:
         self._shown = None

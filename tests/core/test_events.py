@@ -127,3 +127,25 @@ def test_lines_of_one_document_say_document_not_documents():
     from core.prepare import trained_origin
 
     assert trained_origin(DataConfig(tokenizer_train_docs=1)).startswith("trained on the corpus' first document, ")
+
+
+def test_a_job_of_several_processes_says_whose_memory_and_which_peak():
+    """Its memory figures are rank 0's and MFU divides by every process's peak: the lines said neither."""
+    from core.event_text import event_line
+    from core.events import RunFinished
+
+    def started(world_size):
+        return RunStarted("r", 0.0, run_dir="/r", config={}, device="cpu", precision="fp32", num_parameters=1,
+                          tokens_per_step=1, budget_tokens=1, total_steps=1, world_size=world_size,
+                          matmul_peak_flops=91e9)
+
+    assert "→ step 1, MFU of 91 GFLOP/s fp32 GEMMs) in" in event_line(started(1)).text
+    assert "→ step 1, MFU of 2 × 91 GFLOP/s fp32 GEMMs) in" in event_line(started(2)).text
+
+    def finished(world_size):
+        return RunFinished("r", 1.0, 20, 100, False, 3.0, None, 9424.0, None, 0.56, None, train_mem_gib=0.32,
+                           world_size=world_size)
+
+    assert event_line(finished(1)).text.endswith("peak mem 0.32 GiB for training (0.56 GiB the process)")
+    assert event_line(finished(2)).text.endswith("peak mem 0.32 GiB for training (0.56 GiB the process) in rank 0, "
+                                                 "one of 2 processes")
