@@ -432,7 +432,7 @@ class MainWindow(QMainWindow):
         # The advisor's trials hold the torch thread, which saves and loads: both would wait for them unseen.
         # A torchrun job's weights are in its processes, never in this one: it saves its own checkpoints.
         self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
-                                can_continue=can_continue, stopping=session.stopping,
+                                can_continue=can_continue, stopping=session.stopping or session.ending,
                                 can_save=session.can_save and not session.tuning and not session.in_processes,
                                 can_load=not session.tuning, invalid=self.config_panel.error if not valid else "")
         if session.in_processes:
@@ -458,6 +458,11 @@ class MainWindow(QMainWindow):
                      "its set-up has stopped" if setting_up else "the current optimizer step")
             if self.session.closing:
                 self.status.showMessage(f"Still stopping: the window closes after {after} …")
+                return
+            if self.session.ending or self.session.stopping:  # no question: the run ends already
+                self.session.stop_then_close()  # (no second stop is sent)
+                self.status.showMessage("The window closes once the run has ended …" if self.session.ending else
+                                        f"Stopping: the window closes after {after} …")
                 return
             if not dialogs.confirm_stop_and_close(self, compiling, setting_up):
                 return

@@ -112,7 +112,7 @@ class RunActions(QObject):
         self._update_controls()
 
     def stop(self) -> None:
-        if not self.session.running:
+        if not self.session.running or self.session.ending or self.session.stopping:  # (a shortcut, the menu)
             return
         active = self.session.active
         key = active.key if active is not None else None

@@ -132,6 +132,12 @@ class RunSession(QObject):
         return self._active is not None and self._active.state == "stopping"
 
     @property
+    def ending(self) -> bool:
+        """The run has ended (its finished or failed event was read), and its torchrun processes are exiting:
+        nothing is left to stop, pause or save."""
+        return self.running and self._active is not None and self._active.ended
+
+    @property
     def closing(self) -> bool:
         """The window closes once the run has stopped."""
         return self._closing
@@ -256,7 +262,7 @@ class RunSession(QObject):
 
     def stop(self) -> None:
         """Stop the run after its current optimizer step (every rank of a torchrun job); it saves and ends."""
-        if not self.running or self.stopping:
+        if not self.running or self.stopping or self.ending:  # a second interrupt would abort a torchrun job
             return
         active = self._active
         self._route(active, StopRequested(before_training=active is not None and active.before_training))

@@ -290,6 +290,26 @@ def test_a_torchrun_job_is_followed_through_its_folder_and_stopped(qtbot, sessio
     assert list(x) == [1, 2, 3]  # the same buffers as a run in the torch thread
 
 
+def test_a_torchrun_job_that_has_ended_while_its_processes_exit_is_not_stopped_again(qtbot, session, tmp_path,
+                                                                                    monkeypatch):
+    """Rank 0 wrote "finished" a second before the launcher exited: meanwhile Stop (or closing the window)
+    logged "stopping after the current optimizer step" under the finished run and interrupted the launcher."""
+    run_dir = tmp_path / "runs" / "job"
+    monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
+        tmp_path, [_started(run_dir), _step(1), _finished(1, stopped=False)], []))
+    record = session.start(micro_config(tmp_path), nproc=2)
+    qtbot.waitUntil(lambda: record.ended, timeout=RUN_TIMEOUT_MS)
+    assert record.state == "finished" and session.running and session.ending
+    interrupts = []
+    monkeypatch.setattr(session._process, "stop", lambda: interrupts.append(1))
+    session.stop()
+    session.stop_then_close()
+    assert interrupts == [] and record.state == "finished" and session.closing
+    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
+        session._process.process.kill()  # the launcher's own exit, sooner
+    assert not session.running and not session.ending and record.state == "finished"
+
+
 def test_a_torchrun_job_that_dies_without_a_final_event_is_a_failed_run(qtbot, session, tmp_path, monkeypatch):
     run_dir = tmp_path / "runs" / "job"
     monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
