@@ -8,6 +8,7 @@ replaced meanwhile, starts again with what is newest then (``_read_newest``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -16,7 +17,7 @@ import pickle
 import re
 import warnings
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -116,9 +117,28 @@ def _torch_load(path: Path, what: str = "weights file", mmap: bool = False) -> A
         raise CheckpointError(f"{path.name} is not a PyTorch {what}, or is truncated or corrupted ({detail})") from None
 
 
+@contextlib.contextmanager
+def _utf8_path(path: Path) -> Iterator[str]:
+    """A name of ``path`` that safetensors can take: it refuses one that is not UTF-8 (a folder named in a
+    Latin-1 locale, any byte of another encoding), which it saved without complaint. Such a file is opened here
+    and named by its descriptor (``/proc/self/fd``, Linux)."""
+    name = str(path)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    yield name
+
+
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
-        return load_file(str(path), device="cpu")
+        with _utf8_path(path) as name:
+            return load_file(name, device="cpu")
     except FileNotFoundError:
         raise
     except Exception as exc:  # SafetensorError and friends: report, never crash
@@ -494,7 +514,7 @@ def _read_file(path: Path) -> LoadedCheckpoint:
 def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     try:
         if path.suffix.lower() == ".safetensors":
-            with safe_open(str(path), framework="pt") as f:  # the header only: no tensor data is read
+            with _utf8_path(path) as name, safe_open(name, framework="pt") as f:  # the header only: no data read
                 return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
         # A pickle has no header; a zip-format one is memory-mapped, so its weights are not read into RAM.
         state = _extract_state_dict(_torch_load(path, mmap=zipfile.is_zipfile(path)), path)

@@ -513,6 +513,22 @@ def test_bad_checkpoint_gives_one_clear_error_and_changes_nothing(kind, target, 
     assert_unchanged(model, before)
 
 
+def test_a_checkpoint_in_a_folder_named_in_another_encoding_loads(tmp_path, tok):
+    """Saved without complaint, it was "truncated or corrupted" when read: safetensors takes only UTF-8 paths,
+    and a folder named in a Latin-1 locale (é as the byte E9) is none."""
+    import os
+
+    parent = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9"))
+    folder = ck.save_checkpoint(parent / "step_0000001", make_model(7), tokenizer=tok)
+    model = make_model(5)
+    ck.load_checkpoint(model, folder)
+    assert ck.tensor_shapes(folder) == {k: tuple(v.shape) for k, v in ck.read_checkpoint(folder).state_dict.items()}
+    assert_unchanged(model, params_snapshot(make_model(7)))
+    bare = parent / "weights\udcff.safetensors"  # a bare file of such a name too
+    bare.write_bytes((folder / "model.safetensors").read_bytes())
+    ck.load_checkpoint(make_model(5), bare)
+
+
 def test_malicious_pickle_is_refused_and_never_runs(tmp_path, tok):
     """A pickle whose ``__reduce__`` creates a file: refused, and the file is never created."""
     marker = tmp_path / "pwned"
