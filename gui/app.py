@@ -5,19 +5,89 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 # Qt is imported in main(), after the checks: Qt's GUI module itself links system libraries (EGL, fontconfig),
 # and importing it without one fails with an ImportError that names a file, not the package that has it.
 
 
+HEADLESS_ADVICE = "on a machine without a screen, train with `speedboard train`, or run the dashboard under " \
+                  "`xvfb-run speedboard gui`"
+
+
 def _no_display_reason() -> str | None:
-    """On Linux without X11/Wayland Qt would abort; say so in one line instead."""
-    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+    """On Linux without a display Qt aborts (with a hint about a library that is installed); say so in one line
+    instead. A display named but not reachable (no X server on ``DISPLAY``, no Wayland compositor) counts too, and
+    so does a ``QT_QPA_PLATFORM`` that names no platform plugin here."""
+    if not sys.platform.startswith("linux"):
         return None
-    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+    asked = [p.split(":")[0].strip() for p in os.environ.get("QT_QPA_PLATFORM", "").split(";") if p.strip()]
+    if asked:  # Qt tries them in order
+        reasons = [_platform_problem(name) for name in asked]
+        return None if None in reasons else reasons[0]
+    x11, wayland = os.environ.get("DISPLAY"), os.environ.get("WAYLAND_DISPLAY")
+    if not x11 and not wayland:
+        return f"no display found (DISPLAY is not set): {HEADLESS_ADVICE}"
+    if wayland and _wayland_problem() is None:
         return None
-    return ("no display found (DISPLAY is not set): on a machine without a screen, train with "
-            "`speedboard train`, or run the dashboard under `xvfb-run speedboard gui`")
+    return _x11_problem() if x11 else _wayland_problem()
+
+
+def _platform_problem(name: str) -> str | None:
+    import PySide6
+
+    folder = Path(PySide6.__file__).parent / "Qt" / "plugins" / "platforms"
+    known = sorted(p.name[len("libq"):-len(".so")] for p in folder.glob("libq*.so")) if folder.is_dir() else []
+    if known and name.split("-")[0] not in known:  # wayland-egl is the wayland plugin's
+        return f"QT_QPA_PLATFORM={name} names no Qt platform plugin here (these exist: {', '.join(known)})"
+    if name == "xcb":
+        return _x11_problem()
+    if name.startswith("wayland"):
+        return _wayland_problem()
+    return None  # offscreen, minimal, vnc, eglfs …: nothing to connect to first
+
+
+def _x11_problem() -> str | None:
+    """Why the X server of ``DISPLAY`` cannot be reached (asked through libxcb, as Qt will), or None."""
+    import ctypes
+
+    display = os.environ.get("DISPLAY")
+    if not display:
+        return f"no display found (DISPLAY is not set): {HEADLESS_ADVICE}"
+    try:
+        xcb = ctypes.CDLL("libxcb.so.1")
+    except OSError:
+        return None  # the missing library is named by the check that follows (XCB_LIBRARIES)
+    xcb.xcb_connect.restype = ctypes.c_void_p
+    xcb.xcb_connect.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    xcb.xcb_connection_has_error.argtypes = [ctypes.c_void_p]
+    xcb.xcb_disconnect.argtypes = [ctypes.c_void_p]
+    connection = xcb.xcb_connect(os.fsencode(display), None)
+    try:
+        failed = xcb.xcb_connection_has_error(connection)
+    finally:
+        xcb.xcb_disconnect(connection)
+    if failed:
+        return f"cannot connect to the X display {display!r} (is its X server running?): {HEADLESS_ADVICE}"
+    return None
+
+
+def _wayland_problem() -> str | None:
+    """Why no Wayland compositor answers on its socket (``WAYLAND_DISPLAY`` in ``XDG_RUNTIME_DIR``), or None."""
+    import socket
+
+    name = os.environ.get("WAYLAND_DISPLAY") or "wayland-0"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if not os.path.isabs(name) and not runtime:
+        return f"no Wayland display: XDG_RUNTIME_DIR is not set, so {name!r} names no socket: {HEADLESS_ADVICE}"
+    path = name if os.path.isabs(name) else os.path.join(runtime, name)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            return f"cannot connect to the Wayland display {name!r} (is a compositor running?): {HEADLESS_ADVICE}"
+    return None
 
 
 # Qt's X11 platform plugin (libqxcb.so and libQt6XcbQpa.so) links these; pip cannot install them, and without

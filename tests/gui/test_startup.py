@@ -15,6 +15,7 @@ def x11_desktop(monkeypatch):
     monkeypatch.setenv("DISPLAY", ":0")
     for name in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY", "XDG_SESSION_TYPE"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(app, "_x11_problem", lambda: None)  # its X server answers
 
 
 def test_missing_xcb_libraries_are_named_with_one_apt_get_line(x11_desktop, monkeypatch, capsys):

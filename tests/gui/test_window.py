@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtWidgets import QComboBox, QPushButton, QSpinBox, QTableWidget
 
 from core.config import COMPILE_MODES
@@ -118,6 +119,35 @@ def test_no_display_gives_one_clear_line(monkeypatch, capsys):
     assert app.main([]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no display" in err and "speedboard train" in err
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"DISPLAY": ":987"}, "cannot connect to the X display ':987' (is its X server running?)"),
+    ({"QT_QPA_PLATFORM": "xcb"}, "no display found (DISPLAY is not set)"),
+    ({"QT_QPA_PLATFORM": "bogus"}, "QT_QPA_PLATFORM=bogus names no Qt platform plugin here (these exist: "),
+    ({"WAYLAND_DISPLAY": "wayland-9"}, "cannot connect to the Wayland display 'wayland-9' (is a compositor"),
+    ({"QT_QPA_PLATFORM": "wayland", "XDG_RUNTIME_DIR": None}, "no Wayland display: XDG_RUNTIME_DIR is not set"),
+])
+def test_a_display_named_but_not_reachable_gives_one_clear_line(monkeypatch, capsys, tmp_path, env, says):
+    """Qt aborted (exit 134, eight lines, a hint about a library that was installed) where a display variable
+    was set but nothing answered, or the platform named did not exist."""
+    import sys
+
+    from gui import app
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    for name in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no compositor's socket in it
+    for name, value in env.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert app.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("speedboard: error: ") and says in err, err
+    assert "xvfb-run speedboard gui" in err or "bogus" in err
 
 
 def test_qt_binding_keeps_none_alive():
