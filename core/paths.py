@@ -26,20 +26,42 @@ def user_path(value: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(value))))
 
 
-def unnameable(path: str | os.PathLike[str]) -> str | None:
+def unnameable(path: str | os.PathLike[str], room: int = 0) -> str | None:
     """Why the operating system cannot name ``path`` (a part longer than its file system allows, or the whole
     longer than a path may be), or None. Asked before anything looks at it: ``stat`` of such a path raises
-    "File name too long" where a missing file was expected."""
+    "File name too long" where a missing file was expected. ``room``: bytes of the paths written below it (a
+    run's checkpoints), which must fit too: found after training, a checkpoint was lost to them."""
     target = user_path(path)
     existing = next((p for p in (target, *target.parents) if os.path.lexists(p)), Path(target.anchor or "/"))
     name_max, path_max = _limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096)
-    if len(os.fsencode(target)) >= path_max:
-        return f"the path is {len(os.fsencode(target)):,} bytes long: more than the {path_max - 1:,} a path may have"
+    length = len(os.fsencode(target))
+    if length >= path_max:
+        return f"the path is {length:,} bytes long: more than the {path_max - 1:,} a path may have"
+    if length + room >= path_max:
+        return (f"the path is {length:,} bytes long: with the {room} bytes of what is written below it, more than "
+                f"the {path_max - 1:,} a path may have")
     for part in target.parts:
         if len(os.fsencode(part)) > name_max:
             return (f"a name in the path is {len(os.fsencode(part)):,} bytes long: more than the {name_max} "
                     f"its file system allows ({part[:24]}…)")
     return None
+
+
+def missing_folders(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first: what creating it would create."""
+    missing = []
+    for folder in (user_path(path), *user_path(path).parents):
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove those of ``folders`` (deepest first) that are empty: what a refused command created on its way."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def _limit(path: Path, name: str, default: int) -> int:
@@ -177,7 +199,7 @@ def _read_only(path: Path) -> bool:
         return False
 
 
-def why_not_writable(path: str | os.PathLike[str]) -> str | None:
+def why_not_writable(path: str | os.PathLike[str], room: int = 0) -> str | None:
     """Why a folder cannot be created (or written into) at ``path``; None when nothing stands in the way.
 
     Looks at the nearest part of the path that exists: a file there, a
@@ -185,7 +207,7 @@ def why_not_writable(path: str | os.PathLike[str]) -> str | None:
     Nothing is created.
     """
     target = user_path(path)
-    if (why := unnameable(target)) is not None:
+    if (why := unnameable(target, room)) is not None:
         return why
     probe = target
     while not probe.exists() and not probe.is_symlink() and probe.parent != probe:

@@ -33,7 +33,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished, RunStarted, event_from_dict
 from core.json_text import finite_json, parse_json
-from core.paths import WriterLock, is_locked, user_path, why_not_writable
+from core.paths import WriterLock, is_locked, missing_folders, remove_empty, user_path, why_not_writable
 
 METRICS_FILE = "metrics.jsonl"
 HEARTBEAT_FILE = "heartbeat.json"
@@ -58,6 +58,11 @@ def run_root(out_dir: str | os.PathLike[str] | None) -> Path:
     return user_path(out_dir) if out_dir else default_out_dir()
 
 
+RUN_FOLDER_ROOM = 300
+"""Bytes a run writes below its run root at most, with a run id as long as the ones it makes: ``RUN_ID/
+checkpoints/.step_NNNNNNN.tmp-…/tokenizer_config.json``. A root too long for them is refused before training."""
+
+
 def check_run_root(out_dir: str | os.PathLike[str] | None) -> Path:
     """The run root, refused in one line (``ConfigError`` on ``out_dir``) when no run folder can be created there.
 
@@ -65,7 +70,7 @@ def check_run_root(out_dir: str | os.PathLike[str] | None) -> Path:
     system or a folder without write permission.
     """
     root = run_root(out_dir)
-    reason = why_not_writable(root)
+    reason = why_not_writable(root, room=RUN_FOLDER_ROOM)
     if reason:
         where = "SPEEDBOARD_HOME" if not out_dir and os.environ.get("SPEEDBOARD_HOME") else "the output folder"
         raise ConfigError(f"cannot create run folders in {root} ({where}): {reason}", "out_dir")
@@ -141,11 +146,15 @@ def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
     any other failure to create it is a ``ConfigError`` naming the folder and the reason.
     """
     path = check_run_root(out_dir) / run_id
+    made = missing_folders(path.parent)
     try:
         _make_free_folder(path)
     except FileExistsError:
         if not _take_claim(path):
             raise
+    except BaseException:
+        remove_empty(made)  # the folders it created on the way, as a refused command leaves nothing
+        raise
     return path
 
 

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from core.errors import CheckpointError, ConfigError, DataError
 from core.json_text import parse_json
-from core.paths import user_path
+from core.paths import unnameable, user_path
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)  # ids 0, 1, 2 in every trained tokenizer
@@ -32,12 +32,19 @@ _ALIASES = {"bos": (BOS, "<s>", "<|begin_of_text|>", "[BOT]", "[BOS]", "<bos>", 
             "pad": (PAD, "<pad>", "<|finetune_right_pad_id|>", "[PAD]", "<|padding|>", "<|pad|>")}
 
 
+CACHE_ROOM = 200
+"""Bytes of the paths kept below the cache folder at most (``stores/<key>.tmp-…/offsets.bin``)."""
+
+
 def cache_dir() -> Path:
     """Per-user cache folder (``SPEEDBOARD_CACHE_DIR`` overrides it, read as every path the user gives:
     ``~`` expanded, made absolute)."""
     env = os.environ.get("SPEEDBOARD_CACHE_DIR")
     if env:
-        return user_path(env)
+        path = user_path(env)
+        if (why := unnameable(path, room=CACHE_ROOM)) is not None:  # else a traceback from the first stat below it
+            raise DataError(f"SPEEDBOARD_CACHE_DIR cannot hold the cache ({why}); set it to a shorter path")
+        return path
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("speedboard"))

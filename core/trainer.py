@@ -88,7 +88,7 @@ from core.events import (
 from core.memory_budget import check_fits, check_model_fits, fit_split
 from core.mfu import PEAK_CHECK_MFU, peak_share, utilization
 from core.model import LlamaForCausalLM
-from core.paths import user_path, why_write_failed
+from core.paths import missing_folders, remove_empty, user_path, why_write_failed
 from core.precision import PrecisionChoice, check_precision, decide_precision, matmul_peak
 from core.resume import check_optimizer_state, other_batch, other_stream, rng_state, set_rng_state
 from core.runs import (
@@ -104,6 +104,7 @@ from core.runs import (
     library_versions,
     new_run_id,
     run_id_taken,
+    run_root,
     run_tag,
     write_json,
 )
@@ -651,6 +652,7 @@ class Trainer:
             if change["step"] is None:
                 change["step"] = self.step + 1
         if self.dist.is_main:
+            made = missing_folders(run_root(self.cfg.out_dir))  # removed again where the run is refused
             try:
                 self.run_dir = create_run_dir(self.cfg.out_dir, self.run_id)
             except FileExistsError:
@@ -667,6 +669,7 @@ class Trainer:
                     self._jsonl.close()
                     self._jsonl = None
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+                remove_empty(made)
                 where, self.run_dir = self.run_dir, None
                 if not isinstance(exc, OSError):
                     raise

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CheckpointError, SpeedboardError
-from core.paths import WriterLock, fsync, user_path, why_not_writable, why_write_failed, writer_gone
+from core.paths import (
+    WriterLock,
+    fsync,
+    missing_folders,
+    remove_empty,
+    user_path,
+    why_not_writable,
+    why_write_failed,
+    writer_gone,
+)
 
 
 def _host_tag() -> str:
@@ -79,15 +88,20 @@ class AtomicFolder:
         self.what = what
         self.tmp = _hidden(self.target, "tmp")
         self._lock: WriterLock | None = None
+        self._made: list[Path] = []
+        """The folders above the target that entering created: removed again when the write fails."""
 
     def __enter__(self) -> Path:
+        made = missing_folders(self.target.parent)
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
             sweep_leftovers(self.target)
             self.tmp.mkdir()
             self._lock = WriterLock(self.tmp)  # held while it is written: never swept from under this save
         except OSError as exc:
+            remove_empty(made)  # the folders created on the way: a refused save leaves nothing
             raise self._failure(exc) from None
+        self._made = made
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -104,6 +118,7 @@ class AtomicFolder:
             failure = self._failure(exc) if isinstance(exc, Exception) and not isinstance(exc, SpeedboardError) \
                 else None
             shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_empty(self._made)
             if failure is not None:
                 raise failure from None
             return  # a user error raised inside, or KeyboardInterrupt: as it is
@@ -118,9 +133,11 @@ class AtomicFolder:
         except Exception as exc:
             failure = self._failure(exc)
             shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_empty(self._made)
             raise failure from None
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_empty(self._made)
             raise
 
     def _failure(self, exc: BaseException) -> CheckpointError:

@@ -163,3 +163,34 @@ def test_a_taken_run_id_is_one_line_before_the_corpus_is_prepared(tmp_path, caps
     monkeypatch.setenv(CLAIM_ENV, "another job's")
     assert run_id_taken(out, "taken")
     launcher.release()
+
+
+def test_a_full_disk_while_the_run_folder_is_written_leaves_none_of_the_folders_it_created(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """The run folder went, but the --out folder (and its parents) created for it stayed, empty."""
+    from core.trainer import Trainer
+
+    def full(self):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.run_dir / "config.json"))
+
+    monkeypatch.setattr(Trainer, "_write_run_files", full)
+    (tmp_path / "kept").mkdir()
+    assert main(["train", *small(tmp_path), "--out", str(tmp_path / "kept" / "new" / "runs")]) == 2
+    assert "no space left" in one_error_line(capsys).lower()
+    assert list((tmp_path / "kept").iterdir()) == []  # new/runs removed again; kept, which existed, stays
+
+
+def test_paths_too_long_for_what_is_written_below_them_are_one_line_before_training(tmp_path, capsys, monkeypatch):
+    """An --out of 4,000 bytes trained, then lost its checkpoint ("File name too long"); a cache folder of
+    4,060 bytes was a traceback at the first look below it."""
+    deep = tmp_path
+    while len(os.fsencode(str(deep))) < 3_900:
+        deep = deep / ("d" * 200)
+    assert main(["train", *small(tmp_path), "--out", str(deep)]) == 2
+    err = one_error_line(capsys)
+    assert "with the 300 bytes of what is written below it, more than the 4,095 a path may have" in err, err
+    assert list(tmp_path.iterdir()) == [tmp_path / "corpus.txt"]  # nothing created
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(deep))
+    assert main(["train", *small(tmp_path), "--out", str(tmp_path / "runs")]) == 2
+    assert "SPEEDBOARD_CACHE_DIR cannot hold the cache (the path is" in one_error_line(capsys)
+    assert not (tmp_path / "runs").exists()
