@@ -696,16 +696,16 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
         stores = _stores_of(args.data, args.text_field, args.tokenizer) if args.data is not None else \
             _made_with(list_stores(), args.tokenizer)
         if not stores:
-            print(_no_stores(args.data, args.tokenizer))
+            _out(_no_stores(args.data, args.tokenizer))
         for m in stores:
             if "damaged" in m:  # its manifest says nothing more: named by its path
-                print(f"{m['path']}: damaged ({m['damaged']}), {m['bytes'] / 2**30:.2f} GiB; preparing its corpus "
+                _out(f"{m['path']}: damaged ({m['damaged']}), {m['bytes'] / 2**30:.2f} GiB; preparing its corpus "
                       f"again replaces it, --remove all removes it")
                 continue
             tok, source = m.get("tokenizer") or {}, m.get("source") or {}
             field = f" --text-field {source['text_field']}" if source.get("kind") not in ("text", "builtin", None) \
                 else ""
-            print(f"{m.get('created', '?')}  {m.get('documents', 0):>12,} docs  {m.get('tokens', 0):>15,} tokens  "
+            _out(f"{m.get('created', '?')}  {m.get('documents', 0):>12,} docs  {m.get('tokens', 0):>15,} tokens  "
                   f"{m['bytes'] / 2**30:7.2f} GiB  {_where(m)}{field}  "
                   f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}")
         return 0
@@ -734,9 +734,22 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     if not prepared.from_store:
         chars = store.manifest.get("text_chars", 0)
         rate = chars / 1e6 / max(store.manifest.get("seconds", 0) or prepared.seconds, 1e-9)
-        print(f"{store.num_tokens / max(store.num_documents, 1):,.0f} tokens per document, "
+        _out(f"{store.num_tokens / max(store.num_documents, 1):,.0f} tokens per document, "
               f"{store.manifest['dtype']}, {rate:.1f} M characters/s")
     return 0
+
+
+def _out(text: str) -> None:
+    """A line of a command's own output: standard output that cannot be written (a full disk or device behind
+    it, ``> /dev/full``) is one error line, as for ``generate``; a reader gone (``| head``) stays quiet."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        from core.errors import SpeedboardError
+
+        raise SpeedboardError(f"cannot write to standard output ({exc.strerror or exc})") from None
 
 
 def _made_with(stores: list[dict], tokenizer: str | None) -> list[dict]:
@@ -803,13 +816,13 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     stores = _stores_of(data, text_field, tokenizer)
     for m in stores:
         remove_store(m["path"])
-        print(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {_where(m)})")
+        _out(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {_where(m)})")
     if damaged:  # their manifests no longer say whose they are
-        print(f"not removed: {len(damaged)} damaged store{'s' * (len(damaged) > 1)} whose corpus cannot be told "
+        _out(f"not removed: {len(damaged)} damaged store{'s' * (len(damaged) > 1)} whose corpus cannot be told "
               f"({damaged[0]}{' …' if len(damaged) > 1 else ''}); --remove all removes them")
     if tokenizer is not None:  # the stores of one tokenizer file: the tokenizers trained on DATA stay
         if not stores:
-            print(_no_stores(data, tokenizer))
+            _out(_no_stores(data, tokenizer))
         return 0
     fingerprints = None
     if data != "all":
@@ -820,11 +833,11 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
             pass  # gone or unreadable now: its stores named what it was
     tokenizers = remove_trained_tokenizers(fingerprints)
     if tokenizers:
-        print(f"removed {len(tokenizers)} tokenizer{'s' * (len(tokenizers) > 1)} trained on "
+        _out(f"removed {len(tokenizers)} tokenizer{'s' * (len(tokenizers) > 1)} trained on "
               f"{'the corpora' if data == 'all' else data} ({sum(size for _, size in tokenizers) / 2**20:.1f} MiB, "
               f"{tokenizers[0][0].parent})")
     if not stores and not tokenizers:
-        print(_no_stores(data, None))
+        _out(_no_stores(data, None))
     return 0
 
 
@@ -836,7 +849,7 @@ def _wait_for_preparations(data: str | None) -> None:
 
     for fingerprint in preparations_of(None if data is None else source_location(data)):
         def waiting() -> None:
-            print(f"waiting for another process that is preparing {data or 'a corpus'} …", flush=True)
+            _out(f"waiting for another process that is preparing {data or 'a corpus'} …")
 
         with preparation_lock(fingerprint, on_wait=waiting):
             pass  # it has ended: its store, if it made one, is listed with the others

@@ -441,6 +441,18 @@ def test_generate_to_a_full_device_is_one_line(existing_run):
     assert proc.stderr.strip() == "speedboard: error: cannot write the generated text (No space left on device)"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("args", [["--list"], ["--remove", "all"]])
+def test_prepare_list_and_remove_to_a_full_device_are_one_line(args, tmp_path):
+    """A traceback each (the stores were removed first, then the line saying so could not be written)."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "core.cli", "prepare", *args], cwd=ROOT, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**os.environ, "SPEEDBOARD_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "speedboard: error: cannot write to standard output (No space left on device)"
+
+
 @pytest.mark.parametrize("stopped, said", [(False, "finished"), (True, "was stopped")])
 def test_a_run_without_its_final_checkpoint_says_how_it_ended(stopped, said, tmp_path, capsys, monkeypatch):
     from core.trainer import RunResult, Trainer
