@@ -23,7 +23,20 @@ from pathlib import Path
 
 def user_path(value: str | os.PathLike[str]) -> Path:
     """``value`` as the user meant it: ``~`` expanded, made absolute (symbolic links are kept)."""
-    return Path(os.path.abspath(os.path.expanduser(os.fspath(value))))
+    return Path(os.path.abspath(_expand_home(os.fspath(value))))
+
+
+def _expand_home(text: str) -> str:
+    """``os.path.expanduser``, except that an empty ``HOME`` is no home: Python's took it for the root (``~/runs``
+    was ``/runs``); the account's own home folder is used, as where ``HOME`` is unset."""
+    if os.environ.get("HOME") == "" and (text == "~" or text.startswith("~/")):
+        try:
+            import pwd
+
+            return pwd.getpwuid(os.getuid()).pw_dir + text[1:]
+        except (ImportError, KeyError):  # no account database entry (or no pwd: Windows)
+            return text
+    return os.path.expanduser(text)
 
 
 def unnameable(path: str | os.PathLike[str], room: int = 0) -> str | None:

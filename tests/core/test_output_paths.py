@@ -135,6 +135,15 @@ def test_a_tilde_in_the_folders_set_by_the_environment_is_the_home_folder(tmp_pa
     assert cache_dir() == cwd / "rel"  # made absolute where it is read: a later chdir does not move it
 
 
+def test_an_empty_home_is_no_home_for_a_tilde(monkeypatch):
+    """With HOME="" ``~/runs`` was ``/runs`` (Python's expanduser takes it for the root)."""
+    import pwd
+
+    monkeypatch.setenv("HOME", "")
+    account = pwd.getpwuid(os.getuid()).pw_dir
+    assert user_path("~/runs") == Path(account) / "runs" and user_path("~") == Path(account)
+
+
 def test_export_to_a_path_below_a_file_says_so(tmp_path, a_file, tok, capsys):
     checkpoint = ck.save_checkpoint(tmp_path / "ckpt", make_model(0), tokenizer=tok)
     assert main(["export", str(checkpoint), str(a_file / "exported")]) == 2
