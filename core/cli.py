@@ -957,13 +957,20 @@ def _bare_architecture(loaded, args: argparse.Namespace):
     return replace(model, vocab_size=rows) if rows else model
 
 
-def _check_prompt(prompt: str) -> None:
-    """Bytes that are not UTF-8 in argv reach Python as lone surrogates, which no tokenizer takes."""
+def _utf8_prompt(prompt: str) -> str:
+    """The prompt's text. Python decodes argv in the locale's encoding, bytes it cannot decode as lone
+    surrogates: under a non-UTF-8 locale a UTF-8 prompt ("Thé") arrives so. Its bytes are read as UTF-8; bytes
+    that are no UTF-8 either are refused (no tokenizer takes surrogates)."""
     from core.errors import ConfigError
 
     try:
         prompt.encode("utf-8")
+        return prompt
     except UnicodeEncodeError:
+        pass
+    try:
+        return os.fsencode(prompt).decode("utf-8")
+    except UnicodeError:
         raise ConfigError("the prompt is not UTF-8 text", "prompt") from None
 
 
@@ -1032,7 +1039,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     settings = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                 top_k=args.top_k, seed=args.seed)  # checked before anything is read
-    _check_prompt(args.prompt)
+    args.prompt = _utf8_prompt(args.prompt)
     if sys.stdout is None:  # `>&-`: the text would go nowhere, and the command said nothing
         raise ConfigError("standard output is closed: there is nowhere to write the generated text")
     if args.preset and args.config:

@@ -121,6 +121,14 @@ def test_a_prompt_that_is_not_utf8_is_one_line(checkpoint, capsys):
     assert (code, out, err) == (2, "", "speedboard: error: the prompt is not UTF-8 text\n")
 
 
+def test_a_utf8_prompt_decoded_in_another_locale_is_read_as_utf8(checkpoint, capsys):
+    """Under LC_ALL=C PYTHONUTF8=0, "Thé" reaches Python as "Th" and two lone surrogates: it was refused as
+    not UTF-8, though its bytes are."""
+    code, out, err = generate(capsys, str(checkpoint), "--prompt", "Th\udcc3\udca9")
+    assert code == 0, err
+    assert out.startswith("Thé")
+
+
 def test_generate_refuses_another_tokenizer_than_the_checkpoints_own(tmp_path, checkpoint, capsys, tok):
     """--tokenizer is for a checkpoint without one; a different file was used silently (its ids mean other text)."""
     other = make_tokenizer(320).save(tmp_path)
