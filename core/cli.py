@@ -770,6 +770,7 @@ def _stores_of(data: str, text_field: str | None, tokenizer: str | None = None) 
     stores prepared with --text-field count too (or only those of the --text-field given); ``tokenizer``:
     only those made with that tokenizer file."""
     from core.errors import DataError
+    from core.paths import locale_free
     from core.sources import resolve_source, source_location
     from core.token_store import list_stores
 
@@ -792,7 +793,9 @@ def _stores_of(data: str, text_field: str | None, tokenizer: str | None = None) 
         field = source.get("text_field") or "text"
         if text_field is not None and field != text_field and source.get("kind") not in ("text", "builtin"):
             return False
-        return source.get("location") == location or m.get("fingerprint") == fingerprint(field)
+        # Names compared as their bytes: the same file under another locale (LC_ALL=C) is the same corpus.
+        return locale_free(source.get("location") or "") == locale_free(location) or \
+            m.get("fingerprint") == fingerprint(field)
 
     stores = _made_with([m for m in stores if "damaged" not in m and is_data(m)], tokenizer)
     if not stores:

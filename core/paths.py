@@ -39,6 +39,17 @@ def _expand_home(text: str) -> str:
     return os.path.expanduser(text)
 
 
+def locale_free(name: str) -> str:
+    """A file name as its bytes read in UTF-8 (bytes that are no UTF-8 kept as surrogates): Python decodes names
+    in the locale's encoding, so one file's name was another string under LC_ALL=C or a Latin-1 locale, and a
+    corpus' store, keyed by it, was not found. Under a UTF-8 locale it is the name as Python gives it."""
+    try:
+        raw = os.fsencode(name)
+    except UnicodeEncodeError:  # a name recorded under another locale (a manifest's): text, read as UTF-8
+        raw = name.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def unnameable(path: str | os.PathLike[str], room: int = 0) -> str | None:
     """Why the operating system cannot name ``path`` (a part longer than its file system allows, or the whole
     longer than a path may be), or None. Asked before anything looks at it: ``stat`` of such a path raises

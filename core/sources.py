@@ -32,7 +32,7 @@ from pathlib import Path
 from core.config import BUILTIN_CORPUS
 from core.errors import DataError, first_line
 from core.json_text import parse_json
-from core.paths import user_path
+from core.paths import locale_free, user_path
 from core.tokenizer import piece_end
 
 HUB_PREFIX = "hf:"
@@ -156,7 +156,9 @@ class Source:
             identity["hub"] = list(self.hub)
         else:
             sampled = _spread(len(self.files), _SAMPLED_FILES)
-            identity["files"] = [[f.rel, f.size, f.mtime_ns, sampled_sha256(f.path, f.size) if i in sampled else None]
+            # Names as their bytes read in UTF-8: the same corpus, whatever locale decoded its file names.
+            identity["files"] = [[locale_free(f.rel), f.size, f.mtime_ns,
+                                  sampled_sha256(f.path, f.size) if i in sampled else None]
                                  for i, f in enumerate(self.files)]
         h.update(json.dumps(identity, sort_keys=True).encode())
         return h.hexdigest()
@@ -333,8 +335,8 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
             dirs[:] = []
             continue
         seen.add((st.st_dev, st.st_ino))
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
+        dirs[:] = sorted((d for d in dirs if not d.startswith(".")), key=locale_free)
+        for name in sorted(names, key=locale_free):
             if name.startswith("."):
                 continue
             p = Path(root, name)
@@ -376,7 +378,7 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
             for rel in docs:
                 st = (path / rel).stat()
                 found.setdefault("text", []).append(SourceFile(path / rel, rel, st.st_size, st.st_mtime_ns, "text"))
-            found["text"].sort(key=lambda f: f.rel)
+            found["text"].sort(key=lambda f: locale_free(f.rel))
     if len(found) > 1:
         counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(found.items()))
         raise DataError(f"folder {spec} mixes data formats ({counts} files); point --data at a folder "

@@ -51,7 +51,7 @@ import numpy as np
 
 from core.errors import Cancelled, DataError, first_line
 from core.json_text import parse_json
-from core.paths import WriterLock, fsync, probe_prefix, sweep_probes, why_write_failed, writer_gone
+from core.paths import WriterLock, fsync, locale_free, probe_prefix, sweep_probes, why_write_failed, writer_gone
 from core.sources import Continued, Source, sampled_sha256, source_location
 from core.stopping import native_worker, removed_on_forced_exit
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, iter_pieces
@@ -391,7 +391,7 @@ def preparations_of(location: str | None) -> list[str]:
             label = entry.read_bytes().decode("utf-8", "surrogateescape")
         except OSError:  # let go of and deleted meanwhile
             continue
-        if label and (location is None or label == location):
+        if label and (location is None or locale_free(label) == locale_free(location)):
             found.append(entry.name[len(_LOCK):])
     return sorted(found)
 

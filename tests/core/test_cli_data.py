@@ -362,3 +362,20 @@ def test_list_and_remove_name_a_corpus_by_its_absolute_path(tmp_path, cache, cap
     assert f"{tmp_path / 'x' / 'same.txt'}  [" in listed and f"{tmp_path / 'y' / 'same.txt'}  [" in listed
     assert main(["prepare", "--remove", "same.txt"]) == 0  # from y: y's store alone
     assert f"GiB, {tmp_path / 'y' / 'same.txt'})" in capsys.readouterr().out
+
+
+def test_a_corpus_named_in_another_locale_finds_its_store(tmp_path, cache, capsys):
+    """Prepared under a UTF-8 locale, dätä.txt had "no token stores" under LC_ALL=C (Python decodes file names
+    in the locale's encoding, and the store was keyed by that string), and train prepared it a second time."""
+    data = tmp_path / "dätä.txt"
+    data.write_text(Path(text_corpus(tmp_path)).read_text())
+    assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
+    capsys.readouterr()
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "SPEEDBOARD_CACHE_DIR": str(cache)}
+    root = Path(__file__).resolve().parents[2]
+    listed = subprocess.run([sys.executable, "-m", "core.cli", "prepare", "--list", os.fsencode(str(data))],
+                            cwd=root, capture_output=True, env=env, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    assert b"no token stores" not in listed.stdout and b"80 docs" in listed.stdout, listed.stdout
+    assert len(list((cache / "stores").iterdir())) == 1
