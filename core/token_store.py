@@ -51,7 +51,16 @@ import numpy as np
 
 from core.errors import Cancelled, DataError, first_line
 from core.json_text import parse_json
-from core.paths import WriterLock, fsync, locale_free, probe_prefix, sweep_probes, why_write_failed, writer_gone
+from core.paths import (
+    WriterLock,
+    fsync,
+    locale_free,
+    probe_prefix,
+    sweep_probes,
+    why_not_writable,
+    why_write_failed,
+    writer_gone,
+)
 from core.sources import Continued, Source, sampled_sha256, source_location
 from core.stopping import native_worker, removed_on_forced_exit
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer, cache_dir, iter_pieces
@@ -305,6 +314,9 @@ def find_store(fingerprint: str, tokenizer: BPETokenizer) -> TokenStore | None:
 
 def ensure_writable(folder: Path) -> None:
     """Fail in one line, before anything is created, where the cache cannot be written."""
+    if (why := why_not_writable(folder)) is not None:  # a broken link said as one, not as "File exists"
+        raise DataError(f"cannot write to the cache folder {folder} ({why}); set SPEEDBOARD_CACHE_DIR to a "
+                        f"writable folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = _mkstemp(folder)

@@ -171,6 +171,10 @@ def test_unwritable_cache_is_one_line(tmp_path, capsys, monkeypatch):
     err = one_line(capsys, main(["train", *SMALL, "--steps", "1", "--data", text_corpus(tmp_path), "--out", str(out)]))
     assert "cannot write to the cache folder" in err
     assert not out.exists() and blocker.read_text() == ""
+    (tmp_path / "link").symlink_to(tmp_path / "gone")  # a cache behind a broken link: said as such ("File exists")
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "link"))
+    err = one_line(capsys, main(["train", *SMALL, "--steps", "1", "--data", text_corpus(tmp_path), "--out", str(out)]))
+    assert f"({tmp_path / 'link'} is a broken symbolic link)" in err and not out.exists()
 
 
 @pytest.mark.parametrize("nproc", [[], ["--nproc", "2"]])
