@@ -742,8 +742,10 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
 def _out(text: str) -> None:
     """A line of a command's own output: standard output that cannot be written (a full disk or device behind
     it, ``> /dev/full``) is one error line, as for ``generate``; a reader gone (``| head``) stays quiet."""
+    from core.event_text import one_line
+
     try:
-        print(text, flush=True)
+        print(one_line(text), flush=True)  # one line each: a path with a line break in it stays on it
     except BrokenPipeError:
         raise
     except OSError as exc:
@@ -934,9 +936,10 @@ def _isatty(stream) -> bool:
 def _error_line(text: str) -> None:
     """One line on stderr, best-effort (the terminal may be gone). A line break inside it (a file named with one,
     quoted in a message) is written as ``\\n``, so the message stays one line."""
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    from core.event_text import one_line
+
     try:
-        print(text, file=sys.stderr, flush=True)
+        print(one_line(text), file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
 

@@ -14,6 +14,11 @@ class EventLine:
     """``info``, ``warning`` or ``error``."""
 
 
+def one_line(text: str) -> str:
+    """A name quoted in a line (a path with a line break in it) kept on that line: breaks written as ``\\n``."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def counted(n: int, noun: str) -> str:
     """``1 setting``, ``2 settings``: a count with its noun in the right number (regular plurals)."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
@@ -94,13 +99,13 @@ def event_line(event: ev.Event) -> EventLine | None:
         first = " (a tokenizer is trained first)" if event.train_tokenizer else ""
         skipped = f"; not read: {skipped_files(event.skipped)}" if event.skipped else ""
         files = f", {counted(event.files, 'file')}" if event.source_kind not in ("builtin", "hub") else ""
-        return EventLine(f"preparing {event.source} ({event.source_kind}{files}{size}{docs}{skipped}) "
+        return EventLine(f"preparing {one_line(event.source)} ({event.source_kind}{files}{size}{docs}{skipped}) "
                          f"into its token store, once{first} …")
     if isinstance(event, ev.DataPrepared):
         where = ("from its token store" if event.from_store
                  else f"prepared in {_duration(event.seconds)}")
         return EventLine(f"data: {counted(event.documents, 'document')}, {counted(event.tokens, 'token')}, "
-                         f"{where} ({event.store})\n"
+                         f"{where} ({one_line(event.store)})\n"
                          f"{tokenizer_line(event)}")
     if isinstance(event, ev.RunStarted):
         where = f" from step {event.start_step}" if event.start_step else ""
@@ -111,7 +116,7 @@ def event_line(event: ev.Event) -> EventLine | None:
             precision += ","
         return EventLine(f"started{where} on {event.device} ({precision} "
                          f"{event.num_parameters / 1e6:.2f}M parameters, {event.tokens_per_step:,} tokens/step, "
-                         f"→ step {event.total_steps}{_peak(event)}) in {event.run_dir}")
+                         f"→ step {event.total_steps}{_peak(event)}) in {one_line(event.run_dir)}")
     if isinstance(event, ev.CompileStarted):
         return EventLine(f"compiling ({event.mode}, {event.scope}) during the first steps …")
     if isinstance(event, ev.CompileFinished):
@@ -123,7 +128,7 @@ def event_line(event: ev.Event) -> EventLine | None:
     if isinstance(event, ev.ValidationDone):
         return EventLine(f"validation at step {event.step}: loss {event.loss:.4f}, perplexity {event.perplexity:.1f}")
     if isinstance(event, ev.CheckpointSaved):
-        return EventLine(f"checkpoint at step {event.step}: {event.path}")
+        return EventLine(f"checkpoint at step {event.step}: {one_line(event.path)}")
     if isinstance(event, ev.CheckpointFailed):
         return EventLine(f"checkpoint not saved: {event.message}", "warning")
     if isinstance(event, ev.WarningRaised):

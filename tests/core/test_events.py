@@ -149,3 +149,12 @@ def test_a_job_of_several_processes_says_whose_memory_and_which_peak():
     assert event_line(finished(1)).text.endswith("peak mem 0.32 GiB for training (0.56 GiB the process)")
     assert event_line(finished(2)).text.endswith("peak mem 0.32 GiB for training (0.56 GiB the process) in rank 0, "
                                                  "one of 2 processes")
+
+
+def test_a_path_with_a_line_break_stays_on_its_line():
+    """A run folder or checkpoint named with a line break split the started and checkpoint lines in two."""
+    from core.event_text import event_line
+    from core.events import CheckpointSaved
+
+    line = event_line(CheckpointSaved("r", 1.0, 3, 96, "/runs/odd\nname/checkpoints/step_0000003")).text
+    assert line == "checkpoint at step 3: /runs/odd\\nname/checkpoints/step_0000003"
