@@ -88,7 +88,7 @@ def describe(event: Event | RunNote) -> EventLine | None:
     """A log line for a core event (``core.event_text``) or a note of the dashboard's; None: not logged."""
     if isinstance(event, StopRequested):
         if event.before_training:
-            return EventLine("stopping its set-up (its data preparation; nothing to save yet) …")
+            return EventLine("stopping its set-up (nothing to save yet: it has trained no step) …")
         return EventLine("stopping after the current optimizer step (a final checkpoint is saved) …")
     if isinstance(event, TrainingPaused):
         return EventLine(f"paused at step {event.step}")
