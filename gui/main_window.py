@@ -434,9 +434,8 @@ class MainWindow(QMainWindow):
         self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
                                 can_continue=can_continue, stopping=session.stopping or session.ending,
                                 can_save=session.can_save and not session.tuning and not session.in_processes,
-                                can_load=not session.tuning, invalid=self.config_panel.error if not valid else "")
-        if session.in_processes:
-            self.controls.pause.setEnabled(False)  # torchrun ranks are stopped, not paused
+                                can_load=not session.tuning, invalid=self.config_panel.error if not valid else "",
+                                in_processes=session.in_processes)
         self.tune_action.setEnabled(not running)
         # The Run menu offers what the buttons offer, enabled alike.
         for text, button in (("Start", self.controls.start), ("Pause", self.controls.pause),

@@ -24,6 +24,8 @@ def test_two_cpu_processes_from_the_window(qtbot, make_window):
     assert window.session.in_processes and record.folder
     # Ranks are stopped, never paused; their weights are in their own processes, which save checkpoints.
     assert not child(window, "pauseButton").isEnabled() and not child(window, "saveButton").isEnabled()
+    assert "stopped, never paused" in child(window, "pauseButton").toolTip()  # greyed with its reason
+    assert "saves its own checkpoints" in child(window, "saveButton").toolTip()
     click(window, "stopButton")
     qtbot.waitUntil(lambda: not window.session.in_processes, timeout=RUN_TIMEOUT_MS)
     assert record.ended and record.checkpoint, record.state
