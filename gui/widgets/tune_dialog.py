@@ -66,7 +66,17 @@ PANEL_COMBOS = {"compile_mode": "compileModeCombo", "compile_scope": "compileSco
 
 
 def apply_settings(panel: QWidget, settings: dict) -> list[str]:
-    """Set the config panel's controls to ``settings`` (TrainConfig fields); return the ones it could not set."""
+    """Set the config panel's controls to ``settings`` (TrainConfig fields); return the ones it could not set.
+    A batch split the panel cannot hold sets nothing: the other settings with the current split would be a
+    combination no trial measured."""
+    spins = {key: panel.findChild(QSpinBox, name) for key, name in PANEL_SPINS.items()}
+    try:
+        batch_fits = all(spin is not None and key in settings and spin.minimum() <= int(settings[key]) <= spin.maximum()
+                         for key, spin in spins.items())
+    except (TypeError, ValueError):  # a hand-edited report's "4 x 2"
+        batch_fits = False
+    if not batch_fits:
+        return [*PANEL_COMBOS, *spins]
     missed = []
     for key, name in PANEL_COMBOS.items():
         combo = panel.findChild(QComboBox, name)
@@ -75,15 +85,10 @@ def apply_settings(panel: QWidget, settings: dict) -> list[str]:
             missed.append(key)
         else:
             combo.setCurrentIndex(index)
-    # Micro-batch and accumulation together or neither (never clamped): either alone, or a value the field
-    # would clamp, changes the effective batch. Micro-batch first: the effective batch is the same at the end.
-    spins = {key: panel.findChild(QSpinBox, name) for key, name in PANEL_SPINS.items()}
-    if all(spin is not None and key in settings and spin.minimum() <= int(settings[key]) <= spin.maximum()
-           for key, spin in spins.items()):
-        for key, spin in spins.items():
-            spin.setValue(int(settings[key]))
-    else:
-        missed.extend(spins)
+    # Micro-batch and accumulation together (never clamped): either alone, or a value the field would clamp,
+    # changes the effective batch. Micro-batch first: the effective batch is the same at the end.
+    for key, spin in spins.items():
+        spin.setValue(int(settings[key]))
     return missed
 
 
@@ -102,9 +107,12 @@ def _resolved(device: object) -> object:
 def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> list[str]:
     """What a report's trials ran with (its plan's config) that differs from ``current``, in words ("preset
     micro (here tiny)"); empty when they match, or when either is unknown."""
-    if not isinstance(measured_for, dict) or current is None:
+    if measured_for is None or current is None:
         return []
-    data, train = measured_for.get("data") or {}, measured_for.get("train") or {}
+    if not isinstance(measured_for, dict):  # a damaged report: its settings are unknown, which is asked about
+        return ["the settings it was measured with (unreadable in the report)"]
+    data, train = measured_for.get("data"), measured_for.get("train")
+    data, train = data if isinstance(data, dict) else {}, train if isinstance(train, dict) else {}
     try:
         sequences = int(train["micro_batch"]) * int(train["accum_steps"])
     except (KeyError, TypeError, ValueError):
@@ -321,6 +329,11 @@ class TuneDialog(QDialog):
         if differences and not dialogs.confirm_apply_other(self, differences):
             return
         missed = apply_settings(self._panel, rec["settings"])
+        if set(PANEL_SPINS) <= set(missed):
+            dialogs.show_error(self, "Not applied", "The panel cannot hold the recommended micro-batch × "
+                                                    "accumulation, so nothing was set: the other settings with the "
+                                                    "current split are a combination no trial measured.")
+            return
         if missed:
             dialogs.show_error(self, "Not all settings applied",
                                f"Not set (the panel does not offer the value): {', '.join(missed)}.")

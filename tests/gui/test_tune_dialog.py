@@ -72,16 +72,19 @@ def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, wind
     assert child(dialog, "tuneRecommendation").text().endswith("Applied: the settings panel holds it now.")
 
     # A budget past the field's range is its bound; a micro-batch the panel does not offer is not clamped
-    # (that would change the effective batch): neither it nor the accumulation is set, and a dialog says so.
+    # (that would change the effective batch): nothing is set (compile and precision were, with the old split:
+    # a combination no trial measured), and a dialog says so.
     report["plan"]["budget_seconds"] = 1e15
     report["recommendation"]["settings"] = {"micro_batch": 100_000, "accum_steps": 1, "compile_mode": "off",
                                             "compile_scope": "model", "precision": "fp32"}
     path.write_text(json.dumps(report))
     assert dialog.open_report(str(path)) and dialog.budget.value() == dialog.budget.maximum()
     click(dialog, "tuneApplyButton")
-    assert child(panel, "microBatchSpin").value() == 2 and child(panel, "accumStepsSpin").value() == 2
+    cfg = panel.config
+    assert (cfg.train.micro_batch, cfg.train.accum_steps, cfg.train.compile_mode, cfg.train.precision) == \
+        (2, 2, "default", "bf16")
     kind, title, text = dialogs.messages[-1]
-    assert title == "Not all settings applied" and "micro_batch, accum_steps" in text
+    assert title == "Not applied" and "nothing was set" in text
 
 
 def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
@@ -289,3 +292,14 @@ def test_a_device_is_compared_as_this_machine_resolves_it():
     here = micro_config(train={"device": str(resolve_device("auto"))})
     assert measured_for_other({"train": {"device": "auto"}}, here) == []
     assert measured_for_other({"train": {"device": "cuda:7"}}, here) == [f"device cuda:7 (here {here.train.device})"]
+
+
+def test_a_reports_damaged_settings_are_asked_about_not_a_crash():
+    """A hand-edited report with "data": "x" raised AttributeError at Apply (no dialog, nothing set), and one
+    whose config was a list was applied without the question other settings get."""
+    from tests.conftest import micro_config
+
+    current = micro_config()
+    assert measured_for_other({"data": "x", "train": [], "preset": current.preset}, current) == []  # as unknown
+    assert measured_for_other([1, 2], current) == ["the settings it was measured with (unreadable in the report)"]
+    assert measured_for_other(None, current) == []
