@@ -12,6 +12,7 @@ or the command line). The dialog never touches a tensor.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from PySide6.QtWidgets import (
 
 from core.config import RunConfig
 from core.errors import SpeedboardError
+from core.event_text import counted
 from core.tune import (
     DEFAULT_BUDGET_SECONDS,
     TABLE_HEADER,
@@ -191,6 +193,8 @@ class TuneDialog(QDialog):
         """The finished (or opened) report; its recommendation is what Apply sets."""
         self.summary: dict | None = None
         self.finished_events = 0
+        self._report_path: str | None = None
+        """Where the report shown was read or saved."""
         self._awaiting = False
         """Trials were started and neither their report nor their failure has come yet."""
 
@@ -219,6 +223,7 @@ class TuneDialog(QDialog):
         self.plan_label.setObjectName("tunePlanLabel")
         self.plan_label.setWordWrap(True)
         self.progress_label = QLabel("")
+        self.progress_label.setWordWrap(True)
         self.progress_label.setObjectName("tuneProgressLabel")
         self.table = QTableWidget(0, len(TABLE_HEADER))
         self.table.setObjectName("tuneTable")
@@ -361,13 +366,35 @@ class TuneDialog(QDialog):
         except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot open the report", str(exc))
             return False
+        shown = (self.report, self._report_path, self.budget.value())
+        try:
+            self._show_report(report, path)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a hand-edited report
+            if shown[0] is not None:  # the one shown before, whole again: never half of each
+                self._show_report(shown[0], shown[1])
+                self.budget.setValue(shown[2])
+            else:
+                self._clear()
+            dialogs.show_error(self, "Cannot open the report",
+                               f"{path} is damaged: {type(exc).__name__} {str(exc)[:200]}")
+            return False
+        return True
+
+    def _show_report(self, report: dict, path: str | None) -> None:
         self._show_plan(report["plan"])
         seconds = report["plan"].get("budget_seconds")  # finite and ≥ 0 (load_report); the field's range bounds it
         if seconds is not None:
             self.budget.setValue(int(min(max(seconds, self.budget.minimum()), self.budget.maximum())))
         self._show_summary(report["summary"], report)
         self._show_finished(report, path)
-        return True
+
+    def _clear(self) -> None:
+        self.report, self.summary, self._report_path = None, None, None
+        self.table.setRowCount(0)
+        self.chart.show_rows([], None)
+        for label in (self.plan_label, self.progress_label, self.recommendation):
+            label.setText("")
+        self._update_buttons()
 
     # ------------------------------------------------------------------ what the torch thread reports
     def _on_event(self, event) -> None:
@@ -394,7 +421,7 @@ class TuneDialog(QDialog):
 
     def _on_failed(self, message: str) -> None:
         self._awaiting = False
-        self.plan_label.setText(f"The trials could not run: {message}")
+        self.plan_label.setText(_readable(f"The trials could not run: {message}"))
         dialogs.show_error(self, "Cannot find settings", message)
         self._update_buttons()
 
@@ -405,7 +432,7 @@ class TuneDialog(QDialog):
         if left_out:
             reasons = "; ".join(sorted({x["reason"][:60] for x in left_out}))
             text += f". Not tried: {len(left_out)} ({reasons})"
-        self.plan_label.setText(text + ".")
+        self.plan_label.setText(_readable(text + "."))
 
     def _show_summary(self, summary: dict, report: dict | None = None) -> None:
         """The rows; with the finished ``report``, why a setting was not run."""
@@ -439,15 +466,17 @@ class TuneDialog(QDialog):
         header.setSectionResizeMode(len(text[0]) - 1, QHeaderView.ResizeMode.Stretch)
         self.chart.show_rows(rows, recommended)
         if rec:
-            self.recommendation.setText(("So far: " if self.tuning else "") + rec["text"])
+            self.recommendation.setText(_readable(("So far: " if self.tuning else "") + rec["text"]))
 
     def _show_finished(self, report: dict, path: str | None) -> None:
-        self.report = report
+        self.report, self._report_path = report, path
         rec = report.get("recommendation")
-        where = f"; report: {path}" if path else ""
-        taken = time_taken(report)
-        self.progress_label.setText(f"{taken[:1].upper()}{taken[1:]} ({len(report['trials'])} trials){where}")
-        self.recommendation.setText(rec["text"] if rec else "No setting was measured.")
+        where = f"; report: {Path(path).name}" if path else ""  # its folder in the tooltip: a long path widened
+        taken = time_taken(report)                                # the dialog past the screen
+        self.progress_label.setText(_readable(f"{taken[:1].upper()}{taken[1:]} "
+                                              f"({counted(len(report['trials']), 'trial')}){where}"))
+        self.progress_label.setToolTip(path or "")
+        self.recommendation.setText(_readable(rec["text"]) if rec else "No setting was measured.")
         self._update_buttons()
 
     def _recommendation(self) -> dict | None:
@@ -466,7 +495,8 @@ class TuneDialog(QDialog):
         held = self._panel_holds(rec)
         self.apply_button.setEnabled(bool(rec) and not rec.get("is_current") and not held)
         if rec and not rec.get("is_current"):
-            self.recommendation.setText(rec["text"] + (" Applied: the settings panel holds it now." if held else ""))
+            self.recommendation.setText(_readable(rec["text"]) + (" Applied: the settings panel holds it now." if held
+                                                                   else ""))
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._update_buttons()  # the panel may have changed while the dialog was closed
@@ -479,6 +509,13 @@ class TuneDialog(QDialog):
     def reject(self) -> None:
         self.cancel()  # Escape hides a dialog without a close event: it ends the trials as closing does
         super().reject()
+
+
+def _readable(text: str, limit: int = 1_000, run: int = 60) -> str:
+    """Text for a label that wraps: at most ``limit`` characters, and no run without a space longer than ``run``
+    (a label cannot break it, and takes its width: a hand-edited report's string made the dialog 14,000 px)."""
+    text = re.sub(rf"\S{{{run + 1},}}", lambda m: m.group()[:run - 1] + "…", text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _minutes(seconds: float) -> str:

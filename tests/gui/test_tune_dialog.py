@@ -303,3 +303,34 @@ def test_a_reports_damaged_settings_are_asked_about_not_a_crash():
     assert measured_for_other({"data": "x", "train": [], "preset": current.preset}, current) == []  # as unknown
     assert measured_for_other([1, 2], current) == ["the settings it was measured with (unreadable in the report)"]
     assert measured_for_other(None, current) == []
+
+
+def test_a_report_damaged_past_its_checks_leaves_the_one_shown_and_long_text_keeps_the_dialog_on_screen(
+        qtbot, window, dialogs, tmp_path):
+    """A hand-edited report (a recommendation without its cell) raised half-way through being shown: the dialog
+    held its plan beside the earlier report's table and pick, and Apply applied the earlier one. A report under a
+    long path, or with a long unbroken string, made the dialog 2,256 (or 14,215) px wide."""
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    wait_done(qtbot, dialog)
+    good, before = dialog.report, child(dialog, "tuneRecommendation").text()
+    deep = tmp_path
+    for i in range(5):
+        deep = deep / f"reports_from_the_build_machine_in_the_lab_{i:02d}"
+    deep.mkdir(parents=True)
+    long_path = deep / "report.json"
+    long_path.write_text(json.dumps({**good, "plan": {**good["plan"], "description": "x" * 2_000}}))
+    assert dialog.open_report(str(long_path))
+    assert dialog.minimumSizeHint().width() < 1_200 and dialog.width() < 1_600
+    assert child(dialog, "tuneProgressLabel").toolTip() == str(long_path)
+    damaged = json.loads(json.dumps(good))
+    damaged["summary"]["recommendation"].pop("cell")
+    damaged["plan"]["budget_seconds"] = 777
+    (tmp_path / "damaged.json").write_text(json.dumps(damaged))
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    assert dialog.open_report(str(tmp_path / "good.json"))
+    budget = dialog.budget.value()
+    assert not dialog.open_report(str(tmp_path / "damaged.json"))
+    assert dialogs.messages[-1][1] == "Cannot open the report" and "damaged.json is damaged" in dialogs.messages[-1][2]
+    assert dialog.report == good and dialog.budget.value() == budget  # the earlier report, whole
+    assert child(dialog, "tuneRecommendation").text() == before
