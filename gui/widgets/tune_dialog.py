@@ -421,6 +421,8 @@ class TuneDialog(QDialog):
 
     def _on_failed(self, message: str) -> None:
         self._awaiting = False
+        # The engine's advice names the command's flag; here the control is the Time budget field.
+        message = re.sub(r"give --budget-seconds (\d+) or more", r"set the Time budget to \1 s or more", message)
         self.plan_label.setText(_readable(f"The trials could not run: {message}"))
         dialogs.show_error(self, "Cannot find settings", message)
         self._update_buttons()

@@ -334,3 +334,13 @@ def test_a_report_damaged_past_its_checks_leaves_the_one_shown_and_long_text_kee
     assert dialogs.messages[-1][1] == "Cannot open the report" and "damaged.json is damaged" in dialogs.messages[-1][2]
     assert dialog.report == good and dialog.budget.value() == budget  # the earlier report, whole
     assert child(dialog, "tuneRecommendation").text() == before
+
+
+def test_a_budget_too_short_is_said_in_the_windows_words(qtbot, window, dialogs):
+    """The dialog told the user to "give --budget-seconds 21 or more": a flag the window does not have."""
+    dialog = open_dialog(window)
+    dialog.session.tune_failed.emit("a budget of 10 s is too short to compare two settings here: that takes about "
+                                    "16 s; give --budget-seconds 21 or more")  # the engine's words, as it fails
+    kind, title, text = dialogs.messages[-1]
+    assert title == "Cannot find settings"
+    assert text.endswith("that takes about 16 s; set the Time budget to 21 s or more"), text
