@@ -47,6 +47,9 @@ class RunActions(QObject):
             return
         if not self.panel.recheck_source() and self.panel.error_field == "source":
             return  # the data went away or changed since it was chosen: said under the Data control
+        if (problem := self.panel.start_from_problem()) is not None:  # a dialog, not a failed row per Start
+            dialogs.show_error(self._window, "Cannot start", problem)
+            return
         cfg = self._settings_or_explain()
         if cfg is None:
             return

@@ -7,6 +7,7 @@ under the control it is about, before Start, not after a crash.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from contextlib import contextmanager
@@ -168,6 +169,8 @@ class ConfigPanel(QWidget):
         self._data_dir = str(Path.home())
         """Why the chosen data cannot be used (missing, unreadable, empty), found when it was chosen or at Start."""
         self._start_from: tuple[str, str] | None = None  # (path, "init" | "resume")
+        self._start_stamp: tuple | None = None
+        """The start checkpoint's files as Load checked them (``_stamp``): one changed since is loaded again."""
         self._start_model: dict | None = None
         self._updating = False
         self._config: RunConfig | None = None
@@ -459,6 +462,7 @@ class ConfigPanel(QWidget):
     def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None) -> None:
         """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
         self._start_from = (path, mode)
+        self._start_stamp = _stamp(path)
         self._start_model = model_config
         presets = self._presets_of(model_config)
         if presets and self.preset.currentData() not in presets:
@@ -480,6 +484,18 @@ class ConfigPanel(QWidget):
     @property
     def start_from(self) -> tuple[str, str] | None:
         return self._start_from
+
+    def start_from_problem(self) -> str | None:
+        """Why the checkpoint chosen by Load cannot start the next run as it was checked: gone, or changed since
+        (a file deleted or rewritten between Load and Start became a failed run at each Start)."""
+        if self._start_from is None:
+            return None
+        path = self._start_from[0]
+        if not os.path.lexists(path):
+            return f"{path} no longer exists (moved or deleted since it was loaded): Load it again, or clear it"
+        if _stamp(path) != self._start_stamp:
+            return f"{path} changed since it was loaded: Load it again, so that it is checked again"
+        return None
 
     def set_from_config(self, cfg: RunConfig) -> None:
         """Show a run's settings (e.g. of a checkpoint being resumed)."""
@@ -775,6 +791,24 @@ def _size(n: int) -> str:
 
 _CONTROLS = {"--data": "the Data control", "--text-field": "the Text field"}
 """The command line's flags that the engine's messages about data name, and this window's controls for them."""
+
+
+def _stamp(path: str) -> tuple | None:
+    """Sizes and modification times of a checkpoint file, or of a checkpoint folder's files (a run folder, whose
+    newest checkpoint moves while it trains, by its existence only)."""
+    from core.runs import is_run_dir
+
+    target = Path(path)
+    try:
+        if target.is_dir():
+            if is_run_dir(target):
+                return ("run folder",)
+            return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in target.iterdir()
+                                if f.is_file()))
+        st = target.stat()
+        return (st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
 
 
 def in_window_words(message: str) -> str:

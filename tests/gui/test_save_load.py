@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
 import torch
 from PySide6.QtWidgets import QMessageBox
 from safetensors import safe_open
@@ -111,6 +113,36 @@ def test_a_damaged_checkpoint_is_refused_at_load_not_at_start(qtbot, window, dia
     assert "model.safetensors" in message and "checksum differs" in message
     assert window.config_panel.start_from is None and not dialogs.load_questions
     assert window.session.records == [first]  # no run started, no failed row
+
+
+@pytest.mark.parametrize("change", ["deleted", "rewritten"])
+def test_a_checkpoint_changed_between_load_and_start_is_a_dialog_not_a_failed_run(qtbot, window, dialogs, tmp_path,
+                                                                               change):
+    """Deleted or rewritten after Load, each Start added a failed row ("… does not exist", "checksum differs")."""
+    import shutil
+
+    first = run_once(qtbot, window)
+    copy = tmp_path / "copy"
+    shutil.copytree(first.checkpoint, copy)
+    dialogs.files["getOpenFileName"] = str(copy / "config.json")
+    dialogs.load_mode = "init"
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: window.config_panel.start_from is not None)
+    if change == "deleted":
+        shutil.rmtree(copy)
+    else:
+        weights = copy / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0xFF
+        weights.write_bytes(bytes(data))
+        os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000))
+    click(window, "startButton")
+    message = dialogs.warnings()[-1]
+    said = "no longer exists (moved or deleted since it was loaded)" if change == "deleted" else \
+        "changed since it was loaded: Load it again"
+    assert said in message, message
+    assert window.session.records == [first]  # no failed row
+    assert window.config_panel.start_from == (str(copy), "init")  # the choice stays, to be cleared or loaded
 
 
 def test_load_during_a_run_is_refused(qtbot, make_window, dialogs):
@@ -256,13 +288,14 @@ def test_load_adopts_the_architecture_a_state_dict_shows(qtbot, window, dialogs,
     assert read_jsonl(record.folder)[0]["config"]["model"]["hidden_size"] == 48
 
 
-def test_a_run_that_cannot_read_its_checkpoint_keeps_the_choice(qtbot, window, dialogs, tmp_path):
-    """The file went away between Load and Start: the run fails, and the choice is still there to fix."""
+def test_a_state_dict_gone_between_load_and_start_keeps_the_choice(qtbot, window, dialogs, tmp_path):
+    """The file went away between Load and Start: a dialog says so (each Start was a failed run), and the choice
+    is still there to fix."""
     good = _state_dict_file(tmp_path / "good.pth")
     _load(qtbot, window, dialogs, good)
     good.unlink()
-    record = run_once(qtbot, window)
-    assert record.state == "failed"
+    click(window, "startButton")
+    assert "no longer exists" in dialogs.warnings()[-1] and window.session.records == []
     assert window.config_panel.start_from == (str(good), "init")
 
 
