@@ -298,19 +298,24 @@ def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
     if args.preset and not config_from_preset(args.preset).model.same_architecture(info.model_config):
         raise ConfigError(f"{info.path} brings its own architecture, not the {args.preset} preset's; leave "
                           f"--preset out (it is for a bare state dict)", "preset")
-    given = _read_config_data(args.config).get("model") if getattr(args, "config", None) else None
-    if given is not None and not _read_config_file(args.config).model.same_architecture(info.model_config):
+    data = _read_config_data(args.config) if getattr(args, "config", None) else {}
+    if data.get("model") is not None and not _config_of(data, args.config).model.same_architecture(info.model_config):
         raise ConfigError(f"{info.path} brings its own architecture, not the model of {args.config}; remove "
                           f"its \"model\" section (it is for a bare state dict) or start from scratch", "config")
 
 
 def _read_config_file(path: str):
     """A RunConfig saved as JSON (``RunConfig.to_dict()``, or a run folder's config.json)."""
+    return _config_of(_read_config_data(path), path)
+
+
+def _config_of(data: dict[str, Any], path: str):
+    """The RunConfig of a configuration file's sections (``_read_config_data``), one line where they hold none."""
     from core.config import RunConfig
     from core.errors import ConfigError
 
     try:
-        return RunConfig.from_dict(_read_config_data(path), strict=True)
+        return RunConfig.from_dict(data, strict=True)
     except (TypeError, OverflowError) as exc:  # OverflowError: a number too large for a float (lr: 1e400 as an int)
         raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
 

@@ -73,8 +73,8 @@ def unnameable(path: str | os.PathLike[str], room: int = 0) -> str | None:
 
 def missing_folders(path: str | os.PathLike[str]) -> list[Path]:
     """``path`` and those of its parents that do not exist yet, deepest first: what creating it would create."""
-    missing = []
-    for folder in (user_path(path), *user_path(path).parents):
+    missing, target = [], user_path(path)
+    for folder in (target, *target.parents):
         if os.path.lexists(folder):
             break
         missing.append(folder)

@@ -33,7 +33,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished, RunStarted, event_from_dict
 from core.json_text import finite_json, parse_json
-from core.paths import WriterLock, is_locked, missing_folders, remove_empty, user_path, why_not_writable
+from core.paths import WriterLock, is_locked, user_path, why_not_writable
 
 METRICS_FILE = "metrics.jsonl"
 HEARTBEAT_FILE = "heartbeat.json"
@@ -146,15 +146,11 @@ def create_run_dir(out_dir: str | Path | None, run_id: str) -> Path:
     any other failure to create it is a ``ConfigError`` naming the folder and the reason.
     """
     path = check_run_root(out_dir) / run_id
-    made = missing_folders(path.parent)
     try:
         _make_free_folder(path)
     except FileExistsError:
         if not _take_claim(path):
             raise
-    except BaseException:
-        remove_empty(made)  # the folders it created on the way, as a refused command leaves nothing
-        raise
     return path
 
 

@@ -314,9 +314,12 @@ def find_store(fingerprint: str, tokenizer: BPETokenizer) -> TokenStore | None:
 
 def ensure_writable(folder: Path) -> None:
     """Fail in one line, before anything is created, where the cache cannot be written."""
+    def refused(why: str) -> DataError:
+        return DataError(f"cannot write to the cache folder {folder} ({why}); set SPEEDBOARD_CACHE_DIR to a "
+                         f"writable folder")
+
     if (why := why_not_writable(folder)) is not None:  # a broken link said as one, not as "File exists"
-        raise DataError(f"cannot write to the cache folder {folder} ({why}); set SPEEDBOARD_CACHE_DIR to a "
-                        f"writable folder")
+        raise refused(why)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = _mkstemp(folder)
@@ -326,8 +329,7 @@ def ensure_writable(folder: Path) -> None:
             with contextlib.suppress(FileNotFoundError):  # swept by another process meanwhile
                 os.unlink(probe)
     except OSError as exc:
-        raise DataError(f"cannot write to the cache folder {folder} ({exc.strerror or exc}); set "
-                        f"SPEEDBOARD_CACHE_DIR to a writable folder") from None
+        raise refused(exc.strerror or str(exc)) from None
 
 
 def _mkstemp(folder: Path) -> tuple[int, str]:

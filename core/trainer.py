@@ -657,6 +657,9 @@ class Trainer:
                 self.run_dir = create_run_dir(self.cfg.out_dir, self.run_id)
             except FileExistsError:
                 raise ConfigError(f"run folder {self.run_id} already exists; choose another run id") from None
+            except BaseException:
+                remove_empty(made)  # what creating it made on the way (its parents), as a refused run leaves nothing
+                raise
             try:
                 self._heartbeat = Heartbeat(self.run_dir).start()
                 self._write_run_files()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 HEADLESS_ADVICE = "on a machine without a screen, train with `speedboard train`, or run the dashboard under " \
                   "`xvfb-run speedboard gui`"
+NO_DISPLAY = f"no display found (DISPLAY is not set): {HEADLESS_ADVICE}"
 
 
 def _no_display_reason() -> str | None:
@@ -27,10 +28,12 @@ def _no_display_reason() -> str | None:
         return None if None in reasons else reasons[0]
     x11, wayland = os.environ.get("DISPLAY"), os.environ.get("WAYLAND_DISPLAY")
     if not x11 and not wayland:
-        return f"no display found (DISPLAY is not set): {HEADLESS_ADVICE}"
-    if wayland and _wayland_problem() is None:
-        return None
-    return _x11_problem() if x11 else _wayland_problem()
+        return NO_DISPLAY
+    if wayland:
+        problem = _wayland_problem()
+        if problem is None or not x11:
+            return problem
+    return _x11_problem()
 
 
 def _platform_problem(name: str) -> str | None:
@@ -53,7 +56,7 @@ def _x11_problem() -> str | None:
 
     display = os.environ.get("DISPLAY")
     if not display:
-        return f"no display found (DISPLAY is not set): {HEADLESS_ADVICE}"
+        return NO_DISPLAY
     try:
         xcb = ctypes.CDLL("libxcb.so.1")
     except OSError:

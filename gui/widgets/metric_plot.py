@@ -85,6 +85,7 @@ REGION_LABEL_LEVELS = 8
 """Heights a shaded region's label takes in turn: compiled runs side by side on the step axis end their
 warm-ups at the same step, and the labels of as many must not write over each other."""
 
+
 class CountAxis(pg.AxisItem):
     """The x axis: ticks of tokens read 400k and 1.2M, not 400000 and 1.2e+06. With ``whole`` (optimizer
     steps), ticks fall on whole numbers only: a short run's axis has no step 1.5."""

@@ -98,7 +98,6 @@ def _resolved(device: object) -> object:
     """A device setting as this machine resolves it: "auto" and "cpu" are one device on a machine without a GPU
     (a panel with several processes shows "cpu" for "auto"). Anything unreadable stays as written."""
     from core.device import resolve_device  # queries only: no tensors
-    from core.errors import SpeedboardError
 
     try:
         return str(resolve_device(device)) if isinstance(device, str) else device
@@ -303,15 +302,12 @@ class TuneDialog(QDialog):
         except SpeedboardError as exc:
             dialogs.show_error(self, "Cannot find settings", str(exc))
             return
-        self.report, self.summary, self.finished_events = None, None, 0
-        self.table.setRowCount(0)
-        self.chart.show_rows([], None)
-        self.recommendation.setText("")
+        self._clear()
+        self.finished_events = 0
         processes = self._processes()
         self.plan_label.setText("Planning: measuring this device's matmul peak and checking what fits …" + (
             f" The trials measure one process; the panel's {processes} processes are not what they time."
             if processes > 1 else ""))
-        self.progress_label.setText("")
         self._awaiting = True
         self.session.start_tune(cfg, options, str(default_report_path(cfg)))
         self._update_buttons()
@@ -389,7 +385,9 @@ class TuneDialog(QDialog):
         self._show_finished(report, path)
 
     def _clear(self) -> None:
+        """No report shown: before new trials, or after one that could not be shown whole."""
         self.report, self.summary, self._report_path = None, None, None
+        self.progress_label.setToolTip("")
         self.table.setRowCount(0)
         self.chart.show_rows([], None)
         for label in (self.plan_label, self.progress_label, self.recommendation):
