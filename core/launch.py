@@ -74,6 +74,9 @@ def torchrun_argv(nproc: int, train_args: list[str], *, python: str | None = Non
 def worker_env(nproc: int, device: str = "auto", cpu_count: int | None = None) -> dict[str, str]:
     """Variables to add to the environment of a run of ``nproc`` processes."""
     env = {"PYTHONUNBUFFERED": "1"}  # rank 0's progress lines arrive as they are printed
+    # Every process of the run starts as ``python -m``, which puts the working folder first on the import path: a
+    # folder of the user's own named core/ or gui/ would hide Speedboard's. Inherited by torchrun's workers.
+    env["PYTHONSAFEPATH"] = "1"
     threads = worker_threads(nproc, device, cpu_count)
     if threads is not None and "OMP_NUM_THREADS" not in os.environ:
         # CPU processes share the cores (torchrun would give each a single thread).

@@ -162,6 +162,15 @@ def test_a_config_files_model_beside_a_checkpoint_with_its_own_is_refused(existi
                  "--config", str(run_dir / "config.json")]) == 0
 
 
+def test_python_m_speedboard_is_not_hidden_by_a_folder_of_the_users_own_named_core(tmp_path):
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "__init__.py").write_text("raise SystemExit('the user core was imported')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-m", "speedboard", "train", "--help"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "--micro-batch" in done.stdout, done.stderr
+
+
 def test_bf16_on_a_device_without_it(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("core.device.bf16_supported", lambda device: False)
     assert main(["train", *SMALL, "--steps", "1", "--precision", "bf16", "--out", str(tmp_path)]) == 2

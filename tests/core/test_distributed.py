@@ -337,11 +337,27 @@ def test_torchrun_argv_and_worker_env():
     assert torchrun_argv(2, ["train"], python="py", log_dir="/l")[4:7] == ["--nproc-per-node=2", "--log-dir", "/l"]
     env = worker_env(2, "cpu", cpu_count=8)
     assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["PYTHONSAFEPATH"] == "1"  # the working folder is not first on the import path
     if "OMP_NUM_THREADS" not in os.environ:
         assert env["OMP_NUM_THREADS"] == "4"
         if not torch.cuda.is_available():  # "auto" is the CPU here: its processes share the cores too (were 1 each)
             assert worker_env(2, "auto", cpu_count=8)["OMP_NUM_THREADS"] == "4"
     assert "OMP_NUM_THREADS" not in worker_env(2, "cuda")
+
+
+def test_a_folder_of_the_users_own_named_core_does_not_hide_ours_from_the_runs_processes(tmp_path):
+    """Every process of a multi-process run starts as ``python -m core…`` in the user's working folder, which
+    ``python -m`` puts first on the import path."""
+    from core.launch import worker_env
+
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "__init__.py").write_text("raise SystemExit('the user core was imported')")
+    argv = [sys.executable, "-m", "core.cli", "train", "--help"]
+    bare = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=python_env())
+    assert bare.returncode != 0 and "the user core" in bare.stderr  # what a child met before
+    child = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                           env=python_env(**worker_env(2, "cpu", cpu_count=2)))
+    assert child.returncode == 0 and "--micro-batch" in child.stdout, child.stderr
 
 
 def test_prepare_launch_writes_a_config_the_cli_reads_back(tmp_path):
