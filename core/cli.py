@@ -712,7 +712,8 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
                 else ""
             _out(f"{m.get('created', '?')}  {m.get('documents', 0):>12,} docs  {m.get('tokens', 0):>15,} tokens  "
                   f"{m['bytes'] / 2**30:7.2f} GiB  {_where(m)}{field}  "
-                  f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}")
+                  f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}"
+                  + (f"  damaged ({m['fault']}): preparing its corpus again replaces it" if "fault" in m else ""))
         return 0
     if not args.data:
         raise ConfigError("give the data to prepare (or --list, or --remove DATA|all)")

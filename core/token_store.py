@@ -191,6 +191,8 @@ class TokenStore:
                             f"corpus again")
         if damage is None and any(manifest.get(k) is None for k in ("dtype", "documents", "tokens")):
             damage = "its manifest has no dtype, documents or tokens"
+        if damage is None and _vocab_size(manifest) is None:  # what every id read is checked against
+            damage = "its manifest has no vocabulary size"
         if damage is not None:
             raise damaged_store(path, damage)
         try:
@@ -200,14 +202,10 @@ class TokenStore:
 
     @classmethod
     def _checked(cls, path: Path, manifest: dict[str, Any]) -> TokenStore:
-        dtype = np.dtype(manifest["dtype"])
         docs, toks = manifest["documents"], manifest["tokens"]
-        for name, expected in ((TOKENS, toks * dtype.itemsize), (OFFSETS, (docs + 1) * 8)):
-            if not (path / name).is_file():
-                raise damaged_store(path, f"{name} is missing")
-            size = (path / name).stat().st_size
-            if size != expected:
-                raise damaged_store(path, f"{name} has {size:,} bytes, not {expected:,}")
+        damage = _files_damage(path, manifest)
+        if damage is not None:
+            raise damaged_store(path, damage)
         if _digest(path, docs, toks) != manifest.get("digest"):
             raise damaged_store(path, "its content does not match its manifest")
         damage = _offsets_damage(path / OFFSETS, toks)
@@ -216,16 +214,18 @@ class TokenStore:
         return cls(path, manifest)
 
     @property
-    def vocab_size(self) -> int | None:
-        """Highest token id + 1 of the store's tokenizer, as its manifest says (None where it says nothing)."""
-        value = (self.manifest.get("tokenizer") or {}).get("vocab_size")
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    def vocab_size(self) -> int:
+        """Highest token id + 1 of the store's tokenizer, as its manifest says (checked at opening, and against
+        the tokenizer the store is found by)."""
+        vocab = _vocab_size(self.manifest)
+        assert vocab is not None, "a store's manifest is checked for its vocabulary size when it is opened"
+        return vocab
 
     def check_ids(self, rows: np.ndarray) -> None:
         """DataError if ``rows`` (read from this store) hold an id the tokenizer never gives: the sampled digest
         at opening cannot see every byte of a large store, so what is read is checked as it is read."""
         vocab = self.vocab_size
-        if vocab is None or rows.size == 0:
+        if rows.size == 0:
             return
         top = int(rows.max())
         if top >= vocab:
@@ -243,6 +243,24 @@ def damaged_store(path: Path, damage: str) -> DataError:
 
 _MANIFEST_TYPES = {"created": str, "fingerprint": str, "digest": str, "dtype": str, "documents": int, "tokens": int,
                    "source": dict, "tokenizer": dict}
+
+
+def _vocab_size(manifest: dict[str, Any]) -> int | None:
+    value = (manifest.get("tokenizer") or {}).get("vocab_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _files_damage(path: Path, manifest: dict[str, Any]) -> str | None:
+    """A token or offsets file missing or not of the size its (well-formed) manifest gives it, or None: a stat
+    each, cheap enough for a listing."""
+    dtype = np.dtype(manifest["dtype"])
+    for name, expected in ((TOKENS, manifest["tokens"] * dtype.itemsize), (OFFSETS, (manifest["documents"] + 1) * 8)):
+        if not (path / name).is_file():
+            return f"{name} is missing"
+        size = (path / name).stat().st_size
+        if size != expected:
+            return f"{name} has {size:,} bytes, not {expected:,}"
+    return None
 
 
 def _shown(value: Any) -> str:
@@ -296,12 +314,22 @@ def _digest(path: Path, documents: int, tokens: int) -> str:
     return h.hexdigest()
 
 
-def _complete(path: Path) -> bool:
+def _complete(path: Path, tokenizer: BPETokenizer) -> bool:
     try:
-        TokenStore.open(path)
+        _open_for(path, tokenizer)
     except (DataError, OSError):
         return False
     return True
+
+
+def _open_for(path: Path, tokenizer: BPETokenizer) -> TokenStore:
+    """The complete store at ``path``, made with ``tokenizer``: ids are checked against the manifest's vocabulary as
+    they are read, so it must be the model's."""
+    store = TokenStore.open(path)
+    if store.vocab_size != tokenizer.vocab_size:
+        raise damaged_store(path, f"its manifest's vocabulary is {store.vocab_size:,} tokens, its tokenizer's "
+                                  f"{tokenizer.vocab_size:,}")
+    return store
 
 
 def find_store(fingerprint: str, tokenizer: BPETokenizer) -> TokenStore | None:
@@ -309,7 +337,7 @@ def find_store(fingerprint: str, tokenizer: BPETokenizer) -> TokenStore | None:
     path = stores_dir() / store_key(fingerprint, tokenizer_key(tokenizer))
     if not (path / MANIFEST).is_file():
         return None
-    return TokenStore.open(path)
+    return _open_for(path, tokenizer)
 
 
 def ensure_writable(folder: Path) -> None:
@@ -719,7 +747,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             fsync(tmp / MANIFEST)
             if should_stop is not None and should_stop():  # asked during the last batches or the syncs: not kept
                 raise Cancelled("data preparation stopped; nothing was kept")
-            if _complete(final):  # another process finished first (no lock on this platform)
+            if _complete(final, tokenizer):  # another process finished first (no lock on this platform)
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 if final.exists():  # a damaged store of the same key: moved aside, then replaced
@@ -740,7 +768,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
         finally:
             if lock is not None:
                 lock.release()
-    return TokenStore.open(final)
+    return _open_for(final, tokenizer)
 
 
 def _space_needed(source_bytes: int | None, done_bytes: int, documents: int, tokens: int, dtype: np.dtype) -> str:
@@ -757,7 +785,8 @@ def _space_needed(source_bytes: int | None, done_bytes: int, documents: int, tok
 
 # ----------------------------------------------------------------------------- listing and removing
 def list_stores() -> list[dict[str, Any]]:
-    """Manifests of the complete stores (with ``path`` and ``bytes`` on disk), newest first."""
+    """Manifests of the stores (with ``path`` and ``bytes`` on disk), newest first: ``damaged`` (what is wrong) in
+    place of a manifest that cannot be read, ``fault`` beside one whose files do not have the sizes it gives."""
     out = []
     folder = stores_dir()
     if not folder.is_dir():
@@ -772,6 +801,13 @@ def list_stores() -> list[dict[str, Any]]:
             damage = f"its manifest cannot be read: {first_line(exc, 80)}"
         if damage is not None:  # listed (and removable) by its path alone
             manifest = {"damaged": damage}
+        elif all(isinstance(manifest.get(k), int) for k in ("documents", "tokens")) and manifest.get("dtype"):
+            try:
+                fault = _files_damage(entry, manifest)
+            except OSError as exc:
+                fault = f"its files cannot be read: {exc.strerror or exc}"
+            if fault is not None:  # its corpus is known: listed and removed with it, prepared again by a start
+                manifest["fault"] = fault
         manifest["path"] = str(entry)
         manifest["bytes"] = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
         out.append(manifest)
@@ -785,7 +821,7 @@ def remove_store(path: str | Path) -> None:
     aside = path.parent / f"{_REMOVED}{path.name}-{secrets.token_hex(3)}"
     try:
         os.rename(path, aside)
-    except OSError as exc:  # a read-only cache, or another user's
-        raise DataError(f"cannot remove the token store {path} ({exc.strerror or exc}); its folder "
-                        f"{path.parent} cannot be written") from None
+    except OSError as exc:  # a read-only cache, or another user's; or the store's own folder made immutable
+        where = f"; its folder {path.parent} cannot be written" if not os.access(path.parent, os.W_OK) else ""
+        raise DataError(f"cannot remove the token store {path} ({exc.strerror or exc}){where}") from None
     _delete(aside)

@@ -557,6 +557,29 @@ def test_a_token_id_beyond_the_vocabulary_is_one_line_when_its_batch_is_read(tmp
                               f"prepare the corpus again")
 
 
+@pytest.mark.parametrize("vocab", [65_536, None])
+def test_a_manifest_whose_vocabulary_is_not_its_tokenizers_is_damage_and_ids_are_still_checked(tmp_path, cache,
+                                                                                             vocab):
+    """Ids read are checked against the manifest's vocabulary: edited (or gone), with ids beyond the model's in the
+    tokens, training met an index error inside the embedding."""
+    cfg = DataConfig(source=str(corpus(tmp_path)), seq_len=16, vocab_size=300)
+    prepare_data(cfg)
+    (store,) = store_folders(cache)
+    _damage_unseen(store, TOKENS, lambda tokens: tokens.__setitem__(5, 65_535))
+    manifest = json.loads((store / MANIFEST).read_text())
+    if vocab is None:
+        del manifest["tokenizer"]["vocab_size"]
+    else:
+        manifest["tokenizer"]["vocab_size"] = vocab
+    (store / MANIFEST).write_text(json.dumps(manifest))
+    tokenizer = BPETokenizer.load(store / "tokenizer.json")
+    with pytest.raises(DataError, match=f"token store {store} is damaged \\(its manifest"):
+        token_store.find_store(manifest["fingerprint"], tokenizer)
+    again = prepare_data(cfg)  # damage counts as missing: prepared again, in its place
+    assert not again.corpus.from_store and again.store.path == store
+    assert int(again.store.tokens.max()) < again.tokenizer.vocab_size == again.store.vocab_size
+
+
 def test_describe_source_says_what_a_picker_shows(tmp_path, cache):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

@@ -36,6 +36,7 @@ def test_remove_on_a_cache_that_cannot_be_written_is_one_line(tmp_path, cache, c
     err = one_line(capsys, main(["prepare", "--remove", data]))
     (store,) = store_folders(cache)
     assert f"cannot remove the token store {store} (Read-only file system)" in err, err
+    assert "cannot be written" not in err  # its folder can: the rename was what failed
     monkeypatch.setattr(os, "rename", real)
     assert TokenStore.open(store).num_documents == len(ENGLISH)
 
@@ -93,3 +94,21 @@ def test_a_manifest_with_values_of_other_types_is_a_damaged_store(edit, tmp_path
     prepared = prepare_corpus(cfg)  # counts as missing: prepared again, in its place
     assert not prepared.from_store and prepared.store.path == store and prepared.store.num_documents == len(ENGLISH)
     assert main(["prepare", "--remove", "all"]) == 0 and store_folders(cache) == []
+
+
+@pytest.mark.parametrize("fault", ["cut", "gone"])
+def test_a_store_whose_files_do_not_match_its_manifest_is_listed_as_damaged_and_removed_with_its_corpus(
+        fault, tmp_path, cache, capsys):
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    (store,) = store_folders(cache)
+    if fault == "cut":
+        os.truncate(store / ts.TOKENS, 1000)
+    else:
+        (store / ts.OFFSETS).unlink()
+    capsys.readouterr()
+    assert main(["prepare", "--list", data]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    why = f"{ts.TOKENS} has 1,000 bytes, not " if fault == "cut" else f"{ts.OFFSETS} is missing"
+    assert f"{store}  damaged ({why}" in line and line.endswith("preparing its corpus again replaces it"), line
+    assert main(["prepare", "--remove", data]) == 0 and store_folders(cache) == []
