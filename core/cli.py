@@ -905,11 +905,12 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     sink = ConsoleSink(args.log_every, progress=not args.no_progress and rank0 and _isatty(sys.stderr))
     trainer = Trainer(config, control, sink if rank0 else (lambda e: None), run_id=args.run_id)
     signals = StopSignals(control, trainer, speak=rank0).install()
+    code: int | None = None  # decided and said: from then on a signal ends the process at once
     try:
-        result = trainer.run()
+        code = _train_exit_code(trainer.run(), rank0)
     except PeerLost as exc:
         _error_line(f"speedboard: error: {exc}")
-        return 1
+        code = 1
     except JobTerminated as exc:
         from core.runs import CLAIM_ENV
 
@@ -917,11 +918,17 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
             _error_line(f"speedboard: {exc}")
         elif rank0 and CLAIM_ENV not in os.environ:  # under `train --nproc`, the launcher says it once for all
             _error_line(f"speedboard: rank {rank}: {exc}")
-        return getattr(exc, "exit_code", 128 + signal.SIGTERM)
+        code = getattr(exc, "exit_code", 128 + signal.SIGTERM)
     finally:
         sink.close()
         shutdown()
-        signals.restore()
+        signals.restore(decided=code is not None)
+    return code
+
+
+def _train_exit_code(result, rank0: bool) -> int:
+    from core.distributed import launched_by_torchrun
+
     if rank0 and result.checkpoint is None:
         # Each failed save was a warning and training went on; without the final one the weights are lost,
         # which a script chaining `train && generate` must not take for success.
@@ -1276,5 +1283,15 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(args, argv)
 
 
+def entry() -> int:
+    """The program's entry point (``python -m core.cli``, torchrun's workers): ``main``, then an exit that no signal
+    turns into a traceback."""
+    from core.interrupts import end_at_once_on_signals
+
+    code = main()
+    end_at_once_on_signals()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

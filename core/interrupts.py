@@ -141,3 +141,25 @@ class DiscardedRaiser:
     def _deliver(self) -> None:
         time.sleep(0.01)  # the main thread has left the callback, and this hook, by then
         _thread.interrupt_main(self.signum)
+
+
+def end_at_once_on_signals() -> None:
+    """Once a command's outcome is decided and said (a stopped run's checkpoint saved): a Ctrl-C or SIGTERM ends the
+    process at once with 128 + the signal's number, as the signal's default action does in the interpreter's last
+    moments, quietly. Raised as a ``KeyboardInterrupt``, it landed in an atexit callback or a finalizer (weakref
+    callbacks, torch's library destructors) and printed a traceback there, and the exit code came out 0 or 130 by
+    chance. Main thread only; an ignored signal (nohup's) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def end(signum, frame) -> None:
+        for stream in (sys.stdout, sys.stderr):  # what was said reaches its reader; os._exit flushes nothing
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, end)

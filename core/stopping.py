@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar
 
 from core.errors import JobTerminated
-from core.interrupts import DiscardedRaiser
+from core.interrupts import DiscardedRaiser, end_at_once_on_signals
 
 T = TypeVar("T")
 
@@ -209,17 +209,24 @@ class StopSignals:
         self._interrupts.watch()
         return self
 
-    def restore(self) -> None:
-        """The run is over (its ending recorded): disarm the watchdog, put the previous handlers back."""
+    def restore(self, decided: bool = False) -> None:
+        """The run is over (its ending recorded): disarm the watchdog, put the previous handlers back; ``decided``
+        (the command's outcome is said and its exit code known): a Ctrl-C or SIGTERM from now on ends the process
+        at once (``end_at_once_on_signals``): raised as the command returns, it landed in a finalizer as a
+        traceback, or said a second outcome ("interrupted" after "stopped at")."""
         self._finished.set()
         if self._aborted_with is not None:  # its data preparation may have left a tokenizer training
             leave_workers(self._aborted_with)
         if self._again is not None:
             self._again.disarm()
+        ends = (signal.SIGINT, signal.SIGTERM) if decided else ()
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            if signum not in ends or handler is signal.SIG_IGN:  # the rest go to end_at_once, with no gap
+                signal.signal(signum, handler)
         self._previous.clear()
         self._interrupts.unwatch()
+        if decided:
+            end_at_once_on_signals()
 
     def __enter__(self) -> StopSignals:
         return self.install()
@@ -252,6 +259,7 @@ class StopSignals:
         message = self._stop_message()
         if self.control.stop_requested or message is None or presses > 1:  # the second press aborts
             self._abort(KeyboardInterrupt("interrupted (Ctrl-C)"), 128 + signal.SIGINT, signal.SIGINT)
+            return  # the outcome was decided already (the abort did not raise): nothing to stop, nothing to say
         self.control.stop()
         self._say(message)
 

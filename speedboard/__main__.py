@@ -19,6 +19,6 @@ def _working_folder_last() -> None:
 
 _working_folder_last()
 
-from speedboard.cli import main  # noqa: E402 - after the import path is settled
+from speedboard.cli import entry  # noqa: E402 - after the import path is settled
 
-sys.exit(main())
+sys.exit(entry())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.interrupts import install_start_handlers
+from core.interrupts import end_at_once_on_signals, install_start_handlers
 
 install_start_handlers()  # first: Ctrl-C, kill -INT (a background job too) and SIGTERM, never mid-import
 
@@ -56,5 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(args, argv)
 
 
+def entry() -> int:
+    """The ``speedboard`` command: ``main``, then its exit, which a signal ends at once (no traceback)."""
+    code = main()
+    end_at_once_on_signals()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -201,6 +201,22 @@ def test_a_signal_once_the_outcome_is_decided_does_not_replace_it_but_the_watchd
     assert run.aborts and run.aborts[0].startswith("terminated (SIGTERM)")  # a no-op on a recorded trainer
 
 
+def test_a_ctrl_c_once_the_outcome_is_decided_says_nothing_and_then_ends_the_process_at_once(capsys):
+    """After "stopped at …" a second Ctrl-C printed "None" (no stop message to give); once the run's handlers are
+    put away with the outcome decided, a signal ends the process at once (not a traceback from a finalizer it
+    lands in, not a second outcome)."""
+    control = Control()
+    control.stop()
+    signals = StopSignals(control, FakeRun(stoppable=False, ending=True), grace_s=60).install()
+    try:
+        signals._on_interrupt(signal.SIGINT, None)  # no exception: the outcome stands
+    finally:
+        signals.restore(decided=True)
+    assert capsys.readouterr().err == ""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        assert signal.getsignal(signum).__qualname__.startswith("end_at_once_on_signals"), signum
+
+
 def test_nohup_keeps_sighup_ignored_but_kill_int_always_stops():
     """``nohup speedboard train``: closing the terminal must not stop the run. A background job's ignored
     SIGINT is still handled: ``kill -INT`` is how scripts and the dashboard stop a run."""
@@ -411,6 +427,33 @@ def test_a_signal_during_an_import_is_held_until_the_import_is_over(tmp_path, si
                           text=True, timeout=120, env={**os.environ, "SIGNAL": str(int(signum))})
     assert proc.stdout == "imported whole: True swallowed: False\n"
     assert (proc.returncode, proc.stderr) == (code, line + "\n")
+
+
+SIGNAL_IN_TEARDOWN = textwrap.dedent("""
+    import atexit, os, signal, sys, time
+
+    from core import cli
+
+    def command(args, argv):
+        print("stopped at step 3: the outcome is said")  # block-buffered: the exit must still flush it
+        # Runs first at exit, as weakref finalizers and torch's library destructors do: the signal lands there.
+        atexit.register(lambda: (os.kill(os.getpid(), int(os.environ["SIGNAL"])), time.sleep(5), print("went on")))
+        return 0
+
+    cli.COMMANDS["prepare"] = command
+    sys.argv = ["speedboard", "prepare", "x"]
+    sys.exit(cli.entry())
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_interpreter_tears_down_ends_it_at_once_and_quietly(signum):
+    """A second Ctrl-C just after "stopped at …" came during the interpreter's teardown: a KeyboardInterrupt
+    traceback from an atexit callback, and an exit code of 0 or 130 by chance. Now 128 + the signal, as the
+    signal's own default action gives in the interpreter's last moments."""
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_IN_TEARDOWN], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "SIGNAL": str(int(signum))})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (128 + signum, "stopped at step 3: the outcome is said\n", "")
 
 
 def test_the_held_ctrl_c_goes_to_the_handler_installed_after_the_import():
