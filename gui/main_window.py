@@ -25,7 +25,15 @@ from PySide6.QtWidgets import (
 
 from core.config import RunConfig
 from core.device import available_devices
-from core.events import DataPreparationProgress, Event, MicroBatchChanged, RunFailed, RunStarted, SampleGenerated
+from core.events import (
+    DataPreparationProgress,
+    DataPrepared,
+    Event,
+    MicroBatchChanged,
+    RunFailed,
+    RunStarted,
+    SampleGenerated,
+)
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions, RecentFolders
 from gui.redraw_pacer import RedrawPacer
@@ -49,6 +57,7 @@ APPLICATION = "Speedboard"
 REFRESH_HZ = 10
 PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the GUI thread long
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
+CHECKING_DATA = "the data folder is still being checked (Start waits for its check)"
 
 
 class MainWindow(QMainWindow):
@@ -339,6 +348,8 @@ class MainWindow(QMainWindow):
         if isinstance(event, DataPreparationProgress):  # before the run has an id, the status bar shows this
             self._show_focus()
             return
+        if isinstance(event, DataPrepared) and not event.from_store:  # here or by a run folder followed
+            self.config_panel.data_prepared()
         if isinstance(event, RunFailed) and record.state == "stopped":  # Stop cancelled its data preparation
             self.log.add(f"{record.label}: stopped before training: {event.message}")
             return
@@ -426,7 +437,9 @@ class MainWindow(QMainWindow):
     def _update_controls(self, *_) -> None:
         session = self.session
         running = session.running
-        valid = self.config_panel.config is not None
+        # A folder still being checked may yet show a problem under the Data control: Start waits for its check.
+        checking = self.config_panel.checking_source
+        valid = self.config_panel.config is not None and not checking
         can_continue = valid and not session.tuning and (
             running or session.continue_source(self.table.selected_keys()) is not None)
         # The advisor's trials hold the torch thread, which saves and loads: both would wait for them unseen.
@@ -434,7 +447,8 @@ class MainWindow(QMainWindow):
         self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
                                 can_continue=can_continue, stopping=session.stopping or session.ending,
                                 can_save=session.can_save and not session.tuning and not session.in_processes,
-                                can_load=not session.tuning, invalid=self.config_panel.error if not valid else "",
+                                can_load=not session.tuning,
+                                invalid="" if valid else CHECKING_DATA if checking else self.config_panel.error,
                                 in_processes=session.in_processes)
         self.tune_action.setEnabled(not running)
         # The Run menu offers what the buttons offer, enabled alike.

@@ -43,8 +43,8 @@ class RunActions(QObject):
         return cfg
 
     def start(self) -> None:
-        if self.session.running or self.session.tuning:
-            return
+        if self.session.running or self.session.tuning or self.panel.checking_source:
+            return  # Start is greyed meanwhile; a shortcut pressed as it greys changes nothing
         if not self.panel.recheck_source() and self.panel.error_field == "source":
             return  # the data went away or changed since it was chosen: said under the Data control
         if (problem := self.panel.start_from_problem()) is not None:  # a dialog, not a failed row per Start

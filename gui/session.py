@@ -20,6 +20,7 @@ is decided here.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -34,6 +35,7 @@ from gui.controller import Controller, RunJobEnded
 from gui.metric_store import MetricStore
 from gui.process_run import ProcessRun
 from gui.run_record import RunNote, RunRecord, StopRequested, TrainingPaused, TrainingResumed, WriterGone
+from gui.window_words import in_window_words
 
 TAIL_INTERVAL_MS = 500
 LIVENESS_EVERY = 10
@@ -399,6 +401,8 @@ class RunSession(QObject):
         record = self._by_run_id.get(event.run_id) or self._active
         if record is None:
             return
+        if isinstance(event, (RunFailed, WarningRaised)):  # a run of this window: its controls, not the CLI's flags
+            event = dataclasses.replace(event, message=in_window_words(event.message))
         self._route(record, event)
         if (isinstance(event, CheckpointSaved) and self._pending_save is not None
                 and user_path(event.path) == Path(self._pending_save)):
@@ -450,13 +454,15 @@ class RunSession(QObject):
             # No final event in the folder (bad settings, or a crash before rank 0 wrote one). A Stop before any
             # rank began is said as such, not by the exit code of a launcher ended in its own start.
             stopped_early = record.state == "stopping" and record.before_training
-            reason = message or ("stopped before its processes had begun" if stopped_early else
-                                 f"the training processes exited with code {code}")
+            reason = in_window_words(message) if message else (
+                "stopped before its processes had begun" if stopped_early else
+                f"the training processes exited with code {code}")
             self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))
         elif record is not None and record.state == "failed" and message:
             # Rank 0 recorded its own failure, often only that another process went away: the launcher's
             # line says which rank died and how.
-            self._route(record, WarningRaised(record.run_id or process.spec.run_id, 0.0, f"launcher: {message}"))
+            self._route(record, WarningRaised(record.run_id or process.spec.run_id, 0.0,
+                                              f"launcher: {in_window_words(message)}"))
         if process is not None:
             process.deleteLater()
         self._run_ended()

@@ -8,7 +8,6 @@ under the control it is about, before Start, not after a crash.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
@@ -49,6 +48,7 @@ from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
 from gui.stored_settings import stored_number, stored_text
 from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
+from gui.window_words import in_window_words
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
                      "max-autotune": "max-autotune", "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
@@ -402,6 +402,13 @@ class ConfigPanel(QWidget):
             self._check_source()
         self._on_changed()
         return self._config is not None
+
+    def data_prepared(self) -> None:
+        """A run of this window has just tokenized its corpus: a grey line that says the chosen data is not
+        tokenized yet looks again (it said so until the data was chosen again)."""
+        if self._source_info is not None and not self._source_info.prepared and not self.checking_source:
+            self._check_source()
+            self._on_changed()
 
     def _check_source(self) -> None:
         """What the data is and whether it can be read (``describe_source``: a listing, headers and a sampled
@@ -789,10 +796,6 @@ def _size(n: int) -> str:
     return ""
 
 
-_CONTROLS = {"--data": "the Data control", "--text-field": "the Text field"}
-"""The command line's flags that the engine's messages about data name, and this window's controls for them."""
-
-
 def _stamp(path: str) -> tuple | None:
     """Sizes and modification times of a checkpoint file, or of a checkpoint folder's files (a run folder, whose
     newest checkpoint moves while it trains, by its existence only)."""
@@ -809,13 +812,6 @@ def _stamp(path: str) -> tuple | None:
         return (st.st_size, st.st_mtime_ns)
     except OSError:
         return None
-
-
-def in_window_words(message: str) -> str:
-    """An engine message as the window says it: its controls named where the message names a command-line flag."""
-    for flag, control in _CONTROLS.items():
-        message = re.sub(rf"{flag}(?![\w-])", control, message)
-    return message
 
 
 def _described(data: DataConfig) -> tuple[SourceInfo | None, str | None]:

@@ -92,6 +92,12 @@ def test_a_folder_is_described_off_the_window_thread(qtbot, window, dialogs, tmp
     child(window, "dataFolderButton").click()  # returns at once: the folder is described in a worker thread
     panel, info = window.config_panel, child(window, "dataInfoLabel")
     assert panel.checking_source and "checking the folder" in info.text()
+    # Start waits for the check (it started a run that failed on what the check was about to say).
+    start = child(window, "startButton")
+    assert not start.isEnabled() and "still being checked" in start.toolTip()
+    window.actions["Start"].trigger()
+    window.runs.start()  # as a shortcut pressed just as Start greys
+    assert window.session.records == []
     with qtbot.waitSignal(panel._folder_check.done, timeout=60_000):
         slow.release.set()
     assert slow.threads and threading.main_thread() not in slow.threads
@@ -139,7 +145,7 @@ def test_a_folders_problem_names_the_windows_controls_not_command_line_flags(qtb
     error = child(window, "sourceError").text()
     assert "mixes data formats" in error and "point the Data control at a folder of one format" in error, error
     assert "--" not in error
-    from gui.widgets.config_panel import in_window_words
+    from gui.window_words import in_window_words
 
     assert in_window_words("choose one with --text-field") == "choose one with the Text field"
     assert in_window_words("--data-dir and --datafile") == "--data-dir and --datafile"  # other flags stay
@@ -289,3 +295,32 @@ def test_a_prepared_source_still_says_how_many_documents_it_holds(qtbot, window,
     _choose(window, dialogs, path)  # looked at again, as a later start of the window would
     qtbot.waitUntil(lambda: not window.config_panel.checking_source)
     assert f"80 documents; tokenized: {prepared.store.num_tokens:,} tokens, training starts at once" in info.text()
+
+
+def test_a_run_that_fails_on_its_data_names_the_windows_controls(qtbot, window, dialogs, tmp_path):
+    """A line past what the Data control's check reads (the first 64 KiB) fails the run: its row said
+    "choose another text field (--text-field)", a flag the window does not have."""
+    import json
+
+    good = "".join(json.dumps({"text": f"document {i}: " + " ".join(WORDS)}) + "\n" for i in range(1_200))
+    data = tmp_path / "late.jsonl"
+    data.write_text(good + json.dumps({"content": "hello there"}) + "\n", encoding="utf-8")
+    assert len(good) > 64 * 1024
+    _choose(window, dialogs, data)
+    assert child(window, "startButton").isEnabled()
+    click(window, "startButton")
+    wait_idle(qtbot, window)
+    (record,) = window.session.records
+    assert record.state == "failed" and "needs a string field 'text'" in record.message, record.message
+    assert "(the Text field)" in record.message and "--text-field" not in record.message
+
+
+def test_the_data_line_says_tokenized_once_a_run_has_tokenized_it(qtbot, window, dialogs, tmp_path):
+    """It kept saying "tokenized once when a run first starts on it" after the first run had."""
+    _choose(window, dialogs, _corpus(tmp_path / "docs.txt"))
+    info = child(window, "dataInfoLabel")
+    assert "tokenized once when a run first starts" in info.text()
+    click(window, "startButton")
+    wait_idle(qtbot, window)
+    assert window.session.records[0].state == "finished", window.session.records[0].message
+    assert "tokenized: " in info.text() and "training starts at once" in info.text(), info.text()
