@@ -183,9 +183,14 @@ class ModelConfig:
         """Read a Hugging Face Llama ``config.json``; refuse what this model cannot express."""
         if hf.get("model_type", "llama") != "llama":
             raise ConfigError(f"not a Llama config (model_type={hf.get('model_type')!r})")
-        rope_scaling = hf.get("rope_scaling")
-        if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in (None, "default"):
-            raise ConfigError(f"rope_scaling {rope_scaling!r} is not supported")
+        # transformers < 5 writes a scaled RoPE as rope_scaling, ≥ 5 as rope_parameters (rope_scaling: null):
+        # either one that is not plain RoPE would load here as plain RoPE, with other logits.
+        for key in ("rope_scaling", "rope_parameters"):
+            rope = hf.get(key)
+            if rope is not None and not isinstance(rope, dict):
+                raise ConfigError(f"{key} {rope!r} is not a mapping")
+            if rope and rope.get("rope_type", rope.get("type")) not in (None, "default"):
+                raise ConfigError(f"{key} {rope!r} is not supported (only plain rotary embeddings)")
         if hf.get("attention_bias") or hf.get("mlp_bias"):
             raise ConfigError("Llama configs with biases are not supported")
         if hf.get("hidden_act", "silu") != "silu":
@@ -196,9 +201,10 @@ class ModelConfig:
         head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
         if head_dim * heads != hf["hidden_size"]:
             raise ConfigError("head_dim × num_attention_heads must equal hidden_size")
-        rope_theta = hf.get("rope_theta")
-        if rope_theta is None:  # newer transformers keep it inside rope_parameters
-            rope_theta = (hf.get("rope_parameters") or {}).get("rope_theta", 10_000.0)
+        # transformers ≥ 5 reads it from rope_parameters, before the top level where older releases keep it.
+        rope_theta = (hf.get("rope_parameters") or {}).get("rope_theta", hf.get("rope_theta"))
+        if rope_theta is None:
+            rope_theta = 10_000.0
         return cls(
             vocab_size=hf["vocab_size"],
             hidden_size=hf["hidden_size"],

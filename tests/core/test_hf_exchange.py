@@ -13,6 +13,7 @@ from core import checkpoint as ck
 from core.cli import main
 from core.config import DataConfig, ModelConfig
 from core.data import SampleOrder, prepare_data
+from core.errors import CheckpointError
 from core.events import RunStarted, StepMetrics
 from core.runs import read_events
 from tests.core.checkpoint_helpers import (
@@ -117,6 +118,36 @@ def test_a_transformers_llama_loads_into_speedboard(weights, tmp_path, tok):
         assert loaded.tokenizer.encode(text) == hf_tok(text, add_special_tokens=False)["input_ids"]
     assert (loaded.tokenizer.bos_id, loaded.tokenizer.eos_id, loaded.tokenizer.pad_id) == \
         (hf_tok.bos_token_id, hf_tok.eos_token_id, hf_tok.pad_token_id)
+
+
+@pytest.mark.parametrize("key, rope", [
+    ("rope_parameters", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 64, "rope_theta": 10_000.0}),
+    ("rope_parameters", {"rope_type": "linear", "factor": 2.0, "rope_theta": 10_000.0}),
+    ("rope_scaling", {"type": "linear", "factor": 2.0}),
+])
+def test_a_scaled_rope_is_refused_in_either_of_transformers_spellings(key, rope, tmp_path, tok, capsys):
+    """transformers ≥ 5 writes a scaled RoPE as rope_parameters (and rope_scaling: null): it loaded as plain RoPE,
+    logits 6e-3 away from the model's, and its export dropped the scaling."""
+    folder = save_hf_folder(hf_llama(23), tmp_path / "hf", tok)
+    config = json.loads((folder / "config.json").read_text())
+    config.update({"rope_scaling": None, "rope_parameters": None, key: rope})
+    (folder / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()  # transformers' own progress while saving
+    with pytest.raises(CheckpointError, match=f"unsupported Hugging Face config \\({key} .* is not supported"):
+        ck.read_checkpoint(folder)
+    assert main(["generate", str(folder), "--prompt", "x", "--max-new-tokens", "1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "is not supported (only plain rotary embeddings)" in err, err
+
+
+def test_rope_theta_is_read_where_transformers_reads_it():
+    base = {"vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "intermediate_size": 128}
+    assert ModelConfig.from_hf_dict({**base, "rope_theta": 5e5}).rope_theta == 5e5  # transformers < 5
+    both = {**base, "rope_theta": 1e4, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}
+    assert ModelConfig.from_hf_dict(both).rope_theta == 5e5  # ≥ 5: rope_parameters first
+    assert ModelConfig.from_hf_dict(base).rope_theta == 1e4
 
 
 def test_train_init_from_a_transformers_folder(tmp_path, tok):
