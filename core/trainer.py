@@ -477,8 +477,7 @@ class Trainer:
         if not cfg.resume:
             return loaded, None
         if loaded.trainer_state is None:
-            raise CheckpointError(f"cannot resume from {source}: it holds no trainer state "
-                                  f"(use init-from to start a new run from its weights)")
+            raise ckpt_io.cannot_resume(source)
         return loaded, loaded.trainer_state
 
     def _check_start_weights(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:

@@ -55,6 +55,7 @@ from core.checkpoint.read import (
     WEIGHTS_FILE,
     CheckpointInfo,
     LoadedCheckpoint,
+    cannot_resume,
     check_tokenizer_fits,
     config_checksum,
     latest_checkpoint,
@@ -71,8 +72,8 @@ from core.runs import CHECKPOINTS_DIR, CONFIG_FILE
 __all__ = [
     "CHECKPOINTS_DIR", "CONFIG_CHECKSUM", "CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "PICKLE_SUFFIXES",
     "ROPE_TABLES", "STATE_FILE", "TOKENIZER_FILE", "WEIGHTS_FILE", "AtomicFolder", "CheckpointInfo",
-    "LoadedCheckpoint", "check_compatible", "check_config_matches", "check_finite", "check_tokenizer_fits",
-    "check_writable",
+    "LoadedCheckpoint", "cannot_resume", "check_compatible", "check_config_matches", "check_finite",
+    "check_tokenizer_fits", "check_writable",
     "clean_key", "clean_state_dict", "config_checksum", "embedding_rows", "export_hf", "file_record",
     "infer_model_config", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_trainer_state",
     "load_weights", "model_from_checkpoint", "model_shapes", "model_state_dict", "peek_checkpoint",

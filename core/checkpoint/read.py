@@ -402,11 +402,22 @@ class CheckpointInfo:
         except (TypeError, AttributeError, ConfigError) as exc:
             raise CheckpointError(f"{self.path / CONFIG_FILE} has an invalid run config ({exc})") from None
 
+    @property
+    def holds_trainer_state(self) -> bool:
+        """A Speedboard checkpoint with its optimizer, schedule and data position: one that ``--resume`` continues
+        (a bare state dict or a Hugging Face folder never holds one)."""
+        return self.kind == "speedboard" and (self.path / STATE_FILE).is_file()
+
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Tensor shapes by clean name (a bare state dict's are read from its file without its weights)."""
         if self.kind == "state_dict":
             return tensor_shapes(self.path)
         return {}
+
+
+def cannot_resume(source: str | Path) -> CheckpointError:
+    return CheckpointError(f"cannot resume from {source}: it holds no trainer state (use init-from to start a new run "
+                           f"from its weights)")
 
 
 def peek_checkpoint(path: str | Path) -> CheckpointInfo:

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from core import checkpoint as ck
 from core.cli import main
@@ -119,12 +120,21 @@ def without_trainer_state(parent: Path, tmp_path: Path) -> list[str]:
     return ["--resume", str(saved)]
 
 
+def bare_state_dict(parent: Path, tmp_path: Path) -> list[str]:
+    """Weights alone: said as such first (it was "sequence length 128 is beyond the model's 64 positions", from the
+    architecture read off its shapes, and only after --seq-len was changed the trainer state)."""
+    path = tmp_path / "weights.pth"
+    torch.save(ck.read_checkpoint(parent).state_dict, path)
+    return ["--resume", str(path)]
+
+
 def budget_used_up(parent: Path, tmp_path: Path) -> list[str]:
     return ["--resume", str(parent), "--steps", "2"]
 
 
 @pytest.mark.parametrize("source, message", [(truncated, "model.safetensors"),
                                              (without_trainer_state, "holds no trainer state"),
+                                             (bare_state_dict, "holds no trainer state"),
                                              (budget_used_up, "already used up: the checkpoint is at step 2")])
 def test_a_bad_resume_source_is_the_single_process_line_before_torchrun_starts(
         source, message, parent, tmp_path, capsys, monkeypatch, single_thread):
