@@ -238,13 +238,14 @@ def config_from_args(args: argparse.Namespace):
     """
     import torch
 
-    from core.checkpoint import cannot_resume, infer_model_config, peek_checkpoint
+    from core.checkpoint import cannot_resume, infer_model_config, peek_checkpoint, read_checkpoint
     from core.config import PRESETS, config_from_preset
 
     overrides: dict[str, Any] = _train_overrides(args)
     source = args.resume or args.init_from
     info = peek_checkpoint(source) if source else None  # config.json only; weights load in the trainer
-    if args.resume and not info.holds_trainer_state:  # said first: no other setting can make it resumable
+    if args.resume and not info.holds_trainer_state:  # before any setting: none can make it resumable
+        read_checkpoint(source)  # but damage is said as such (a file that is no weights, a truncated one)
         raise cannot_resume(source)
     _refuse_ignored_flags(args, info)
     own = info.run_config if info is not None else None
