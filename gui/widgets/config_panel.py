@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.checkpoint import latest_checkpoint
 from core.config import (
     BUILTIN_CORPUS,
     COMPILE_MODES,
@@ -46,6 +47,7 @@ from core.event_text import counted, skipped_files
 from core.launch import check_nproc, process_capacity
 from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
+from core.tokenizer import TOKENIZER_FILE
 from gui.stored_settings import stored_number, stored_text
 from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
 from gui.window_words import in_window_words
@@ -164,6 +166,8 @@ class ConfigPanel(QWidget):
         self._checked_text_field: str | None = None
         """The text field the data's current check was made with."""
         self.checking_source = False
+        self._checked_tokenizer: str | None = None
+        """The tokenizer file the data's current check judged "tokenized yet" by (a loaded checkpoint's)."""
         self._folder_check = _FolderCheck(self)
         self._folder_check.done.connect(self._folder_checked)
         self._data_dir = str(Path.home())
@@ -416,10 +420,11 @@ class ConfigPanel(QWidget):
         when the run prepares it (it needs the network)."""
         self._check_number += 1
         self._checked_text_field = self._text_field()
+        self._checked_tokenizer = self._start_tokenizer()
         self._source_info, self._source_problem = None, None
         self.checking_source = False
         if not self._source.startswith("hf:"):
-            data = replace(self.preset_config().data, source=self._source, tokenizer=None,
+            data = replace(self.preset_config().data, source=self._source, tokenizer=self._checked_tokenizer,
                            text_field=self._text_field())
             if self._is_folder():
                 self.checking_source = True
@@ -428,6 +433,22 @@ class ConfigPanel(QWidget):
             else:
                 self._source_info, self._source_problem = _described(data)
         self._show_source_summary()
+
+    def _start_tokenizer(self) -> str | None:
+        """The tokenizer file of the checkpoint Load chose, which a run started from it takes: whether the data is
+        tokenized yet depends on it (the grey line judged it by the tokenizer a run would train)."""
+        if self._start_from is None:
+            return None
+        try:
+            found = latest_checkpoint(self._start_from[0])
+        except (SpeedboardError, OSError):
+            return None
+        file = found / TOKENIZER_FILE
+        return str(file) if found.is_dir() and file.is_file() else None
+
+    def _recheck_for_tokenizer(self) -> None:
+        if self._start_tokenizer() != self._checked_tokenizer:
+            self._check_source()
 
     def _is_folder(self) -> bool:
         return self._source != BUILTIN_CORPUS and Path(self._source).is_dir()
@@ -478,6 +499,7 @@ class ConfigPanel(QWidget):
         self.start_from_label.setText(f"{verb} {description}")
         self.start_from_label.setToolTip(path)
         self.clear_start_button.setEnabled(True)
+        self._recheck_for_tokenizer()
         self._on_changed()
 
     def clear_start_from(self) -> None:
@@ -486,6 +508,7 @@ class ConfigPanel(QWidget):
         self.start_from_label.setText("random initialisation")
         self.start_from_label.setToolTip("")
         self.clear_start_button.setEnabled(False)
+        self._recheck_for_tokenizer()
         self._on_changed()
 
     @property
@@ -819,6 +842,8 @@ def _described(data: DataConfig) -> tuple[SourceInfo | None, str | None]:
     try:
         return describe_source(data), None
     except (SpeedboardError, OSError) as exc:
+        if data.tokenizer is not None:  # a loaded checkpoint's tokenizer that cannot be read: Load's business
+            return _described(replace(data, tokenizer=None))
         return None, in_window_words(str(exc))
 
 

@@ -324,3 +324,28 @@ def test_the_data_line_says_tokenized_once_a_run_has_tokenized_it(qtbot, window,
     wait_idle(qtbot, window)
     assert window.session.records[0].state == "finished", window.session.records[0].message
     assert "tokenized: " in info.text() and "training starts at once" in info.text(), info.text()
+
+
+def test_the_data_line_judges_tokenized_by_the_loaded_checkpoints_tokenizer(qtbot, window, dialogs, tmp_path):
+    """A run started from a checkpoint takes its tokenizer: the data was tokenized with it, training started at
+    once, and the line said "tokenized once when a run first starts on it" (judged by a tokenizer to train)."""
+    import json
+
+    from core.config import DataConfig
+    from core.prepare import prepare_corpus
+    from core.tokenizer import train_bpe
+
+    corpus = _corpus(tmp_path / "docs.txt")
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({}))
+    tok = train_bpe(corpus.read_text(encoding="utf-8").split("\n\n"), 300)
+    tok.save(checkpoint)
+    prepared = prepare_corpus(DataConfig(source=str(corpus), tokenizer=str(checkpoint / "tokenizer.json")))
+    _choose(window, dialogs, corpus)
+    info = child(window, "dataInfoLabel")
+    assert "tokenized once when a run first starts" in info.text()
+    window.config_panel.set_start_from(str(checkpoint), "init", "checkpoint")
+    assert f"tokenized: {prepared.store.num_tokens:,} tokens" in info.text(), info.text()
+    window.config_panel.clear_start_from()
+    assert "tokenized once when a run first starts" in info.text()
