@@ -376,20 +376,27 @@ class EventTail:
         self._partial = b""
         self._written_at: str | None = None
         """The folder its run recorded (``RunStarted.run_dir``), where that is not the folder read."""
+        self._read_at = str(self.path.parent)
+        self.behind = False
+        """The last poll read only part of what the file held (``max_bytes``)."""
 
-    def poll(self) -> list[Event]:
+    def poll(self, max_bytes: int | None = None) -> list[Event]:
+        """The events of the lines completed since the last poll; with ``max_bytes``, of at most that much of the
+        file (``behind`` says whether more was there): a window reads a long file a piece per tick."""
         try:
             with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < self._offset:
+                size = os.fstat(f.fileno()).st_size
+                if size < self._offset:
                     # The writer cut off a line it could not finish (a full disk): go back
                     # to the end of the last whole line, which is where the file now ends.
                     self._offset -= len(self._partial)
                     self._partial = b""
                 f.seek(self._offset)
-                data = f.read()
+                data = f.read() if max_bytes is None else f.read(max_bytes)
         except FileNotFoundError:
             return []
         self._offset += len(data)
+        self.behind = self._offset < size
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()  # an unfinished last line waits for the next poll
@@ -406,7 +413,7 @@ class EventTail:
     def _rebased(self, event: Event) -> Event:
         """``event`` with its paths inside the folder its run recorded moved to the folder read: a run folder
         copied, moved or mounted elsewhere names its own checkpoints, not those at the path it was written."""
-        read_at = str(self.path.parent)
+        read_at = self._read_at
         if isinstance(event, RunStarted) and event.run_dir and os.path.normpath(event.run_dir) != read_at:
             self._written_at = os.path.normpath(event.run_dir)
         if self._written_at is None:

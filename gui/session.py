@@ -21,6 +21,7 @@ is decided here.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -38,6 +39,11 @@ from gui.run_record import RunNote, RunRecord, StopRequested, TrainingPaused, Tr
 from gui.window_words import in_window_words
 
 TAIL_INTERVAL_MS = 500
+TAIL_CHUNK_BYTES = 128 * 1024
+"""A followed folder's metrics.jsonl is read this much at a time: a long one (100,000 steps, 37 MB) was read
+whole on the GUI thread, which froze the window for seconds. About 350 step lines, 10-20 ms to read and show."""
+TAIL_BUDGET_S = 0.04
+"""The most one tick of the followers reads for; what is left is read at the next turn of the event loop."""
 LIVENESS_EVERY = 10
 """Polls between two looks at whether a followed folder's writer still lives (its heartbeat: every 5 s)."""
 NO_FINAL_CHECKPOINT = "The run ended without a final checkpoint, so there is nothing to continue from."
@@ -305,7 +311,9 @@ class RunSession(QObject):
         A folder whose metrics.jsonl holds no event is refused (a ``SpeedboardError`` says why), unless a live
         writer has yet to write its first one."""
         tail = EventTail(folder)
-        events = tail.poll()
+        events = tail.poll(TAIL_CHUNK_BYTES)  # its first event names the run; the rest comes a piece per tick
+        while not events and tail.behind:  # a first line longer than a piece
+            events = tail.poll(TAIL_CHUNK_BYTES)
         if not events:
             _check_events_to_come(folder)
         started = next((e for e in events if isinstance(e, RunStarted)), None)
@@ -316,9 +324,10 @@ class RunSession(QObject):
         for event in events:
             self._route(record, event)
         if not record.ended:
-            self._check_writer(record)
+            if not tail.behind:  # its ending may be in what is still to read: its writer is asked about then
+                self._check_writer(record)
             self._tails[record.key] = tail  # followed even when not running: written again, it shows
-            self._tail_timer.start()
+            self._tail_timer.start(0 if tail.behind else TAIL_INTERVAL_MS)
         return record, True
 
     def _check_writer(self, record: RunRecord) -> None:
@@ -410,25 +419,34 @@ class RunSession(QObject):
             self.save_finished.emit(event.path)
 
     def _poll_tails(self) -> None:
+        """What the followed folders' files gained: a piece at a time, for ``TAIL_BUDGET_S`` at most, then again
+        at the next turn of the event loop while any is behind (the window keeps answering meanwhile)."""
         self._polls += 1
+        until = time.perf_counter() + TAIL_BUDGET_S
+        behind = False
         for key, tail in list(self._tails.items()):
             record = self.record(key)
             try:
-                events = tail.poll()
+                while True:
+                    for event in tail.poll(TAIL_CHUNK_BYTES):
+                        self._route(record, event)
+                    if not tail.behind or time.perf_counter() > until:
+                        break
             except OSError as exc:  # replaced by a folder, its permissions taken away: said once, not followed
                 del self._tails[key]
                 self._route(record, WriterGone(f"its {tail.path.name} cannot be read any more "
                                                f"({exc.strerror or exc}); what was read stays shown",
                                                folder_gone=True))
                 continue
-            for event in events:
-                self._route(record, event)
+            behind = behind or tail.behind
             if record.ended:
                 del self._tails[key]
-            elif self._polls % LIVENESS_EVERY == 0:
+            elif not tail.behind and self._polls % LIVENESS_EVERY == 0:
                 self._check_writer(record)
         if not self._tails:
             self._tail_timer.stop()
+        else:
+            self._tail_timer.setInterval(0 if behind else TAIL_INTERVAL_MS)
 
     def _on_training_paused(self) -> None:
         if self._active is not None:

@@ -86,6 +86,33 @@ def test_several_folders_open_at_once_and_a_runs_folder_opens_its_runs(window, d
     assert not dialogs.warnings()
 
 
+def test_a_long_metrics_file_is_read_a_piece_per_tick_and_its_ending_still_counts(qtbot, window, tmp_path):
+    """A folder of 100,000 steps was read whole on the GUI thread: the window froze for seconds. Its pieces come
+    one turn of the event loop after another; its writer's liveness is asked only once its ending could be read."""
+    import json
+    from pathlib import Path
+
+    from gui.session import TAIL_CHUNK_BYTES
+
+    folder = Path(_finished_run(tmp_path, "long"))
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    head = [e for e in lines if e["event"] not in ("step", "finished", "failed")]
+    step = next(e for e in lines if e["event"] == "step")
+    ending = next(e for e in lines if e["event"] == "finished")
+    steps = 4_000
+    body = [{**step, "step": n, "loss": 5.0 + 1 / n} for n in range(1, steps + 1)]
+    text = "".join(json.dumps(e) + "\n" for e in [*head, *body, {**ending, "step": steps}])
+    assert len(text) > 4 * TAIL_CHUNK_BYTES
+    (folder / "metrics.jsonl").write_text(text)
+    record = window.open_run_folder(str(folder))
+    assert record.state == "following" and record.step < steps  # the first piece only: the window goes on
+    qtbot.waitUntil(lambda: record.ended, timeout=60_000)
+    assert record.state == "finished" and record.step == steps
+    window.plots.refresh()
+    x, _ = child(window, "lossPlot").curve(record.key, "train").getOriginalDataset()
+    assert len(x) == steps and x[-1] == steps
+
+
 def test_a_folder_whose_writer_was_killed_says_not_running(window, tmp_path):
     """No ending recorded and no heartbeat (kill -9): 'not running', not 'following' for ever."""
     import json
