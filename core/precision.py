@@ -30,12 +30,14 @@ machine, a new torch or a changed BIOS setting measures again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import platform
 import stat
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -155,8 +157,13 @@ def _write_cache(path: Path, data: dict) -> None:
 
 def _write_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a folder in the entry's place: no temporary file left per run
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 # ---------------------------------------------------------------------- the bf16 probe
@@ -501,11 +508,17 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m core.precision", description=main.__doc__)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=int, help="torch threads, 1 or more (default: torch's)")
     args = p.parse_args(argv)
+    try:
+        if args.threads is not None and args.threads < 1:
+            raise ConfigError(f"--threads must be 1 or more, got {args.threads}")
+        device = resolve_device(args.device)
+    except ConfigError as exc:
+        print(f"python -m core.precision: error: {exc}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
     ident = machine_identity(device)
     print(f"{ident.get('gpu', ident['cpu'])}, torch {ident['torch']}, {torch.get_num_threads()} threads; "
           f"amx_bf16={'amx_bf16' in ident['flags']}, avx512_bf16={'avx512_bf16' in ident['flags']}")

@@ -172,6 +172,24 @@ def test_a_cache_file_that_is_not_a_regular_file_is_not_read(monkeypatch):
     assert prec._read_cache(path) is None
 
 
+def test_a_cache_entry_that_cannot_be_replaced_leaves_no_temporary_file(monkeypatch):
+    """A folder in a peak's place: the run measures again, and left one more temporary file at each start."""
+    path = prec._peak_path(CPU, "fp32")
+    path.mkdir(parents=True)
+    for flops in (100e9, 120e9):
+        assert matmul_peak(CPU, "fp32", measure=lambda f=flops: f) == flops
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+@pytest.mark.parametrize("args, message", [(["--threads", "-1"], "--threads must be 1 or more, got -1"),
+                                           (["--threads", "0"], "--threads must be 1 or more, got 0"),
+                                           (["--device", "nope"], "unknown device 'nope'")])
+def test_the_measuring_command_says_a_bad_setting_in_one_line(args, message, capsys):
+    assert prec.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m core.precision: error: ") and message in err and len(err.splitlines()) == 1
+
+
 def test_the_real_probe_times_a_training_pass_in_both_precisions_in_turn(monkeypatch):
     seen, order = [], []
     real = prec._training_passes
