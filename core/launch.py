@@ -77,11 +77,23 @@ def worker_env(nproc: int, device: str = "auto", cpu_count: int | None = None) -
     # Every process of the run starts as ``python -m``, which puts the working folder first on the import path: a
     # folder of the user's own named core/ or gui/ would hide Speedboard's. Inherited by torchrun's workers.
     env["PYTHONSAFEPATH"] = "1"
+    if (root := _found_through_working_folder()) is not None:  # a checkout run without installing it
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     threads = worker_threads(nproc, device, cpu_count)
     if threads is not None and "OMP_NUM_THREADS" not in os.environ:
         # CPU processes share the cores (torchrun would give each a single thread).
         env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def _found_through_working_folder() -> str | None:
+    """The folder holding Speedboard's packages, where this process may have found them only through its working
+    folder (which PYTHONSAFEPATH takes off the import path of the processes it starts), else None: an installed
+    copy (site-packages) is on every process's path anyway."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cwd = os.getcwd()
+    listed = {os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) != cwd}
+    return None if root in listed else root
 
 
 def worker_threads(nproc: int, device: str = "auto", cpu_count: int | None = None) -> int | None:

@@ -394,6 +394,7 @@ class EventTail:
                 f.seek(self._offset)
                 data = f.read() if max_bytes is None else f.read(max_bytes)
         except FileNotFoundError:
+            self.behind = False  # moved or deleted: nothing more to read here (its follower says so)
             return []
         self._offset += len(data)
         self.behind = self._offset < size

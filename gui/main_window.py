@@ -27,7 +27,6 @@ from core.config import RunConfig
 from core.device import available_devices
 from core.events import (
     DataPreparationProgress,
-    DataPrepared,
     Event,
     MicroBatchChanged,
     RunFailed,
@@ -348,13 +347,15 @@ class MainWindow(QMainWindow):
         if isinstance(event, DataPreparationProgress):  # before the run has an id, the status bar shows this
             self._show_focus()
             return
-        if isinstance(event, DataPrepared) and not event.from_store:  # here or by a run folder followed
-            self.config_panel.data_prepared()
         if isinstance(event, RunFailed) and record.state == "stopped":  # Stop cancelled its data preparation
             self.log.add(f"{record.label}: stopped before training: {event.message}")
             return
         if isinstance(event, RunStarted):
             self.config_panel.refresh_precision()  # auto's probe is now cached: say what it chose
+            if record is self.session.active:
+                # Its data is tokenized by now (here, or by the launcher of its processes): the data line looks
+                # again where it said it was not.
+                self.config_panel.data_prepared()
         elif isinstance(event, MicroBatchChanged) and record is self.session.active:
             panel = self.config_panel  # still showing the split that did not fit: the next run takes the new one
             if (panel.micro_batch.value(), panel.accum.value()) == (event.old_micro, event.old_accum):

@@ -70,7 +70,8 @@ class RunFolders:
         if not new:
             self.status.showMessage(f"{record.label} is already shown", 5_000)
             return record
-        state = "being written: followed live" if record.state == "following" else record.state
+        state = ("reading its metrics.jsonl: the curves grow as it is read" if self.session.catching_up(record.key)
+                 else "being written: followed live" if record.state == "following" else record.state)
         self.log.add(f"{record.label}: {note} {folder} ({state})")
         return record
 

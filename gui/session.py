@@ -330,6 +330,11 @@ class RunSession(QObject):
             self._tail_timer.start(0 if tail.behind else TAIL_INTERVAL_MS)
         return record, True
 
+    def catching_up(self, key: int) -> bool:
+        """The row's folder is still being read (a long metrics.jsonl, a piece per turn of the event loop)."""
+        tail = self._tails.get(key)
+        return tail is not None and tail.behind
+
     def _check_writer(self, record: RunRecord) -> None:
         """A followed folder without an ending whose writer is gone (killed, its machine stopped) says so."""
         if record.state != "following" or not record.folder:
@@ -423,9 +428,13 @@ class RunSession(QObject):
         at the next turn of the event loop while any is behind (the window keeps answering meanwhile)."""
         self._polls += 1
         until = time.perf_counter() + TAIL_BUDGET_S
-        behind = False
+        behind, read = False, False
         for key, tail in list(self._tails.items()):
             record = self.record(key)
+            if read and time.perf_counter() > until:  # the budget is spent: this one is read at the next turn
+                behind = True
+                continue
+            read = True
             try:
                 while True:
                     for event in tail.poll(TAIL_CHUNK_BYTES):

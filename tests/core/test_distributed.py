@@ -360,6 +360,22 @@ def test_a_folder_of_the_users_own_named_core_does_not_hide_ours_from_the_runs_p
     assert child.returncode == 0 and "--micro-batch" in child.stdout, child.stderr
 
 
+def test_a_checkout_run_without_installing_gives_its_processes_the_way_to_it(monkeypatch, tmp_path):
+    """PYTHONSAFEPATH takes the working folder off the children's import path: where only it found Speedboard
+    (``python -m speedboard`` in an uninstalled checkout), the children get the checkout on PYTHONPATH."""
+    from core.launch import worker_env
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", [str(ROOT), *[p for p in sys.path if os.path.abspath(p or ".") != str(ROOT)]])
+    assert worker_env(2, "cpu")["PYTHONPATH"] == str(ROOT)  # found through the working folder
+    monkeypatch.chdir(tmp_path)
+    assert "PYTHONPATH" not in worker_env(2, "cpu")  # on the path as itself: an installed copy's site-packages
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if os.path.abspath(p or ".") != str(ROOT)])
+    assert worker_env(2, "cpu")["PYTHONPATH"] == os.pathsep.join([str(ROOT), "/elsewhere"])  # an editable finder
+
+
 def test_prepare_launch_writes_a_config_the_cli_reads_back(tmp_path):
     from core.cli import build_parser, config_from_args
     from core.launch import prepare_launch

@@ -106,11 +106,56 @@ def test_a_long_metrics_file_is_read_a_piece_per_tick_and_its_ending_still_count
     (folder / "metrics.jsonl").write_text(text)
     record = window.open_run_folder(str(folder))
     assert record.state == "following" and record.step < steps  # the first piece only: the window goes on
+    assert "reading its metrics.jsonl" in window.log.toPlainText()  # not "being written: followed live"
     qtbot.waitUntil(lambda: record.ended, timeout=60_000)
     assert record.state == "finished" and record.step == steps
     window.plots.refresh()
     x, _ = child(window, "lossPlot").curve(record.key, "train").getOriginalDataset()
     assert len(x) == steps and x[-1] == steps
+
+
+def _long_run(tmp_path, name: str, steps: int = 4_000) -> str:
+    """A finished run folder whose metrics.jsonl holds ``steps`` step lines (several pieces of a read)."""
+    import json
+    from pathlib import Path
+
+    folder = Path(_finished_run(tmp_path, name))
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    head = [e for e in lines if e["event"] not in ("step", "finished", "failed")]
+    step = next(e for e in lines if e["event"] == "step")
+    ending = next(e for e in lines if e["event"] == "finished")
+    body = [{**step, "step": n, "loss": 5.0 + 1 / n} for n in range(1, steps + 1)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [*head, *body, {**ending,
+                                                                                                "step": steps}]))
+    return str(folder)
+
+
+def test_one_turn_of_the_followers_reads_within_its_budget_over_all_long_folders(window, tmp_path, monkeypatch):
+    """Each folder behind read one piece at least per turn: two long folders took two pieces' time, fifty (the
+    last session's rows) fifty."""
+    first, second = (window.open_run_folder(_long_run(tmp_path, name)) for name in ("a", "b"))
+    monkeypatch.setattr("gui.session.TAIL_BUDGET_S", 0.0)
+    before = (first.step, second.step)
+    window.session._poll_tails()
+    assert (first.step > before[0]) + (second.step > before[1]) == 1  # one piece, then the turn ends
+    assert window.session._tail_timer.interval() == 0  # the rest at the next turn
+
+
+def test_a_folder_moved_while_it_is_read_stops_being_read(qtbot, window, tmp_path):
+    """Its file gone while behind, the followers read nothing for their whole budget at every turn, the timer at
+    0 ms (the GUI thread busy for good), and the row never said the folder had gone."""
+    from gui.session import TAIL_INTERVAL_MS
+
+    folder = _long_run(tmp_path, "moved")
+    record = window.open_run_folder(folder)
+    assert window.session.catching_up(record.key)
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "moved").rename(moved)
+    window.session._poll_tails()
+    assert not window.session.catching_up(record.key)
+    assert window.session._tail_timer.interval() == TAIL_INTERVAL_MS
+    qtbot.waitUntil(lambda: record.state == "not running", timeout=30_000)
+    assert "moved or deleted" in record.message
 
 
 def test_a_folder_whose_writer_was_killed_says_not_running(window, tmp_path):
