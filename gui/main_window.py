@@ -103,6 +103,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ construction
     def _build_layout(self) -> None:
         scroll = QScrollArea()
+        scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # no Tab stop of its own (it said nothing): its fields are
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.config_panel)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
@@ -333,6 +334,8 @@ class MainWindow(QMainWindow):
         active = self.session.active
         if active is not None and not active.ended and not active.step:
             self.plots.show_waiting(active.label, active.state, active.preparing)
+        elif any(self.session.record(key).step for key in self.table.keys):
+            self.plots.show_waiting(None, stepped=True)  # its curves come with the plots' next redraw
         else:
             self.plots.show_waiting(None, listed=bool(self.table.keys))
         if record is None:

@@ -185,6 +185,7 @@ class ConfigPanel(QWidget):
         self.preset = _combo("presetCombo", {name: name for name in presets})
         self.source_edit = QLineEdit()
         self.source_edit.setObjectName("dataSourceEdit")
+        self.source_edit.setAccessibleName("Data")  # its form label names the row's box of buttons, not the field
         self.source_edit.setReadOnly(True)
         self.file_button = QPushButton("File…")
         self.file_button.setObjectName("dataFileButton")
@@ -221,6 +222,7 @@ class ConfigPanel(QWidget):
         self.warmup = _spin("warmupSpin", 0, 99)  # percent of the budget
         self.warmup.setSuffix(" %")
         self.budget = NumberField("budgetSpin", EXACT_INTEGERS, integer=True)  # 5e9, 10B or 10,000,000,000
+        self.budget.setAccessibleName("Budget")
         self.budget.setSingleStep(10)
         self.budget_kind = _combo("budgetKindCombo", {k: k for k in BUDGET_KINDS})
         self._budget_kind_shown = self.budget_kind.currentData()

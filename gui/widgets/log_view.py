@@ -16,6 +16,7 @@ class LogView(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("logView")
+        self.setAccessibleName("Log")
         self.setReadOnly(True)
         self.setMaximumBlockCount(5000)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)

@@ -111,6 +111,7 @@ class MetricPlot(pg.PlotWidget):
                  outlier_series: tuple[str, ...] = (), parent: QWidget | None = None) -> None:
         super().__init__(parent=parent, axisItems={"bottom": CountAxis("bottom")})
         self.setObjectName(name)
+        self.setAccessibleName(f"{title} plot")  # what a screen reader says of it (its title is drawn, not a label)
         item = self.getPlotItem()
         item.setTitle(title, size="10pt")
         item.setLabel("left", y_label)

@@ -61,10 +61,12 @@ class PlotPanel(QWidget):
 
         self.x_axis_combo = QComboBox()
         self.x_axis_combo.setObjectName("xAxisCombo")
+        self.x_axis_combo.setAccessibleName("x axis")  # its "x:" label is beside it, not its buddy
         for value, text in X_AXIS_TEXT.items():
             self.x_axis_combo.addItem(text, value)
         self.smoothing = QSlider(Qt.Orientation.Horizontal)
         self.smoothing.setObjectName("smoothingSlider")
+        self.smoothing.setAccessibleName("Smoothing")
         self.smoothing.setRange(0, MAX_SMOOTHING)
         self.smoothing.setMinimumWidth(50)
         self.smoothing.setMaximumWidth(140)
@@ -145,12 +147,14 @@ class PlotPanel(QWidget):
             self.x_axis_combo.setCurrentIndex(index)
 
     def show_waiting(self, label: str | None, phase: str = "", preparing: bool = False,
-                     listed: bool = False) -> None:
+                     listed: bool = False, stepped: bool = False) -> None:
         """While the run in focus has no step yet (setting up, preparing data, a compile warm-up of a minute on a
         CPU), the empty loss plot says so instead of "No runs yet … press Start"; ``label`` None: the hint, which
-        with runs ``listed`` in the table (all of them ended before a step) says that, not "No runs yet"."""
+        with runs ``listed`` in the table (all of them ended before a step) says that, not "No runs yet", and
+        nothing where a run has ``stepped`` (its curve is drawn at the next redraw: it said the runs had ended
+        before their first step until then)."""
         if label is None:
-            self.loss.set_hint(NO_STEPS_HINT if listed else EMPTY_HINT)
+            self.loss.set_hint("" if stepped else NO_STEPS_HINT if listed else EMPTY_HINT)
             return
         doing = "preparing its data" if preparing else WAITING_PHASES.get(phase, phase)
         self.loss.set_hint(f"{label} is {doing}.\nIts curves begin with its first optimizer step.")

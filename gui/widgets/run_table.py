@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidget, QTableWidgetItem, QWidget
 
@@ -85,6 +85,7 @@ class RunTable(QTableWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(0, len(COLUMNS), parent)
         self.setObjectName("runTable")
+        self.setAccessibleName("Runs")
         self.setTabKeyNavigation(False)  # Tab leaves the table (the arrows move between cells): else a trap
         self.setHorizontalHeaderLabels(COLUMNS)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -443,6 +444,17 @@ class RunTable(QTableWidget):
         keys = self.selected_keys()
         if keys:
             self.remove_requested.emit(keys)
+
+    def focusInEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().focusInEvent(event)
+        if event.reason() == Qt.FocusReason.MouseFocusReason or not self.rowCount():
+            return
+        # Reached by the keyboard: the current cell on a run's name, not on its Base checkbox, where Space changed
+        # the baseline (and a lone row could not be selected at all); nothing is selected by arriving.
+        current = self.currentIndex()
+        if not current.isValid() or current.column() == 0:
+            self.selectionModel().setCurrentIndex(self.model().index(max(current.row(), 0), 1),
+                                                  QItemSelectionModel.SelectionFlag.NoUpdate)
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if event.key() in (Qt.Key.Key_Delete, Qt.Key.Key_Backspace) and self.selected_keys():

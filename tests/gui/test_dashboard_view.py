@@ -491,3 +491,43 @@ def test_the_empty_plots_say_the_listed_runs_ended_before_a_step_not_no_runs_yet
     assert hint.text() == NO_STEPS_HINT and hint.isVisible()
     open_runs(window, tmp_path, 1)  # a run with steps: its curves, no hint
     assert not hint.isVisible()
+
+
+def test_a_run_with_steps_whose_curve_is_not_drawn_yet_is_not_said_to_have_ended_before_its_first_step(window,
+                                                                                                   tmp_path):
+    """The hint follows the runs at once, the curves at the plots' next redraw: in between it said the listed
+    runs had ended before their first step while one was at step 29."""
+    from gui.widgets.plot_panel import NO_STEPS_HINT
+
+    hint = child(window, "lossPlotHint")
+    open_runs(window, tmp_path, 1, fail="cannot read the corpus")
+    assert hint.text() == NO_STEPS_HINT
+    folder = write_run(tmp_path / "opened" / "stepped", "stepped")
+    record = window.open_run_folder(str(folder))  # not redrawn yet
+    assert record.step and hint.text() != NO_STEPS_HINT and not hint.isVisible()
+
+
+def test_the_run_table_is_used_from_the_keyboard_a_lone_row_too(qtbot, window, tmp_path):
+    """Tabbed into, its current cell was the Base checkbox: Space changed the baseline, and a lone row could not be
+    selected (nor deleted) from the keyboard."""
+    (record,) = open_runs(window, tmp_path, 1)
+    table = window.table
+    baseline = table.baseline
+    window.activateWindow()
+    table.setFocus(Qt.FocusReason.TabFocusReason)
+    assert table.currentColumn() == 1 and table.selected_keys() == set()  # arriving selects nothing
+    qtbot.keyClick(table, Qt.Key.Key_Space)
+    assert table.selected_keys() == {record.key} and table.baseline == baseline
+    qtbot.keyClick(table, Qt.Key.Key_Delete)
+    assert record.removed and table.keys == []
+
+
+def test_every_control_a_screen_reader_reaches_has_a_name(window):
+    from PySide6.QtGui import QAccessible
+
+    named = ["runTable", "lossPlot", "lrPlot", "throughputPlot", "memoryPlot", "logView", "runLegend",
+             "smoothingSlider", "xAxisCombo", "dataSourceEdit", "budgetSpin"]
+    for name in named:
+        widget = child(window, name)
+        assert QAccessible.queryAccessibleInterface(widget).text(QAccessible.Text.Name), name
+    assert window.settings_scroll.focusPolicy() == Qt.FocusPolicy.NoFocus  # no Tab stop that says nothing
