@@ -248,12 +248,13 @@ def config_from_args(args: argparse.Namespace):
         read_checkpoint(source)  # but damage is said as such (a file that is no weights, a truncated one)
         raise cannot_resume(source)
     _refuse_ignored_flags(args, info)
+    file_config = _read_config_beside(args.config, info) if args.config else None
     own = info.run_config if info is not None else None
     if args.resume:
         base = own or config_from_preset(args.preset or "tiny")
         base = base.replace(resume=source)
-    elif args.config:
-        base = _read_config_file(args.config)
+    elif file_config is not None:
+        base = file_config
         if info is not None:
             base = base.replace(init_from=source, resume=None)
     else:
@@ -301,10 +302,20 @@ def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
     if args.preset and not config_from_preset(args.preset).model.same_architecture(info.model_config):
         raise ConfigError(f"{info.path} brings its own architecture, not the {args.preset} preset's; leave "
                           f"--preset out (it is for a bare state dict)", "preset")
-    data = _read_config_data(args.config) if getattr(args, "config", None) else {}
-    if data.get("model") is not None and not _config_of(data, args.config).model.same_architecture(info.model_config):
-        raise ConfigError(f"{info.path} brings its own architecture, not the model of {args.config}; remove "
+
+
+def _read_config_beside(path: str, info):
+    """The --config file's RunConfig, read once: where it has a "model" section, that must be the architecture the
+    start checkpoint ``info`` brings (a config for a bare state dict, refused rather than ignored)."""
+    from core.errors import ConfigError
+
+    data = _read_config_data(path)
+    config = _config_of(data, path)
+    if info is not None and info.model_config is not None and data.get("model") is not None \
+            and not config.model.same_architecture(info.model_config):
+        raise ConfigError(f"{info.path} brings its own architecture, not the model of {path}; remove "
                           f"its \"model\" section (it is for a bare state dict) or start from scratch", "config")
+    return config
 
 
 def _read_config_file(path: str):
