@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.module_cli import int_at_least, module_parser, positive_number, run_module
+from core.config import PRESETS
+
 RESULT_MARK = "COMPILE_COST "
 ROOT = Path(__file__).resolve().parent.parent
 # dynamo_timed phases worth naming; each is summed over every graph compiled.
@@ -78,12 +81,12 @@ def measure(preset: str, micro_batch: int, scope: str, timeout: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.compile_cost", description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="small")
-    p.add_argument("--micro-batch", type=int, default=2)
+    p = module_parser("compile_cost", __doc__)
+    p.add_argument("--preset", default="small", choices=list(PRESETS))
+    p.add_argument("--micro-batch", type=int_at_least(1), default=2)
     p.add_argument("--scopes", default="model,block")
-    p.add_argument("--repeats", type=int, default=1, help="cold compiles per scope, interleaved")
-    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--repeats", type=int_at_least(1), default=1, help="cold compiles per scope, interleaved")
+    p.add_argument("--timeout", type=positive_number, default=900)
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -111,4 +114,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "compile_cost"))

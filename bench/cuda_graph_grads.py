@@ -14,15 +14,15 @@ exits 1 when a mode disagrees.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from bench.module_cli import int_at_least, module_parser, run_module
 from core.compile import reset_compiler
-from core.config import CUDA_GRAPH_MODES, ModelConfig, preset
+from core.config import CUDA_GRAPH_MODES, PRESETS, ModelConfig, preset
 from core.device import DTYPES, resolve_device
 from core.model import LlamaForCausalLM
 
@@ -59,12 +59,12 @@ def gradient_check(cfg: ModelConfig, mode: str, accum: int, micro_batch: int, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.cuda_graph_grads")
-    p.add_argument("--preset", default="tiny")
+    p = module_parser("cuda_graph_grads", __doc__)
+    p.add_argument("--preset", default="tiny", choices=list(PRESETS))
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--accum", type=int, default=4)
-    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--accum", type=int_at_least(1), default=4)
+    p.add_argument("--micro-batch", type=int_at_least(1), default=2)
     p.add_argument("--modes", default=",".join(CUDA_GRAPH_MODES))
     args = p.parse_args(argv)
     device = resolve_device(args.device)
@@ -81,4 +81,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "cuda_graph_grads"))

@@ -10,12 +10,14 @@ settings to a temporary file, so nothing of the user's is touched.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.module_cli import int_at_least, module_parser, positive_number, run_module
+from core.config import PRESETS
 
 
 def _wait_idle(app, window, timeout_s: float) -> None:
@@ -35,19 +37,19 @@ def _set(combo, value) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = module_parser("dashboard_screenshot", __doc__)
     parser.add_argument("--out", default="docs/dashboard.png")
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--tokens", type=int, default=49_152, help="budget of each run in tokens")
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--eval-every", type=int, default=12)
-    parser.add_argument("--warmup", type=int, default=5, help="warmup, percent of the budget")
+    parser.add_argument("--preset", default="tiny", choices=list(PRESETS))
+    parser.add_argument("--tokens", type=int_at_least(1), default=49_152, help="budget of each run in tokens")
+    parser.add_argument("--micro-batch", type=int_at_least(1), default=8)
+    parser.add_argument("--eval-every", type=int_at_least(0), default=12)
+    parser.add_argument("--warmup", type=int_at_least(0), default=5, help="warmup, percent of the budget")
     parser.add_argument("--compile-mode", default="default", help="compile mode of the second run")
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--small-out", help="also grab the same window at --small-size into this file")
     parser.add_argument("--small-size", default="1024x640", help="window size WxH of --small-out")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (steadier curves on a busy machine)")
+    parser.add_argument("--timeout", type=positive_number, default=1800, help="seconds allowed per run")
+    parser.add_argument("--threads", type=int_at_least(1), help="torch CPU threads (steadier curves on a busy machine)")
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -122,4 +124,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "dashboard_screenshot"))

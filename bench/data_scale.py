@@ -22,7 +22,6 @@ every size; peak memory at 500 MB ≤ 1.15× that at 5 MB.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -31,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.module_cli import module_parser, positive_numbers, run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_LIMIT_CHARS = 50_000_000
@@ -170,13 +171,14 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.data_scale", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="5,50,500", help="corpus sizes in MB, comma-separated")
+    parser = module_parser("data_scale", __doc__)
+    parser.add_argument("--sizes", type=positive_numbers, default=(5.0, 50.0, 500.0),
+                        help="corpus sizes in MB, comma-separated")
     parser.add_argument("--quick", action="store_true", help="0.2 and 1 MB: a smoke test")
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--workdir", help="where corpora, cache and runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
-    sizes = [0.2, 1.0] if args.quick else [float(x) for x in args.sizes.split(",")]
+    sizes = [0.2, 1.0] if args.quick else list(args.sizes)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     with tempfile.TemporaryDirectory(prefix="speedboard-data-scale-") as tmp:
         rows = run(sizes, Path(args.workdir) if args.workdir else Path(tmp))
@@ -191,4 +193,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "data_scale"))

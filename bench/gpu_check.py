@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.module_cli import module_parser, positive_number, run_module
+
 BUDGET_S = 470.0
 """The whole check: 8 minutes less start-up and writing the results."""
 PARTS = ("environment", "equivalence", "save_load", "oom", "cuda_graph_grads", "train", "dashboard", "bench_base")
@@ -383,9 +385,9 @@ def check(out: Path, budget: float, parts: tuple[str, ...], log: Log) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.splitlines()[0])
+    p = module_parser("gpu_check", __doc__)
     p.add_argument("--out", required=True, help="folder for gpu_check.json, gpu_check.log and the runs")
-    p.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for all parts together")
+    p.add_argument("--budget", type=positive_number, default=BUDGET_S, help="seconds for all parts together")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     p.add_argument("--part", choices=tuple(IN_PROCESS), help=argparse.SUPPRESS)
     p.add_argument("--part-device", default="cuda", help=argparse.SUPPRESS)
@@ -426,4 +428,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "gpu_check"))

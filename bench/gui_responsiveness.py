@@ -31,6 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.module_cli import int_at_least, module_parser, positive_number, run_module
+from core.config import PRESETS
+
 RESULT_MARK = "GUI_BENCH_RESULT "
 ROOT = Path(__file__).resolve().parent.parent
 TICK_MS = 10
@@ -185,18 +188,18 @@ def _fmt_lateness(stats: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Dashboard responsiveness and throughput vs the headless CLI.")
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--accum", type=int, default=1)
+    parser = module_parser("gui_responsiveness", "Dashboard responsiveness and throughput vs the headless CLI.")
+    parser.add_argument("--preset", default="tiny", choices=list(PRESETS))
+    parser.add_argument("--steps", type=int_at_least(1), default=40)
+    parser.add_argument("--micro-batch", type=int_at_least(1), default=8)
+    parser.add_argument("--accum", type=int_at_least(1), default=1)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved headless/dashboard pairs")
+    parser.add_argument("--repeats", type=int_at_least(1), default=3, help="interleaved headless/dashboard pairs")
     parser.add_argument("--compile-mode", default="default",
                         help="mode of the extra dashboard run that measures compile warm-up ('off' skips it)")
-    parser.add_argument("--threads", type=int,
+    parser.add_argument("--threads", type=int_at_least(1),
                         help="torch CPU threads on both sides (OMP_NUM_THREADS); default: torch's own choice")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")
+    parser.add_argument("--timeout", type=positive_number, default=1800, help="seconds allowed per run")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -260,4 +263,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "gui_responsiveness"))

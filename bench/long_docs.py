@@ -20,7 +20,6 @@ its wall time, its tokenizer stage (documents sampled, seconds), the store
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -29,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.module_cli import int_at_least, module_parser, positive_number, run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_WORDS, MAX_WORDS = 200, 5_000
@@ -117,16 +118,14 @@ def measure_prepare(folder: Path, env: dict[str, str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.long_docs", description=__doc__.splitlines()[0])
-    parser.add_argument("--gigabytes", type=float, default=1.0, help="text in the corpus (default 1)")
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = module_parser("long_docs", __doc__)
+    parser.add_argument("--gigabytes", type=positive_number, default=1.0, help="text in the corpus (default 1)")
+    parser.add_argument("--shards", type=int_at_least(1), default=8)
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     parser.add_argument("--workdir", help="where the corpus, cache and runs go (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="leave the corpus and cache in --workdir")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
-    if not (args.gigabytes > 0 and args.shards > 0):
-        parser.error("--gigabytes and --shards must be positive")
     with tempfile.TemporaryDirectory(prefix="speedboard-long-docs-") as tmp:
         work = Path(args.workdir) if args.workdir else Path(tmp)
         t0 = time.perf_counter()
@@ -163,4 +162,4 @@ def _remove(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "long_docs"))

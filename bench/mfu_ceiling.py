@@ -22,11 +22,12 @@ be read against the ceiling, not only against the square-GEMM peak.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from dataclasses import dataclass
+
+from bench.module_cli import int_at_least, module_parser, positive_number, run_module
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -117,23 +118,15 @@ def measure_ceiling(cfg, micro_batch: int, seq_len: int, precision: str, peak_fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.run import _int_at_least
-    from core.cli import OneLineParser, _number
     from core.config import PRESETS
 
-    def positive(text: str) -> float:
-        value = _number(text)
-        if not 0 < value < float("inf"):  # also refuses NaN
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-        return value
-
-    p = OneLineParser(prog="python -m bench.mfu_ceiling", description=__doc__.splitlines()[0])
+    p = module_parser("mfu_ceiling", __doc__)
     p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--precision", default="bf16", choices=list(DTYPES))
-    p.add_argument("--micro-batch", type=_int_at_least(1), help="default: the preset's")
-    p.add_argument("--repeats", type=_int_at_least(1), default=5)
-    p.add_argument("--threads", type=_int_at_least(0), default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--tokens-per-s", type=positive,
+    p.add_argument("--micro-batch", type=int_at_least(1), help="default: the preset's")
+    p.add_argument("--repeats", type=int_at_least(1), default=5)
+    p.add_argument("--threads", type=int_at_least(0), default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--tokens-per-s", type=positive_number,
                    help="a measured run's tokens/s, to place it against the ceiling")
     args = p.parse_args(argv)
 
@@ -172,4 +165,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "mfu_ceiling"))

@@ -15,13 +15,15 @@ Prints a table and writes a JSON with both curves (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from bench.module_cli import int_at_least, module_parser, run_module
+from core.config import PRESETS
 
 WINDOW_TOLERANCE = 0.08
 """Largest |mean fp32 loss − mean bf16 loss| over any window of steps (nats)."""
@@ -85,14 +87,14 @@ def compare(steps: int = 300, micro_batch: int = 16, seq_len: int = 128, seed: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.numerics", description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="tiny")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--micro-batch", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--window", type=int, default=0, help="steps per compared window (default: a tenth)")
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    p = module_parser("numerics", __doc__)
+    p.add_argument("--preset", default="tiny", choices=list(PRESETS))
+    p.add_argument("--steps", type=int_at_least(1), default=300)
+    p.add_argument("--micro-batch", type=int_at_least(1), default=16)
+    p.add_argument("--seq-len", type=int_at_least(2), default=128)
+    p.add_argument("--seed", type=int_at_least(0), default=1337)
+    p.add_argument("--window", type=int_at_least(0), default=0, help="steps per compared window (default: a tenth)")
+    p.add_argument("--threads", type=int_at_least(1), help="torch threads (default: torch's)")
     p.add_argument("--out", help="JSON file for both curves and the verdict")
     args = p.parse_args(argv)
     if args.threads:
@@ -116,4 +118,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "numerics"))

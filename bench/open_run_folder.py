@@ -10,13 +10,14 @@ file is shown, and the longest gap between ticks of a 50 ms timer meanwhile (wha
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.module_cli import int_at_least, module_parser, run_module
 
 TICK_MS = 50
 
@@ -87,11 +88,9 @@ def measure(folder: Path, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.open_run_folder", description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=100_000, help="step lines in the folder's metrics.jsonl")
+    p = module_parser("open_run_folder", __doc__)
+    p.add_argument("--steps", type=int_at_least(1), default=100_000, help="step lines in the folder's metrics.jsonl")
     args = p.parse_args(argv)
-    if args.steps < 1:
-        p.error("--steps must be 1 or more")
     with tempfile.TemporaryDirectory(prefix="speedboard-open-bench-") as tmp:
         folder = make_run_folder(Path(tmp) / "runs", args.steps)
         size = (folder / "metrics.jsonl").stat().st_size
@@ -103,4 +102,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "open_run_folder"))

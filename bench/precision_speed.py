@@ -13,7 +13,6 @@ with the load average before and after every run; ``--out`` keeps the JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.module_cli import int_at_least, module_parser, run_module
 from bench.run import _load
+from core.config import PRESETS
 
 CELLS = (("fp32", "off"), ("fp32", "default"), ("bf16", "off"), ("bf16", "default"))
 
@@ -57,10 +58,10 @@ def run_cell(precision: str, mode: str, args, home: Path, tag: str, steps: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.precision_speed", description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="small")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=3)
+    p = module_parser("precision_speed", __doc__)
+    p.add_argument("--preset", default="small", choices=list(PRESETS))
+    p.add_argument("--steps", type=int_at_least(1), default=10)
+    p.add_argument("--repeats", type=int_at_least(1), default=3)
     p.add_argument("--out", help="JSON file for every run")
     args = p.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="speedboard-precision-"))
@@ -92,4 +93,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "precision_speed"))

@@ -144,11 +144,23 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    result = probe(json.loads(argv[0]))
+    from bench.module_cli import module_parser
+
+    p = module_parser("probe", __doc__)
+    p.add_argument("spec", help="the cell's spec, a JSON object with its run config and cell (bench.run writes it)")
+    args = p.parse_args(argv)
+    try:
+        spec = json.loads(args.spec)
+        if not (isinstance(spec, dict) and {"config", "cell", "total_steps"} <= spec.keys()):
+            raise ValueError("not an object with 'config', 'cell' and 'total_steps'")
+    except ValueError as exc:  # JSONDecodeError is a ValueError
+        p.error(f"the spec is not a cell's spec: {exc}")
+    result = probe(spec)
     print(RESULT_MARK + json.dumps(result), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench.module_cli import run_module
+
+    sys.exit(run_module(main, "probe"))

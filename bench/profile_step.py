@@ -12,10 +12,12 @@ compiled graph).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import time
+
+from bench.module_cli import int_at_least, module_parser, run_module
+from core.config import PRESETS
 
 # Operators whose self time is matrix multiplication (or attention, itself two matmuls).
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
@@ -24,19 +26,19 @@ REGIONS = ("forward", "loss", "backward", "optimizer")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.profile_step")
-    p.add_argument("--preset", default="small")
+    p = module_parser("profile_step", __doc__)
+    p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--compile", default="off", help="off, default, … (torch.compile mode)")
     p.add_argument("--scope", default="model", choices=["model", "block"])
     p.add_argument("--loss", default="model", choices=["model", "separate"],
                    help="model: the model returns the loss (the Trainer's way; in the graph when compiled "
                         "whole-model); separate: logits out of the model, loss computed after it")
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=2, help="profiled steps after 3 warm-up steps")
+    p.add_argument("--micro-batch", type=int_at_least(1), default=8)
+    p.add_argument("--steps", type=int_at_least(1), default=2, help="profiled steps after 3 warm-up steps")
     p.add_argument("--explain", action="store_true", help="also run torch._dynamo.explain on the forward")
-    p.add_argument("--rows", type=int, default=25)
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--rows", type=int_at_least(1), default=25)
+    p.add_argument("--threads", type=int_at_least(0), default=0,
                    help="torch threads (0: torch's default); 1 reads cleaner on a shared machine")
     p.add_argument("--shapes", action="store_true", help="also list the top operators by input shapes and dtypes")
     args = p.parse_args(argv)
@@ -124,4 +126,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "profile_step"))

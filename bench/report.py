@@ -321,6 +321,11 @@ def write_json(raw: dict, path: Path) -> None:
     _write(path, lambda f: f.write(data))
 
 
+def report_files(path: Path) -> tuple[Path, Path, Path]:
+    """The files of the report whose JSON is ``path``: the JSON, its Markdown and its chart."""
+    return path, path.with_suffix(".md"), path.with_suffix(".png")
+
+
 def write_reports(raw: dict, path: Path) -> list[Path]:
     """The report as JSON at ``path``, beside it as Markdown (``.md``) and, with matplotlib, a chart (``.png``).
 
@@ -329,19 +334,19 @@ def write_reports(raw: dict, path: Path) -> list[Path]:
     naming the file and why) leaves the folder as it was, an earlier report included.
     Returns the paths written; the ``.png`` is missing from them without matplotlib.
     """
+    json_path, md_path, png_path = report_files(path)
     json_data, md_data = _json_bytes(raw), _markdown_file(raw).encode("utf-8")
     staged: list[tuple[Path, Path]] = []
     try:
-        staged.append((_stage(path, lambda f: f.write(json_data)), path))
-        staged.append((_stage(path.with_suffix(".md"), lambda f: f.write(md_data)), path.with_suffix(".md")))
+        staged.append((_stage(json_path, lambda f: f.write(json_data)), json_path))
+        staged.append((_stage(md_path, lambda f: f.write(md_data)), md_path))
         try:
             figure = _figure(raw)
         except ImportError:
             figure = None
         if figure is not None:
             try:
-                staged.append((_stage(path.with_suffix(".png"), lambda f: _save_figure(figure, f)),
-                               path.with_suffix(".png")))
+                staged.append((_stage(png_path, lambda f: _save_figure(figure, f)), png_path))
             finally:
                 _close_figure(figure)
     except BaseException:
@@ -537,11 +542,11 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m bench.report BENCH_JSON``: summarise again and rewrite it, and bench.md and bench.png beside it."""
     import sys
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m bench.report BENCH_JSON", file=sys.stderr)
-        return 2
-    path = Path(args[0])
+    from bench.module_cli import module_parser
+
+    p = module_parser("report", main.__doc__.replace("``", ""))
+    p.add_argument("bench_json", type=Path, help="a bench.json that speedboard bench wrote")
+    path = p.parse_args(argv).bench_json
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(raw, dict) or not str(raw.get("schema", "")).startswith("speedboard-bench/"):

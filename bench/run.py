@@ -40,24 +40,9 @@ import threading
 import time
 from pathlib import Path
 
+from bench.module_cli import int_at_least
 from core.cli import EXIT_USAGE, OneLineParser, console_writes_every_line, path_arg
-from core.config import MAX_COUNT
 from core.interrupts import install_start_handlers
-
-
-def _int_at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, got {value}")
-        if value > MAX_COUNT:  # the 64-bit counters every count ends up in
-            raise argparse.ArgumentTypeError(f"expected an integer ≤ 2**63 - 1, got {value}")
-        return value
-
-    return parse
 
 
 def _check_gemm_fits(size: int, device) -> None:
@@ -134,9 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="speedboard bench", description="Tokens/s, MFU, compile seconds, peak memory and loss of "
                 "compile modes × gradient accumulation, against a bare loop and Hugging Face's Llama.")
     p.add_argument("--preset", choices=list(PRESETS), help="model (default: small; tiny with --quick)")
-    p.add_argument("--steps", type=_int_at_least(1), help="timed optimizer steps per run after warm-up (default 4)")
-    p.add_argument("--repeats", type=_int_at_least(1), help="interleaved repeats of the matrix (default 3)")
-    p.add_argument("--effective-batch", type=_int_at_least(1),
+    p.add_argument("--steps", type=int_at_least(1), help="timed optimizer steps per run after warm-up (default 4)")
+    p.add_argument("--repeats", type=int_at_least(1), help="interleaved repeats of the matrix (default 3)")
+    p.add_argument("--effective-batch", type=int_at_least(1),
                    help="sequences per optimizer step, the same in every cell (default: 8)")
     p.add_argument("--accum", type=_accums, default=None, help="accumulation steps to cross (default 1,4,8)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
@@ -158,11 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the fresh-process measurements (cold/warm compile, peak memory)")
     p.add_argument("--loss-tol", type=float, help="absolute tolerance of the final-loss agreement, every precision "
                                                  "(default 2e-3 in fp32, 3e-2 in bf16)")
-    p.add_argument("--matmul-size", type=_int_at_least(64), help="side of the GEMMs of this run's peak "
+    p.add_argument("--matmul-size", type=int_at_least(64), help="side of the GEMMs of this run's peak "
                                                                  "measurement (default: the core's sizes, "
                                                                  "1024 and 2048 on CPU, 4096 and 8192 on a GPU)")
     p.add_argument("--probe-timeout", type=float, default=1200.0, help="seconds before a probe process is abandoned")
-    p.add_argument("--seed", type=_int_at_least(0), default=1337)
+    p.add_argument("--seed", type=int_at_least(0), default=1337)
     return p
 
 
@@ -282,7 +267,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from bench.cells import BenchError, Cell
     from bench.hf_reference import transformers_version
     from bench.probe import run_probe
-    from bench.report import median_step_rate, summarise
+    from bench.report import median_step_rate, report_files, summarise
     from bench.runners import model_config_for, run_reference, run_speedboard
     from core.config import config_from_preset
     from core.data import prepare_data
@@ -295,7 +280,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     )
     from core.errors import SpeedboardError
     from core.event_text import counted
-    from core.paths import why_not_writable
+    from core.paths import not_a_file, why_not_writable
     from core.precision import cached_peak, matmul_peak, measure_gemm_peak
     from core.runs import default_out_dir
     from core.trials import loss_tolerance
@@ -352,6 +337,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     problem = why_not_writable(out)  # said now, not after the whole matrix has been measured
     if problem is not None:
         raise BenchError(f"--out {out}: {problem}")
+    for target in report_files(out / "bench.json"):
+        if (what := not_a_file(target)) is not None:
+            raise BenchError(f"--out {out}: its {target.name} is {what}, not a file the report can replace")
     # Made now so that a folder that cannot be made is said before the measurements, and removed
     # again until the report is written: a run that ends without one leaves no empty folder.
     _remove_if_empty(_make_folder(out))

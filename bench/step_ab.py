@@ -16,21 +16,23 @@ and MFU against a 2048² GEMM in fp32 and in bf16 timed between the steps.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import sys
 import time
 
+from bench.module_cli import int_at_least, module_parser, run_module
+from core.config import PRESETS
+
 CELLS = "fp32-off,fp32-sep,fp32-graph,bf16-off,bf16-sep,bf16-graph"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.step_ab")
-    p.add_argument("--preset", default="small")
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--repeats", type=int, default=6)
+    p = module_parser("step_ab", __doc__)
+    p.add_argument("--preset", default="small", choices=list(PRESETS))
+    p.add_argument("--micro-batch", type=int_at_least(1), default=8)
+    p.add_argument("--threads", type=int_at_least(0), default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--repeats", type=int_at_least(1), default=6)
     p.add_argument("--cells", default=CELLS)
     args = p.parse_args(argv)
 
@@ -101,4 +103,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "step_ab"))

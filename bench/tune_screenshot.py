@@ -9,16 +9,17 @@ trained; the window's settings go to a temporary file.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.module_cli import module_parser, run_module
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = module_parser("tune_screenshot", __doc__)
     parser.add_argument("report", help="a tuning report (speedboard tune --json FILE, or the dashboard's)")
     parser.add_argument("--out", default="docs/tune.png")
     parser.add_argument("--size", default="1250x720", help="dialog size WxH")
@@ -55,4 +56,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_module(main, "tune_screenshot"))

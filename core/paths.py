@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -221,6 +222,19 @@ def _read_only(path: Path) -> bool:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):  # no statvfs (Windows): os.access alone decides
         return False
+
+
+def not_a_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists and is not a regular file ("a folder", "a named pipe", …): a file written
+    there by a rename would replace it, or fail only after the work that made it. None when it is a regular file
+    or absent (a broken link included: the rename replaces the link, not what it named)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+    return next((what for test, what in kinds if test(mode)), None)
 
 
 def why_not_writable(path: str | os.PathLike[str], room: int = 0) -> str | None:

@@ -30,7 +30,6 @@ import contextlib
 import datetime as _dt
 import math
 import os
-import stat
 import statistics
 import time
 from collections.abc import Callable
@@ -807,24 +806,12 @@ def _temp_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.tmp-{os.getpid()}")
 
 
-def _not_a_file(target: Path) -> str | None:
-    """What ``target`` is when it exists and is not a regular file (nor a folder, refused apart): a rename
-    onto it would replace a device, a named pipe or a socket by the report."""
-    try:
-        mode = os.stat(target).st_mode
-    except OSError:  # absent (or a broken link: the rename replaces the link, not what it named)
-        return None
-    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
-             (stat.S_ISSOCK, "a socket"))
-    return next((what for test, what in kinds if test(mode)), None)
-
-
 def save_report(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write the report as JSON, whole or not at all (a temporary file renamed into place)."""
-    from core.paths import user_path, why_write_failed
+    from core.paths import not_a_file, user_path, why_write_failed
 
     target = user_path(path)
-    if (what := _not_a_file(target)) is not None:  # it became one during the trials
+    if (what := not_a_file(target)) is not None:  # it became one during the trials
         raise ConfigError(f"cannot write the tuning report {target}: it is {what}, not a file", "json")
     tmp = _temp_path(target)
     try:
@@ -850,13 +837,13 @@ def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json")
     """Before any trial: the report can be written there (not a folder, a device, a named pipe or a socket;
     its folder a writable folder or creatable, and where it exists, the temporary file ``save_report`` writes
     can be created in it). ``flag`` names how the user gave the path; None for a default location."""
-    from core.paths import user_path, why_not_writable, why_write_failed
+    from core.paths import not_a_file, user_path, why_not_writable, why_write_failed
 
     target = user_path(path)
     lead = f"{flag} {target}" if flag else f"cannot write the tuning report {target}"
     if target.is_dir():
         raise ConfigError(f"{flag} {target} is a folder; name a file" if flag else f"{lead}: it is a folder", "json")
-    if (what := _not_a_file(target)) is not None:
+    if (what := not_a_file(target)) is not None:
         raise ConfigError(f"{lead}: it is {what}, not a file; name a file", "json")
     reason = why_not_writable(target.parent)
     if reason:

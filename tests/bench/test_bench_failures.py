@@ -72,6 +72,24 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_anything_is_m
         f"speedboard bench: error: --out {out}: {out} is on a read-only file system"]
 
 
+@pytest.mark.parametrize("name", ["bench.json", "bench.md", "bench.png"])
+def test_a_report_file_that_is_a_folder_is_refused_before_anything_is_measured(name, capsys, tmp_path, monkeypatch):
+    """The folder could be written, but the report's own file could not be replaced: that was found out only
+    when the report was written, after the whole matrix had been measured and then thrown away."""
+    import bench.runners
+
+    def measured(*args, **kwargs):
+        raise AssertionError("a run was measured")
+
+    monkeypatch.setattr(bench.runners, "run_speedboard", measured)
+    out = tmp_path / "bench"
+    (out / name).mkdir(parents=True)
+    assert _run_main(["bench", *TINY, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"speedboard bench: error: --out {out}: its {name} is a folder, not a file the report can replace"]
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
 def test_an_effective_batch_that_cannot_fit_is_one_line_before_any_run(capsys, tmp_path):
     """Its accumulation-1 cells train the whole batch at once: a traceback from a 24 GiB allocation, exit 1."""
     argv = [a if a != "1" or TINY[i - 1] != "--effective-batch" else "100000000" for i, a in enumerate(TINY)]
