@@ -242,20 +242,26 @@ def config_from_args(args: argparse.Namespace):
     from core.config import PRESETS, config_from_preset
 
     overrides: dict[str, Any] = _train_overrides(args)
-    source = args.resume or args.init_from
+    file_data = _read_config_data(args.config) if args.config else None
+    # A --config file's start checkpoint (the dashboard hands a continued torchrun run over that way; a resumed
+    # run's config.json holds one) is checked as the flag's would be; --init-from given beside it replaces it.
+    start = _start_in(file_data, args.config) if file_data is not None and not args.init_from else {}
+    source = args.resume or args.init_from or start.get("resume") or start.get("init_from")
+    resuming = bool(args.resume or start.get("resume"))
     info = peek_checkpoint(source) if source else None  # config.json only; weights load in the trainer
-    if args.resume and not info.holds_trainer_state:  # before any setting: none can make it resumable
+    if resuming and not info.holds_trainer_state:  # before any setting: none can make it resumable
         read_checkpoint(source)  # but damage is said as such (a file that is no weights, a truncated one)
         raise cannot_resume(source)
-    _refuse_ignored_flags(args, info)
-    file_config = _read_config_beside(args.config, info) if args.config else None
+    _refuse_ignored_flags(args, info, resumed_by=("--resume" if args.resume else
+                                                  f"the resume in {args.config}" if resuming else None))
+    file_config = _config_beside(file_data, args.config, info) if file_data is not None else None
     own = info.run_config if info is not None else None
     if args.resume:
         base = own or config_from_preset(args.preset or "tiny")
         base = base.replace(resume=source)
     elif file_config is not None:
         base = file_config
-        if info is not None:
+        if args.init_from:
             base = base.replace(init_from=source, resume=None)
     else:
         # Weights that bring their architecture train under their own preset's name and settings, unless
@@ -275,21 +281,22 @@ def config_from_args(args: argparse.Namespace):
     return base.replace(out_dir=args.out or base.out_dir, **overrides)
 
 
-def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
+def _refuse_ignored_flags(args: argparse.Namespace, info, resumed_by: str | None = None) -> None:
     """Flags a start checkpoint makes void are refused, not recorded and ignored: a seed where the run resumes
     its saved random streams, a warmup where it keeps its lineage's schedule, a preset that is not its
-    architecture, and the settings of a new tokenizer where one is given or the checkpoint has its own."""
+    architecture, and the settings of a new tokenizer where one is given or the checkpoint has its own.
+    ``resumed_by`` names what resumes the run ("--resume", a --config file's resume), None for a new run."""
     from core.config import config_from_preset
     from core.errors import ConfigError
     from core.tokenizer import TOKENIZER_FILE
 
-    if getattr(args, "resume", None) and args.seed is not None:
-        raise ConfigError("--seed does not apply to --resume: a resumed run continues the random streams its "
+    if resumed_by and args.seed is not None:
+        raise ConfigError(f"--seed does not apply to {resumed_by}: a resumed run continues the random streams its "
                           "checkpoint saved, exactly; leave --seed out (or use --init-from for a new run)", "seed")
-    if getattr(args, "resume", None) and getattr(args, "warmup", None) is not None:
-        raise ConfigError("--warmup does not apply to --resume: a resumed run keeps its lineage's warmup (one whose "
-                          "parent finished its budget goes on without one); leave --warmup out (or use --init-from "
-                          "for a new run)", "warmup_ratio")
+    if resumed_by and getattr(args, "warmup", None) is not None:
+        raise ConfigError(f"--warmup does not apply to {resumed_by}: a resumed run keeps its lineage's warmup (one "
+                          "whose parent finished its budget goes on without one); leave --warmup out (or use "
+                          "--init-from for a new run)", "warmup_ratio")
     tokenizer = (f"the tokenizer {args.tokenizer}" if args.tokenizer else
                  f"the tokenizer of {info.path}" if info is not None and info.path.is_dir()
                  and (info.path / TOKENIZER_FILE).is_file() else None)
@@ -304,12 +311,24 @@ def _refuse_ignored_flags(args: argparse.Namespace, info) -> None:
                           f"--preset out (it is for a bare state dict)", "preset")
 
 
-def _read_config_beside(path: str, info):
-    """The --config file's RunConfig, read once: where it has a "model" section, that must be the architecture the
-    start checkpoint ``info`` brings (a config for a bare state dict, refused rather than ignored)."""
+def _start_in(data: dict[str, Any], path: str) -> dict[str, str]:
+    """The start checkpoint a --config file's sections name ({"resume": …} or {"init_from": …}), or none."""
     from core.errors import ConfigError
 
-    data = _read_config_data(path)
+    start = {key: data[key] for key in ("resume", "init_from") if data.get(key) is not None}
+    if any(not isinstance(value, str) or not value.strip() for value in start.values()):
+        return {}  # the config's own check says what is wrong with it
+    if len(start) > 1:
+        raise ConfigError(f"{path} names both a checkpoint to resume and one to start from; keep one", "config")
+    return start
+
+
+def _config_beside(data: dict[str, Any], path: str, info):
+    """The --config file's RunConfig from its sections (read once): where it has a "model" section, that must be
+    the architecture the start checkpoint ``info`` brings (a config for a bare state dict, refused rather than
+    ignored)."""
+    from core.errors import ConfigError
+
     config = _config_of(data, path)
     if info is not None and info.model_config is not None and data.get("model") is not None \
             and not config.model.same_architecture(info.model_config):

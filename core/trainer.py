@@ -637,6 +637,19 @@ class Trainer:
         self.total_steps = self.step + remaining
         if trainer_state is not None:
             self._batch_note = other_batch(trainer_state, self.tokens_per_step, self.cfg.data.seq_len, remaining)
+            self._record_what_the_checkpoint_decides(trainer_state)
+
+    def _record_what_the_checkpoint_decides(self, trainer_state: dict[str, Any]) -> None:
+        """A resumed run trains with its checkpoint's seed (the random streams it saved) and its lineage's warmup
+        (none in a new segment after a finished budget), whatever the settings it was given say (a --config
+        file's, the dashboard's): config.json records what it trains with, and another seed given is said."""
+        given = self.cfg.train
+        if given.seed != self.seed:
+            self.warn(f"seed {given.seed} does not apply: a resumed run continues the random streams its checkpoint "
+                      f"saved (seed {self.seed}); config.json records seed {self.seed}")
+        lineage = (trainer_state.get("train_config") or {}).get("warmup_ratio", given.warmup_ratio)
+        warmup = lineage if self.schedule.warmup_tokens else 0.0
+        self.cfg = self.cfg.replace(train={"seed": self.seed, "warmup_ratio": warmup})
 
     def _create_run_folder(self) -> None:
         """``run_id`` and, on rank 0, ``run_dir`` with its heartbeat, config.json, tokenizer.json and metrics.jsonl.

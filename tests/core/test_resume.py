@@ -148,6 +148,58 @@ def test_a_seed_or_warmup_on_resume_is_refused_not_recorded_and_ignored(stopped_
     assert not (tmp_path / "runs").exists()
 
 
+def _resuming_config(checkpoint: Path, folder: Path, **train) -> Path:
+    """A --config file that resumes ``checkpoint`` (as a resumed run's own config.json does, and as the dashboard
+    hands a continued torchrun run over)."""
+    own = json.loads((checkpoint.parent.parent / "config.json").read_text())["config"]
+    path = folder / "resume.json"
+    path.write_text(json.dumps({**own, "resume": str(checkpoint), "init_from": None,
+                                "train": {**own["train"], **train}}))
+    return path
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--seed", "7"], "--seed does not apply to the resume in {file}"),
+    (["--warmup", "0"], "--warmup does not apply to the resume in {file}"),
+    (["--vocab-size", "500"], "--vocab-size is for training a new tokenizer, but this run uses the tokenizer of"),
+])
+def test_flags_void_beside_a_config_files_resume_are_refused_as_beside_resume(stopped_parent, tmp_path, capsys,
+                                                                               extra, message):
+    """A --config file that resumes a checkpoint went past every check made for --resume: --seed 9 was recorded
+    in config.json while the losses were the parent's, to the bit."""
+    _, checkpoint = stopped_parent
+    file = _resuming_config(checkpoint, tmp_path)
+    assert main(["train", "--config", str(file), *extra, "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert message.format(file=file) in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_files_resume_of_another_architecture_is_refused(stopped_parent, tmp_path, capsys):
+    _, checkpoint = stopped_parent
+    file = _resuming_config(checkpoint, tmp_path)
+    data = json.loads(file.read_text())
+    file.write_text(json.dumps({**data, "model": {**data["model"], "hidden_size": 64}}))
+    assert main(["train", "--config", str(file), "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert f"brings its own architecture, not the model of {file}" in err and err.count("\n") == 1, err
+
+
+def test_a_resumed_run_records_the_seed_and_warmup_it_trains_with(stopped_parent, tmp_path, capsys):
+    """The file's seed 5 and warmup 0.9 were recorded in config.json though the run continued its checkpoint's
+    random streams and its lineage's warmup; another seed given is said."""
+    _, checkpoint = stopped_parent
+    own = json.loads((checkpoint.parent.parent / "config.json").read_text())["config"]["train"]
+    file = _resuming_config(checkpoint, tmp_path, seed=own["seed"] + 5, warmup_ratio=0.9)
+    assert main(["train", "--config", str(file), "--out", str(tmp_path / "runs"), "--no-progress"]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    recorded = json.loads((run_dir / "config.json").read_text())["config"]
+    assert (recorded["train"]["seed"], recorded["train"]["warmup_ratio"]) == (own["seed"], own["warmup_ratio"])
+    assert recorded["resume"] == str(checkpoint)
+    assert f"seed {own['seed'] + 5} does not apply: a resumed run continues the random streams its checkpoint " \
+           f"saved (seed {own['seed']})" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- changing speedups on resume
 def test_resume_with_other_accumulation_continues_the_schedule_by_tokens(stopped_parent, tmp_path):
     parent_sink, checkpoint = stopped_parent
