@@ -36,6 +36,8 @@ from core.paths import locale_free, user_path
 from core.tokenizer import piece_end
 
 HUB_PREFIX = "hf:"
+DEFAULT_TEXT_FIELD = "text"
+"""The column or key read when none is named: FineWeb's, and most datasets'."""
 FORMAT_OF_SUFFIX = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl",
                     ".parquet": "parquet", ".arrow": "arrow"}
 SUPPORTED = ", ".join(FORMAT_OF_SUFFIX)
@@ -110,7 +112,7 @@ class Source:
     """``builtin``, ``text``, ``jsonl``, ``parquet``, ``arrow`` or ``hub``."""
     name: str
     files: tuple[SourceFile, ...] = ()
-    text_field: str = "text"
+    text_field: str = DEFAULT_TEXT_FIELD
     ignored: tuple[str, ...] = ()
     """Files of a folder that were skipped (binary files that hold no text, a README beside data shards, a
     Spark job's ``_SUCCESS`` marker)."""
@@ -214,8 +216,18 @@ def source_location(spec: str) -> str:
     return str(user_path(spec))
 
 
-def resolve_source(spec: str, text_field: str = "text") -> Source:
-    """What ``spec`` names, with its files listed and checked cheaply (no file is opened here)."""
+def resolve_source(spec: str, text_field: str = DEFAULT_TEXT_FIELD) -> Source:
+    """What ``spec`` names, with its files listed and checked cheaply (no file is opened here). A text field other
+    than the default for plain text (which has no fields) is refused, not recorded and ignored."""
+    source = _resolved(spec, text_field)
+    if source.kind in ("text", "builtin") and text_field != DEFAULT_TEXT_FIELD:
+        raise DataError(f"text field '{text_field}' does not apply to {source.name}: plain text has no fields "
+                        f"(the text field names a column of Parquet, Arrow or hub data, or a key of JSONL); "
+                        f"leave it out", "text_field")
+    return source
+
+
+def _resolved(spec: str, text_field: str) -> Source:
     if spec == BUILTIN_CORPUS:
         return Source(spec, "builtin", "builtin (Python documentation topics)", text_field=text_field)
     if spec.startswith(HUB_PREFIX):

@@ -47,6 +47,7 @@ from core.event_text import counted, skipped_files
 from core.launch import check_nproc, process_capacity
 from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
+from core.sources import DEFAULT_TEXT_FIELD
 from core.tokenizer import TOKENIZER_FILE
 from gui.stored_settings import stored_number, stored_text
 from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
@@ -194,7 +195,7 @@ class ConfigPanel(QWidget):
         self.builtin_button = QPushButton("Built-in")
         self.builtin_button.setObjectName("dataBuiltinButton")
         # The column or field of JSONL, Parquet, Arrow and hub data that holds the text (--text-field).
-        self.text_field = QLineEdit("text")
+        self.text_field = QLineEdit(DEFAULT_TEXT_FIELD)
         self.text_field.setObjectName("textFieldEdit")
         self.text_field.setToolTip("The field of each JSONL line, or the column of Parquet, Arrow and Hugging Face "
                                    "data, that holds the text (--text-field); plain text files have none")
@@ -421,9 +422,9 @@ class ConfigPanel(QWidget):
         fingerprint, no tokenizing): a file here, a folder in a worker thread. A hub dataset is looked up
         when the run prepares it (it needs the network)."""
         self._check_number += 1
+        self._source_info, self._source_problem = None, None  # before the field: the last data's kind is gone
         self._checked_text_field = self._text_field()
         self._checked_tokenizer = self._start_tokenizer()
-        self._source_info, self._source_problem = None, None
         self.checking_source = False
         if not self._source.startswith("hf:"):
             data = replace(self.preset_config().data, source=self._source, tokenizer=self._checked_tokenizer,
@@ -475,7 +476,19 @@ class ConfigPanel(QWidget):
         self._on_changed()
 
     def _text_field(self) -> str:
-        return self.text_field.text().strip() or "text"
+        """The field a run reads: the default where the data has none, whatever the greyed control still holds
+        (the engine refuses a field named for plain text rather than ignore it)."""
+        if self._plain_text():
+            return DEFAULT_TEXT_FIELD
+        return self.text_field.text().strip() or DEFAULT_TEXT_FIELD
+
+    def _plain_text(self) -> bool:
+        """The data has no fields: the built-in corpus, a .txt/.md file, a folder its check found text in."""
+        if self._source == BUILTIN_CORPUS:
+            return True
+        if self._source_info is not None:
+            return self._source_info.kind == "text"
+        return Path(self._source).suffix.lower() in (".txt", ".md") and not self._is_folder()
 
     def _on_text_field(self) -> None:
         if self._text_field() != self._checked_text_field:
@@ -486,8 +499,7 @@ class ConfigPanel(QWidget):
                 _source_summary(self._source_info, self._source_problem))
         self.source_info.setText(text)
         self.source_info.setVisible(bool(text))
-        info = self._source_info  # plain text has no fields: the control is off for it
-        self.text_field.setEnabled(self._source != BUILTIN_CORPUS and not (info is not None and info.kind == "text"))
+        self.text_field.setEnabled(not self._plain_text())  # plain text has no fields: the control is off for it
 
     def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None) -> None:
         """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
@@ -567,7 +579,7 @@ class ConfigPanel(QWidget):
         settings.beginGroup("config")
         settings.setValue("preset", self.preset.currentData())
         settings.setValue("source", self._source)
-        settings.setValue("text_field", self._text_field())
+        settings.setValue("text_field", self.text_field.text().strip() or DEFAULT_TEXT_FIELD)
         settings.setValue("data_dir", self._data_dir)
         for name in self._SETTINGS_WIDGETS:
             settings.setValue(name, getattr(self, name).currentData())
@@ -844,6 +856,8 @@ def _described(data: DataConfig) -> tuple[SourceInfo | None, str | None]:
     try:
         return describe_source(data), None
     except (SpeedboardError, OSError) as exc:
+        if isinstance(exc, DataError) and exc.field == "text_field" and data.text_field != DEFAULT_TEXT_FIELD:
+            return _described(replace(data, text_field=DEFAULT_TEXT_FIELD))  # a folder of plain text: no field
         if data.tokenizer is not None:  # a loaded checkpoint's tokenizer that cannot be read: Load's business
             return _described(replace(data, tokenizer=None))
         return None, in_window_words(str(exc))

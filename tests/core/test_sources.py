@@ -87,6 +87,21 @@ def test_parquet_folder_of_shards_in_order_and_text_field(tmp_path):
     assert "no column 'text'" in message and "content" in message and "id" in message
 
 
+@pytest.mark.parametrize("kind", ["file", "folder", "builtin"])
+def test_a_text_field_for_plain_text_is_refused_not_ignored(tmp_path, kind):
+    """``--text-field body`` on a .txt file trained its paragraphs and recorded "text_field": "body"."""
+    if kind == "builtin":
+        spec, name = "builtin", "builtin (Python documentation topics)"
+    else:
+        (tmp_path / "a.txt").write_text("one paragraph.\n\nanother one.\n")
+        spec = name = str(tmp_path if kind == "folder" else tmp_path / "a.txt")
+    assert resolve_source(spec).kind in ("text", "builtin")  # the default field is no naming
+    with pytest.raises(DataError) as caught:
+        resolve_source(spec, "body")
+    assert str(caught.value).startswith(f"text field 'body' does not apply to {name}: plain text has no fields")
+    assert caught.value.field == "text_field"
+
+
 @pytest.mark.parametrize("name", ["dup.parquet", "dup.arrow"])
 def test_two_columns_of_the_text_fields_name_are_one_line(tmp_path, name):
     import pyarrow.ipc as ipc

@@ -277,6 +277,40 @@ def test_jsonl_text_under_another_field_is_said_and_trains_once_the_text_field_n
     assert record.state == "finished", record.message
 
 
+def test_a_field_named_for_earlier_data_is_not_applied_to_plain_text(qtbot, window, dialogs, tmp_path):
+    """The engine refuses a text field for plain text (it was recorded and ignored): the window keeps what the
+    greyed control holds for the next JSONL or Parquet data, and runs plain text, a file or a folder, without it."""
+    import json
+
+    from PySide6.QtCore import Qt
+
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text("".join(json.dumps({"content": f"document {i} " * 20}) + "\n" for i in range(40)))
+    _choose(window, dialogs, jsonl)
+    field = child(window, "textFieldEdit")
+    field.setFocus()
+    field.selectAll()
+    qtbot.keyClicks(field, "content")
+    qtbot.keyClick(field, Qt.Key.Key_Return)
+    panel, error = window.config_panel, child(window, "sourceError")
+    _choose(window, dialogs, _corpus(tmp_path / "docs.txt"))
+    assert not field.isEnabled() and field.text() == "content"
+    assert not error.isVisibleTo(window) and panel.config.data.text_field == "text"
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    _corpus(folder / "a.txt")
+    _corpus(folder / "b.md")
+    dialogs.files["getExistingDirectory"] = str(folder)
+    with qtbot.waitSignal(panel._folder_check.done, timeout=60_000):
+        child(window, "dataFolderButton").click()
+    assert not error.isVisibleTo(window) and "2 files" in child(window, "dataInfoLabel").text()
+    assert not field.isEnabled() and panel.config.data.text_field == "text"
+    click(window, "startButton")
+    wait_idle(qtbot, window)
+    (record,) = window.session.records
+    assert record.state == "finished", record.message
+
+
 def test_a_prepared_source_still_says_how_many_documents_it_holds(qtbot, window, dialogs, tmp_path):
     """Once tokenized the line said only its tokens: the documents, shown before, were gone."""
     import pyarrow as pa
