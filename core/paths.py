@@ -237,6 +237,20 @@ def not_a_file(path: str | os.PathLike[str]) -> str | None:
     return next((what for test, what in kinds if test(mode)), None)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def control_character(path: str | os.PathLike[str]) -> str | None:
+    """Why a name that writing ``path`` would create is refused: it holds a control character (a line break,
+    a tab, an escape), with which every message, log line and listing that names it breaks; None otherwise.
+    Names that exist already are the user's own and are taken as they are."""
+    for folder in missing_folders(path):
+        if (found := _CONTROL.search(folder.name)) is not None:
+            return (f"the name {folder.name!r} holds a control character ({found.group()!r}), which would break "
+                    f"every line that names it; choose another name")
+    return None
+
+
 def why_not_writable(path: str | os.PathLike[str], room: int = 0) -> str | None:
     """Why a folder cannot be created (or written into) at ``path``; None when nothing stands in the way.
 
@@ -245,7 +259,7 @@ def why_not_writable(path: str | os.PathLike[str], room: int = 0) -> str | None:
     Nothing is created.
     """
     target = user_path(path)
-    if (why := unnameable(target, room)) is not None:
+    if (why := unnameable(target, room) or control_character(target)) is not None:
         return why
     probe = target
     while not probe.exists() and not probe.is_symlink() and probe.parent != probe:

@@ -74,6 +74,13 @@ def check_run_root(out_dir: str | os.PathLike[str] | None) -> Path:
     if reason:
         where = "SPEEDBOARD_HOME" if not out_dir and os.environ.get("SPEEDBOARD_HOME") else "the output folder"
         raise ConfigError(f"cannot create run folders in {root} ({where}): {reason}", "out_dir")
+    # A run folder (or a folder inside one, a checkpoint) is no place for run folders: a new run nested in it
+    # without a word, beside its config.json, where --resume was most likely meant.
+    run = next((folder for folder in (root, *root.parents) if is_run_dir(folder)), None)
+    if run is not None:
+        what = "is a run folder" if run == root else f"is inside the run folder {run}"
+        raise ConfigError(f"{root} {what}, not a folder for run folders; give the folder that holds it "
+                          f"({run.parent}), or --resume {run} to continue that run", "out_dir")
     return root
 
 

@@ -9,6 +9,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from core.errors import CheckpointError, SpeedboardError
 from core.paths import (
     WriterLock,
+    control_character,
     fsync,
     missing_folders,
     remove_empty,
@@ -24,6 +26,7 @@ from core.paths import (
     why_write_failed,
     writer_gone,
 )
+from core.runs import CONFIG_FILE
 
 
 def _host_tag() -> str:
@@ -59,7 +62,7 @@ _LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old|del)-(?P<pid>\d+)(?:@(
 
 def check_writable(target: str | Path, what: str) -> None:
     """Refuse, in one line, a target that cannot be written: a file in the way, a read-only or locked folder."""
-    reason = why_not_writable(Path(target).parent)
+    reason = why_not_writable(Path(target).parent) or control_character(target)
     if reason:
         raise CheckpointError(f"cannot write the {what} to {target}: {reason}")
 
@@ -84,7 +87,10 @@ class AtomicFolder:
     """
 
     def __init__(self, target: str | Path, what: str = "checkpoint") -> None:
-        self.target = user_path(target)
+        # A link to a folder keeps linking: the folder it names is written (a link renamed away was replaced by
+        # a real folder, and the one it named left as it was).
+        given = user_path(target)
+        self.target = given.resolve() if given.is_symlink() else given
         self.what = what
         self.tmp = _hidden(self.target, "tmp")
         self._lock: WriterLock | None = None
@@ -145,8 +151,12 @@ class AtomicFolder:
                                f"{why_write_failed(exc, self.target.parent)}")
 
     def commit(self) -> None:
+        if self.target.is_dir() and not any(self.target.iterdir()):
+            self._fill_in_place()
+            return
         old = None
         if self.target.exists():
+            os.chmod(self.tmp, stat.S_IMODE(os.stat(self.target).st_mode))  # the replaced folder's permissions
             old = _hidden(self.target, "old")
             os.rename(self.target, old)
         try:
@@ -158,6 +168,16 @@ class AtomicFolder:
         fsync(self.target.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+    def _fill_in_place(self) -> None:
+        """An empty folder made for the write (perhaps a shell's current folder, with its own mode and owner) is
+        filled, not swapped for another: each file renamed in, config.json last, so a crash part-way leaves a
+        folder that no loader takes for a checkpoint (it has no config.json) rather than a partial one."""
+        names = sorted((f.name for f in self.tmp.iterdir()), key=lambda name: (name == CONFIG_FILE, name))
+        for name in names:
+            os.rename(self.tmp / name, self.target / name)
+        fsync(self.target)
+        os.rmdir(self.tmp)
 
 
 def _umask_file_mode(folder: Path) -> int:

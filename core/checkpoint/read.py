@@ -267,7 +267,9 @@ def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:
         return path
     if (path / CONFIG_FILE).is_file() and not is_run_dir(path):
         return path
-    found = list_checkpoints(path / CHECKPOINTS_DIR)
+    # A run folder, or its checkpoints/ folder itself (named as often as the run folder; it was said to hold
+    # no checkpoints): the newest of them.
+    found = list_checkpoints(path / CHECKPOINTS_DIR) or list_checkpoints(path)
     if found:
         return found[-1]
     if is_run_dir(path):

@@ -119,6 +119,8 @@ def test_run_folder_resolves_to_its_newest_checkpoint(micro, tmp_path):
     result = train(micro(train={"budget": 4, "save_every": 2}))
     assert ck.latest_checkpoint(result.run_dir) == result.run_dir / "checkpoints" / "step_0000004"
     assert ck.read_checkpoint(result.run_dir).meta["step"] == 4
+    # Its checkpoints/ folder means the same (it was said to hold no checkpoints).
+    assert ck.latest_checkpoint(result.run_dir / "checkpoints") == result.run_dir / "checkpoints" / "step_0000004"
     # Its own checkpoints go by step number, past 7 digits too; an export put beside them is not one of them.
     folder = result.run_dir / "checkpoints"
     for name in ("step_9999999", "step_10000000", "zz_export"):
@@ -225,6 +227,55 @@ def test_save_replaces_an_old_checkpoint_but_never_other_folders(tmp_path, tok):
     with pytest.raises(CheckpointError, match="a file of that name exists"):
         ck.save_checkpoint(a_file, make_model(0), tokenizer=tok)
     assert a_file.read_text() == "keep me"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX links and permissions")
+def test_a_folder_written_keeps_its_link_its_mode_and_its_place(tmp_path, tok, monkeypatch):
+    """An empty folder made for an export was swapped for a new one: a link to it became a real folder (the one
+    it named left empty), a private 0700 folder came back 0755, and a shell standing in it was left in a
+    deleted folder. A checkpoint replaced keeps the replaced folder's mode."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    ck.save_checkpoint(tmp_path / "link", make_model(0), tokenizer=tok, step=1)
+    assert (tmp_path / "link").is_symlink() and ck.read_checkpoint(real).meta["step"] == 1
+
+    private = tmp_path / "private"
+    private.mkdir()
+    private.chmod(0o700)
+    inode = private.stat().st_ino
+    monkeypatch.chdir(private)
+    ck.save_checkpoint(Path("."), make_model(0), tokenizer=tok, step=2)
+    assert (private.stat().st_ino, private.stat().st_mode & 0o777) == (inode, 0o700)  # the same folder, filled
+    assert ck.read_checkpoint(private).meta["step"] == 2
+    ck.save_checkpoint(private, make_model(1), tokenizer=tok, step=3)  # replaced (not empty): the mode stays
+    assert private.stat().st_mode & 0o777 == 0o700 and ck.read_checkpoint(private).meta["step"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "private", "real"]
+
+
+def test_a_crash_while_filling_an_empty_folder_leaves_no_folder_a_loader_takes(tmp_path, tok, monkeypatch):
+    """Files go in one by one, config.json last: before it, the folder is no checkpoint to any loader."""
+    import core.checkpoint.folders as folders
+
+    target = tmp_path / "ckpt"
+    target.mkdir()
+    moved: list[str] = []
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if Path(dst).parent == target:
+            moved.append(Path(dst).name)
+            if len(moved) == 2:
+                raise OSError(28, "No space left on device")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(folders.os, "rename", rename)
+    with pytest.raises(CheckpointError, match="cannot write the checkpoint"):
+        ck.save_checkpoint(target, make_model(0), tokenizer=tok)
+    assert "config.json" not in moved and not (target / "config.json").exists()
+    with pytest.raises(CheckpointError):
+        ck.read_checkpoint(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no hidden folder left beside it
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")

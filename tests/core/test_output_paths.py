@@ -152,6 +152,36 @@ def test_export_to_a_path_below_a_file_says_so(tmp_path, a_file, tok, capsys):
     assert a_file.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "bell\x07"])
+def test_a_new_name_with_a_control_character_is_refused_in_one_line(name, tmp_path, tok, capsys):
+    """An export named "a<newline>b" was written, and every message naming it broke into two lines."""
+    checkpoint = ck.save_checkpoint(tmp_path / "ckpt", make_model(0), tokenizer=tok)
+    assert main(["export", str(checkpoint), str(tmp_path / name)]) == 2
+    assert f"the name {name!r} holds a control character" in one_error_line(capsys)
+    assert main(["train", *small(tmp_path), "--out", str(tmp_path / name / "runs")]) == 2
+    assert f"the name {name!r} holds a control character" in one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "corpus.txt"]
+    # A folder of the user's own that has one is theirs to write below.
+    (tmp_path / name).mkdir()
+    assert why_not_writable(tmp_path / name / "runs") is None
+
+
+def test_a_run_folder_given_as_out_is_refused_not_nested_into(tmp_path, capsys):
+    """--out RUN trained a new run inside RUN, beside its config.json (or inside one of its checkpoints), where
+    --resume was most likely meant."""
+    out = tmp_path / "runs"
+    assert main(["train", *small(tmp_path), "--out", str(out), "--run-id", "first", "--save-every", "1"]) == 0
+    run = out / "first"
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    for target, what in ((run, "is a run folder"), (run / "checkpoints" / "step_0000001",
+                                                    f"is inside the run folder {run}")):
+        assert main(["train", *small(tmp_path), "--out", str(target)]) == 2
+        assert one_error_line(capsys).endswith(
+            f"{target} {what}, not a folder for run folders; give the folder that holds it ({out}), or --resume "
+            f"{run} to continue that run")
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+
+
 def test_a_taken_run_id_is_one_line_before_the_corpus_is_prepared(tmp_path, capsys, monkeypatch):
     """Found after the corpus' preparation, a taken --run-id cost minutes on a large corpus first."""
     from core.runs import CLAIM_ENV, CLAIM_FILE, run_id_taken
