@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from core.checkpoint import is_speedboard_checkpoint
+from core.paths import control_character
 from core.runs import CHECKPOINTS_DIR
 from gui.controller import CheckpointSummary
 
@@ -33,8 +34,12 @@ def save_target_problem(path: str) -> str | None:
         return f"{target} is a file; a checkpoint is a folder, so choose a new name."
     if target.is_dir() and any(target.iterdir()) and not is_speedboard_checkpoint(target):
         return f"{target} is a folder with other files in it (not a Speedboard checkpoint); choose a new name."
-    if target.parent.exists() and not target.parent.is_dir():
-        return f"{target.parent} is a file, not a folder; choose a folder to save in."
+    if (why := control_character(target)) is not None:
+        return f"{why}."
+    # The nearest part of the path that exists: a file two levels up was said as a folder that does not exist.
+    above = next((folder for folder in target.parents if os.path.lexists(folder)), None)
+    if above is not None and not above.is_dir():
+        return f"{above} is a file, not a folder; choose a folder to save in."
     if not target.parent.is_dir():
         return f"the folder {target.parent} does not exist."
     if not os.access(target.parent, os.W_OK):

@@ -38,7 +38,7 @@ from core.checkpoint.read import tensor_shapes
 from core.config import ModelConfig, RunConfig
 from core.control import Control
 from core.device import release_freed_memory
-from core.errors import Cancelled, CheckpointError, SpeedboardError, describe_exception
+from core.errors import Cancelled, CheckpointError, NotFinite, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
 from core.paths import user_path
 from core.trainer import Trainer
@@ -261,6 +261,7 @@ class TorchThread(QThread):
             ended = ended or isinstance(event, (RunFinished, RunFailed))
             self.event.emit(event)
 
+        diverged = False
         try:
             trainer = Trainer(job.config, job.control, sink)
             trainer.run()
@@ -270,14 +271,18 @@ class TorchThread(QThread):
                 self.event.emit(RunFailed(run_id, 0.0, describe_exception(exc)))
             log.warning("run %s failed: %s", run_id or "(not started)", describe_exception(exc),
                         exc_info=not isinstance(exc, SpeedboardError))
+            # A diverged run's weights are not finite: no model to save (Save greyed, not a folder asked for and
+            # then refused).
+            diverged = isinstance(exc, NotFinite)
         finally:
-            if trainer is not None and trainer.has_model:  # set-up finished: a model to save
+            if trainer is not None and trainer.has_model and not diverged:  # set-up finished: a model to save
                 self._trainer = trainer
             # Saves asked for after the trainer's last step check: do them now.
             for path in job.control.take_save_requests():
-                if path and self._trainer is None:  # stopped or failed in its set-up
-                    self.job_failed.emit(JobFailed("save", "the run ended before its first step: there is no "
-                                                   "model to save", path))
+                if path and self._trainer is None:  # stopped or failed in its set-up, or diverged
+                    why = ("the run diverged: its weights are not finite, there is no model to save" if diverged
+                           else "the run ended before its first step: there is no model to save")
+                    self.job_failed.emit(JobFailed("save", why, path))
                 elif path:
                     self._save(path)
             self.run_job_ended.emit(RunJobEnded(trainer.run_id if trainer is not None else "",

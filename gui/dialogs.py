@@ -131,7 +131,7 @@ class SaveTargetDialog(QDialog):
     def target(self) -> str | None:
         """The checkpoint folder to write, or None while the folder or the name is not usable."""
         name, folder = self.name.text().strip(), self.folder.text().strip()
-        if not name or not folder or name in (".", "..") or "/" in name or "\\" in name:
+        if not name or not folder or name in (".", "..") or "/" in name or "\\" in name or _has_control(name):
             return None
         # A relative folder would be taken from the working directory the window was started in, unseen here.
         if not Path(folder).expanduser().is_absolute():
@@ -148,12 +148,17 @@ class SaveTargetDialog(QDialog):
         save = self.buttons.button(QDialogButtonBox.StandardButton.Save)
         save.setEnabled(target is not None)
         if target is None:
-            self.target_label.setText("Name a folder to write: a name without slashes, in an existing folder "
-                                      "given by its full path.")
+            self.target_label.setText("Name a folder to write: a name without slashes, line breaks or tabs, in an "
+                                      "existing folder given by its full path.")
         elif Path(target).is_dir() and any(Path(target).iterdir()):
             self.target_label.setText(f"Replaces {target} (you are asked first)")
         else:
             self.target_label.setText(f"Writes {target}")
+
+
+def _has_control(name: str) -> bool:
+    """A line break, a tab or another control character: every line that names the folder would break."""
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
 
 
 def ask_save_target(parent: QWidget | None, folder: str, name: str) -> str | None:

@@ -219,10 +219,25 @@ def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path
     (message,) = dialogs.warnings()
     assert "other files" in message
     assert (busy / "notes.txt").read_text() == "mine"
-    dialogs.files["ask_save_target"] = str(busy / "notes.txt" / "model")  # below a file: not "does not exist"
+    for below in (busy / "notes.txt" / "model", busy / "notes.txt" / "sub" / "model"):  # not "does not exist"
+        dialogs.files["ask_save_target"] = str(below)
+        click(window, "saveButton")
+        assert dialogs.warnings()[-1] == f"Cannot save there: {busy / 'notes.txt'} is a file, not a folder; " \
+                                         f"choose a folder to save in."
+    dialogs.files["ask_save_target"] = str(tmp_path / "my\nmodel")  # typed where the dialog is not ours
     click(window, "saveButton")
-    assert dialogs.warnings()[-1] == f"Cannot save there: {busy / 'notes.txt'} is a file, not a folder; choose a " \
-                                     f"folder to save in."
+    assert dialogs.warnings()[-1] == "Cannot save there: the name 'my\\nmodel' holds a control character ('\\n'), " \
+                                     "which would break every line that names it; choose another name."
+    assert not (tmp_path / "my\nmodel").exists()
+
+
+def test_a_diverged_run_leaves_no_model_to_save(qtbot, window, dialogs, tmp_path):
+    """Its weights are not finite: Save stayed enabled, asked for a folder, then said nothing could be saved."""
+    panel = window.config_panel
+    panel.lr.setValue(1e3)
+    record = run_once(qtbot, window)
+    assert record.state == "failed" and "became" in record.message, record.message
+    assert not child(window, "saveButton").isEnabled()
 
 
 # --------------------------------------------------------------------------- the fit, checked at Load
@@ -353,7 +368,7 @@ def test_the_save_dialog_chooses_a_folder_and_a_name_and_never_opens_the_target(
 
     dialog.name.setText("new-name")
     assert dialog.target() == str(tmp_path / "new-name") and "Writes" in dialog.target_label.text()
-    for bad in ("", "a/b", ".."):
+    for bad in ("", "a/b", "..", "a\nb", "tab\there"):  # a line break would break every line naming it
         dialog.name.setText(bad)
         assert dialog.target() is None and not save.isEnabled()
 
