@@ -3,6 +3,8 @@ leftovers of dead processes cleared."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -86,12 +88,14 @@ class AtomicFolder:
     here, with a reason a person can act on; the temporary folder is removed.
     """
 
-    def __init__(self, target: str | Path, what: str = "checkpoint") -> None:
+    def __init__(self, target: str | Path, what: str = "checkpoint", replace: bool = True) -> None:
         # A link to a folder keeps linking: the folder it names is written (a link renamed away was replaced by
         # a real folder, and the one it named left as it was).
         given = user_path(target)
         self.target = given.resolve() if given.is_symlink() else given
         self.what = what
+        self.replace = replace
+        """False: a folder another writer filled meanwhile is refused at the rename (an export), never replaced."""
         self.tmp = _hidden(self.target, "tmp")
         self._lock: WriterLock | None = None
         self._made: list[Path] = []
@@ -137,7 +141,7 @@ class AtomicFolder:
             fsync(self.tmp)
             self.commit()
         except Exception as exc:
-            failure = self._failure(exc)
+            failure = exc if isinstance(exc, SpeedboardError) else self._failure(exc)
             shutil.rmtree(self.tmp, ignore_errors=True)
             remove_empty(self._made)
             raise failure from None
@@ -151,8 +155,16 @@ class AtomicFolder:
                                f"{why_write_failed(exc, self.target.parent)}")
 
     def commit(self) -> None:
-        if self.target.is_dir() and not any(self.target.iterdir()):
-            self._fill_in_place()
+        if self.target.is_dir() and self._filled_in_place():
+            return
+        if not self.replace:
+            try:  # one rename: of two writers that both found no folder, the second finds the first's here
+                os.rename(self.tmp, self.target)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise self._taken() from None
+                raise
+            fsync(self.target.parent)
             return
         old = None
         if self.target.exists():
@@ -169,15 +181,33 @@ class AtomicFolder:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
-    def _fill_in_place(self) -> None:
+    def _taken(self) -> CheckpointError:
+        return CheckpointError(f"{self.what} folder {self.target} exists and is not empty")
+
+    def _filled_in_place(self) -> bool:
         """An empty folder made for the write (perhaps a shell's current folder, with its own mode and owner) is
         filled, not swapped for another: each file renamed in, config.json last, so a crash part-way leaves a
-        folder that no loader takes for a checkpoint (it has no config.json) rather than a partial one."""
-        names = sorted((f.name for f in self.tmp.iterdir()), key=lambda name: (name == CONFIG_FILE, name))
-        for name in names:
-            os.rename(self.tmp / name, self.target / name)
-        fsync(self.target)
-        os.rmdir(self.tmp)
+        folder that no loader takes for a checkpoint (it has no config.json) rather than a partial one. Under an
+        exclusive lock on the folder, so two writers never mix their files; False when it is not empty (any
+        more): a checkpoint then replaces it, an export is refused."""
+        fd = os.open(self.target, os.O_RDONLY)
+        try:
+            with contextlib.suppress(ImportError, OSError):  # no flock (Windows, some network file systems)
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
+            if any(self.target.iterdir()):
+                if not self.replace:
+                    raise self._taken()
+                return False
+            names = sorted((f.name for f in self.tmp.iterdir()), key=lambda name: (name == CONFIG_FILE, name))
+            for name in names:
+                os.rename(self.tmp / name, self.target / name)
+            fsync(self.target)
+            os.rmdir(self.tmp)
+            return True
+        finally:
+            os.close(fd)
 
 
 def _umask_file_mode(folder: Path) -> int:

@@ -121,7 +121,7 @@ def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
         raise CheckpointError(f"export folder {target} is a file; name a new or empty folder")
     if target.exists() and any(target.iterdir()):
         raise CheckpointError(f"export folder {target} exists and is not empty")
-    with AtomicFolder(target, "export") as tmp:
+    with AtomicFolder(target, "export", replace=False) as tmp:
         save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS_FILE),
                   metadata={"format": "pt"})
         (tmp / CONFIG_FILE).write_text(json.dumps(hf, indent=2), encoding="utf-8")

@@ -253,6 +253,24 @@ def test_a_folder_written_keeps_its_link_its_mode_and_its_place(tmp_path, tok, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "private", "real"]
 
 
+@pytest.mark.parametrize("made_empty", [False, True])
+def test_an_export_never_replaces_what_another_writer_put_there_meanwhile(made_empty, tmp_path):
+    """Two exports to one folder at once both said "exported to OUT", and OUT held only one of them: each had
+    found it absent (or empty) before writing, and the later rename swapped the earlier export away."""
+    from core.checkpoint.folders import AtomicFolder
+
+    target = tmp_path / "out"
+    if made_empty:
+        target.mkdir()
+    with pytest.raises(CheckpointError, match=f"^export folder {target} exists and is not empty$"):
+        with AtomicFolder(target, "export", replace=False) as tmp:
+            (tmp / "config.json").write_text("mine")
+            target.mkdir(exist_ok=True)  # the other export, finished first
+            (target / "config.json").write_text("theirs")
+    assert (target / "config.json").read_text() == "theirs" and [p.name for p in target.iterdir()] == ["config.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no hidden folder left beside it
+
+
 def test_a_crash_while_filling_an_empty_folder_leaves_no_folder_a_loader_takes(tmp_path, tok, monkeypatch):
     """Files go in one by one, config.json last: before it, the folder is no checkpoint to any loader."""
     import core.checkpoint.folders as folders
