@@ -329,6 +329,13 @@ def _open_for(path: Path, tokenizer: BPETokenizer) -> TokenStore:
     if store.vocab_size != tokenizer.vocab_size:
         raise damaged_store(path, f"its manifest's vocabulary is {store.vocab_size:,} tokens, its tokenizer's "
                                   f"{tokenizer.vocab_size:,}")
+    # Its documents are framed by the BOS and EOS ids it was made with: a store of the same tokenizer file whose
+    # roles were chosen otherwise (an earlier version took a text piece "<s>" over a special [BOT]) is not this one.
+    made = store.manifest["tokenizer"]
+    for role, now in (("bos", tokenizer.bos_id), ("eos", tokenizer.eos_id)):
+        if f"{role}_id" in made and made[f"{role}_id"] != now:
+            raise damaged_store(path, f"its documents are framed by {role.upper()} id {made[f'{role}_id']}, its "
+                                      f"tokenizer's {role.upper()} is id {now}")
     return store
 
 

@@ -71,12 +71,17 @@ class BPETokenizer:
     def __init__(self, tok: Tokenizer, bos: str | None = None, eos: str | None = None, pad: str | None = None) -> None:
         self.tok = tok
         vocab = tok.get_vocab(with_added_tokens=True)
+        added = tok.get_added_tokens_decoder()
+        # A role's usual names are looked for among the tokens marked special first, then the other added tokens,
+        # then the whole vocabulary: a BPE that learned "<s>" as a piece of text (an HTML strike-through tag)
+        # beside its special [BOT] took the piece for BOS, and documents began with visible text.
+        tables = ({t.content: i for i, t in added.items() if t.special}, {t.content: i for i, t in added.items()},
+                  vocab)
 
         def find(role: str, name: str | None) -> int | None:
-            for candidate in ((name,) if name else ()) + _ALIASES[role]:
-                if candidate in vocab:
-                    return vocab[candidate]
-            return None
+            if name:  # named in a tokenizer_config.json (``load`` refuses a name the vocabulary lacks)
+                return vocab.get(name)
+            return next((table[c] for table in tables for c in _ALIASES[role] if c in table), None)
 
         self.bos_id = find("bos", bos)
         self.eos_id = find("eos", eos)
@@ -104,7 +109,13 @@ class BPETokenizer:
         return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+        """Text of ``ids``; ``skip_special`` leaves out the special tokens and the BOS, EOS and PAD the engine
+        places, also where the tokenizer does not mark them special (they showed as "[BOT]Hello")."""
+        ids = list(ids)
+        if skip_special:
+            roles = {self.bos_id, self.eos_id, self.pad_id} - {None}
+            ids = [i for i in ids if i not in roles]
+        return self.tok.decode(ids, skip_special_tokens=skip_special)
 
     def to_str(self) -> str:
         return self.tok.to_str()
@@ -118,18 +129,22 @@ class BPETokenizer:
         """
         folder = Path(folder)
         path = folder / TOKENIZER_FILE
-        adds_bos = for_hf and self.bos_token is not None and self.tok.post_processor is None
+        adds_bos = for_hf and self.bos_token is not None
         path.write_text(self._with_bos().to_str() if adds_bos else self.to_str(), encoding="utf-8")
         (folder / "tokenizer_config.json").write_text(json.dumps(self.hf_config(add_bos=adds_bos), indent=2),
                                                       encoding="utf-8")
         return path
 
     def _with_bos(self) -> Tokenizer:
-        from tokenizers.processors import TemplateProcessing
+        from tokenizers.processors import ByteLevel, Sequence, TemplateProcessing
 
         tok, bos = Tokenizer.from_str(self.to_str()), self.bos_token  # a copy: this tokenizer stays as it is
-        tok.post_processor = TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1",
-                                                special_tokens=[(bos, self.bos_id)])
+        template = TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1",
+                                      special_tokens=[(bos, self.bos_id)])
+        # The file's own post-processor goes: a BERT template put [CLS] … [SEP] around a text trained as [BOT] ….
+        # A byte-level one stays (it only trims offsets).
+        kept = tok.post_processor if isinstance(tok.post_processor, ByteLevel) else None
+        tok.post_processor = Sequence([kept, template]) if kept is not None else template
         return tok
 
     def hf_config(self, add_bos: bool = False) -> dict:
@@ -165,11 +180,20 @@ class BPETokenizer:
         if cfg_file.is_file():
             try:
                 cfg = parse_json(cfg_file.read_text(encoding="utf-8-sig"))
-            except (OSError, ValueError):
-                cfg = {}
+            except (OSError, ValueError) as exc:  # named roles that cannot be read are not guessed at
+                raise CheckpointError(f"cannot read {cfg_file}: {getattr(exc, 'strerror', None) or exc}",
+                                      "tokenizer_config") from None
+            if not isinstance(cfg, dict):
+                raise CheckpointError(f"{cfg_file} holds no object of settings", "tokenizer_config")
+            vocab = tok.get_vocab(with_added_tokens=True)
             for role in ("bos", "eos", "pad"):
                 value = cfg.get(f"{role}_token")
-                special[role] = value.get("content") if isinstance(value, dict) else value
+                name = value.get("content") if isinstance(value, dict) else value
+                if name is not None and (not isinstance(name, str) or name not in vocab):
+                    # Named, so not guessed from the usual names: "<|im_start|>" absent gave [BOT] without a word.
+                    raise CheckpointError(f"{cfg_file} names {name!r} as its {role}_token, which {file.name} does "
+                                          f"not hold", "tokenizer_config")
+                special[role] = name
         return cls(tok, **special)
 
 
@@ -289,7 +313,8 @@ def load_tokenizer_file(path: str | Path) -> BPETokenizer:
     try:
         tok = BPETokenizer.load(p)
     except CheckpointError as exc:
-        raise DataError(f"{exc} (is it a Hugging Face tokenizer.json?)", "tokenizer") from None
+        hint = "" if exc.field == "tokenizer_config" else " (is it a Hugging Face tokenizer.json?)"
+        raise DataError(f"{exc}{hint}", "tokenizer") from None
     except OSError as exc:  # unreadable (permissions), or gone since it was looked at
         raise DataError(f"cannot read tokenizer {path}: {exc.strerror or exc}", "tokenizer") from None
     check_special_tokens(tok, str(path))
