@@ -48,5 +48,8 @@ class StepTimes:
         typical = statistics.median(self.steady[:STEADY_STEPS_FOR_COMPILE_TIME])
         return max(0.0, total - len(self.warmup) * typical)
 
-    def median_steady(self) -> float | None:
-        return statistics.median(self.steady) if self.steady else None
+    def median_rate(self, units_per_step: float) -> float | None:
+        """The median of the steady steps' rates (tokens/s): with an even count, the mean of the two middle rates,
+        as the per-step figures of metrics.jsonl give it (units over the median time is not that)."""
+        rates = [units_per_step / t for t in self.steady if t > 0]
+        return statistics.median(rates) if rates else None

@@ -35,6 +35,7 @@ from core.config import MAX_COUNT, ModelConfig, RunConfig
 from core.control import Control
 from core.data import SAMPLE_ORDER, Data, SampleOrder, global_batch_targets, prepare_data
 from core.device import (
+    GIB,
     autocast,
     device_name,
     measure_matmul_peak,
@@ -172,6 +173,37 @@ COMPILE_WARMUP_STEPS = 3
 """Optimizer steps that may compile (graphs for the first call, then recompiles for
 the second and the optimizer's own first step): left out of throughput."""
 
+
+
+def _tensor_bytes(held: Any, device: torch.device) -> int:
+    """Bytes of the tensors ``held`` keeps (in dicts, lists, tuples and objects' attributes) in ``device``'s kind
+    of memory: the process' own for a CPU run, the GPU's for a CUDA one. Each storage counted once."""
+    seen: set[int] = set()
+    total = 0
+
+    def visit(value: Any, depth: int) -> None:
+        nonlocal total
+        if depth > 8 or value is None or isinstance(value, (str, bytes, int, float, bool)):
+            return
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            if value.device.type == device.type and storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+            return
+        if isinstance(value, dict):
+            items = value.values()
+        elif isinstance(value, (list, tuple)):
+            items = value
+        elif hasattr(value, "__dict__"):
+            items = vars(value).values()
+        else:
+            return
+        for item in items:
+            visit(item, depth + 1)
+
+    visit(held, 0)
+    return total
 
 class Trainer:
     """One run. ``sink`` receives plain-data events; ``control`` is polled between steps.
@@ -386,7 +418,9 @@ class Trainer:
         self._prepare_data(loaded)
         # Libraries loaded, data ready, no model yet: what the process holds apart from training
         # (in the dashboard also the window and earlier runs' leftovers). Allocator stats on CUDA: no sync.
-        self.mem_baseline = memory_gib(self.device)
+        # The start checkpoint's tensors, read already, are the training's own: a continued run's memory
+        # was shown a checkpoint's size too low.
+        self.mem_baseline = memory_gib(self.device) - _tensor_bytes((loaded, trainer_state), self.device) / GIB
         self._build_model(loaded)
         self._start_position(trainer_state)
         self._cancel_if_stopped()
@@ -886,8 +920,7 @@ class Trainer:
         # Ranks leave together: one that tore its process group down while rank 0
         # was still writing could abort in the collective library's threads.
         barrier(self.dist)
-        steady = times.median_steady()
-        median_tps = self.tokens_per_step / steady if steady else None
+        median_tps = times.median_rate(self.tokens_per_step)
         result = RunResult(self.run_id, self.run_dir, self.step, self.tokens, stopped,
                            losses[-1] if losses else None, val_loss, final_ckpt, median_tps,
                            compile_seconds)

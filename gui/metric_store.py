@@ -99,8 +99,8 @@ class MetricStore:
         series = self.run(key)
         if isinstance(event, StepMetrics):
             series.steps.append((event.step, event.tokens, event.time, event.loss, event.lr, event.grad_norm,
-                                 event.tokens_per_s, event.step_time, event.mem_gib - series.mem_baseline,
-                                 event.peak_mem_gib - series.mem_baseline,
+                                 event.tokens_per_s, event.step_time, max(0.0, event.mem_gib - series.mem_baseline),
+                                 max(0.0, event.peak_mem_gib - series.mem_baseline),
                                  1.0 if event.warmup else 0.0))
         elif isinstance(event, ValidationDone):
             series.val.append((event.step, event.tokens, event.time, event.loss))

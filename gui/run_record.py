@@ -268,8 +268,9 @@ class RunRecord:
         if isinstance(event, StepMetrics):
             self.step, self.tokens, self.last_loss = event.step, event.tokens, event.loss
             self._last_step_at = event.time
-            self.mem_gib = event.mem_gib - self.mem_baseline_gib
-            self.peak_mem_gib = event.peak_mem_gib - self.mem_baseline_gib
+            # The training's own memory, never below zero (the CLI's lines and RunFinished clamp it too).
+            self.mem_gib = max(0.0, event.mem_gib - self.mem_baseline_gib)
+            self.peak_mem_gib = max(0.0, event.peak_mem_gib - self.mem_baseline_gib)
             if not event.warmup:
                 self.step_seconds.append(event.step_time)
             if self.state in ("starting", "compiling") and not event.warmup:
@@ -331,7 +332,7 @@ class RunRecord:
             self.median_tokens_per_s = event.median_tokens_per_s
             if event.compile_seconds is not None and not self.compile_fallback:
                 self.compile_seconds = event.compile_seconds
-            self.peak_mem_gib = event.peak_mem_gib - self.mem_baseline_gib
+            self.peak_mem_gib = max(0.0, event.peak_mem_gib - self.mem_baseline_gib)
             self.checkpoint = event.checkpoint
         elif isinstance(event, RunFailed):
             # Stopped before it started: its data preparation was cancelled, nothing was kept.

@@ -637,3 +637,34 @@ def test_a_resume_says_when_it_cannot_continue_the_parents_sample_stream(stopped
     Trainer(cfg.replace(resume=str(checkpoint), data={"source": str(reordered)}), sink=other_text).run()
     assert any("the data differs from the parent run's (other tokens, as many training samples)" in w
                for w in _warnings(other_text)), _warnings(other_text)
+
+
+def test_a_resumed_runs_memory_baseline_leaves_its_checkpoints_tensors_to_the_training(stopped_parent, tmp_path,
+                                                                                        monkeypatch):
+    """The start checkpoint was read before the baseline was taken: a continued run's Train GiB was its
+    checkpoint's size (weights and optimizer state) lower than a fresh run's of the same model."""
+    import core.trainer
+    from core.device import GIB
+
+    _, checkpoint = stopped_parent
+    monkeypatch.setattr(core.trainer, "memory_gib", lambda device: 1.0)
+    read = []
+    real_read = core.trainer.Trainer.read_start_checkpoint
+
+    def reading(self):
+        read.append(real_read(self))
+        return read[-1]
+
+    monkeypatch.setattr(core.trainer.Trainer, "read_start_checkpoint", reading)
+    cfg = config(tmp_path, budget=8).replace(resume=str(checkpoint))
+    trainer = Trainer(cfg, sink=ListSink())
+    try:
+        trainer.set_up()
+    finally:
+        trainer.record_abort("measured its set-up alone")  # its heartbeat stops, its metrics.jsonl is closed
+    (held,) = read
+    weights = sum(t.numel() * t.element_size() for t in held[0].state_dict.values())
+    state = core.trainer._tensor_bytes(held, torch.device("cpu"))
+    assert state > weights  # the optimizer's moments too
+    assert trainer.mem_baseline == pytest.approx(1.0 - state / GIB)
+    assert core.trainer._tensor_bytes(held, torch.device("cuda")) == 0  # a GPU run's baseline: its own memory

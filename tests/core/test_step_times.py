@@ -19,7 +19,7 @@ def test_a_run_that_ends_inside_its_warm_up_counts_all_of_it():
     times = StepTimes(3)
     for seconds in (5.0, 1.0):
         times.add(seconds)
-    assert times.compile_seconds() == 6.0 and times.median_steady() is None
+    assert times.compile_seconds() == 6.0 and times.median_rate(100) is None
 
 
 def test_the_compile_line_counts_its_steps_in_the_right_number():
@@ -30,3 +30,14 @@ def test_the_compile_line_counts_its_steps_in_the_right_number():
     three = event_line(CompileFinished("r", 1.0, "default", "model", 9.5, warmup_steps=3)).text
     assert one == "compile warm-up 47.2 s over 1 step (default, model)"
     assert three == "compile warm-up 9.5 s over 3 steps (default, model)"
+
+
+def test_the_median_rate_is_the_median_of_the_steps_rates_with_an_even_count_too():
+    """Tokens over the median step time: with steps of 1 s and 2 s (100 tokens each), 66.7 tokens/s where the
+    steps' own rates, 100 and 50, have the median 75 that metrics.jsonl's figures give."""
+    times = StepTimes(warmup_steps=1)
+    for seconds in (5.0, 1.0, 2.0):  # the first is warm-up
+        times.add(seconds)
+    assert times.median_rate(100) == 75.0
+    times.add(4.0)
+    assert times.median_rate(100) == 50.0

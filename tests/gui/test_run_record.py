@@ -124,3 +124,21 @@ def test_the_mfu_column_divides_by_a_peak_measured_again_and_is_at_most_100_perc
     record.apply(MatmulPeakMeasured("r1", 1.0, step=2, precision="fp32", matmul_peak_flops=4e10,
                                     previous_flops=1e9, step_share=10.0))
     assert record.mfu == pytest.approx(0.25)
+
+
+def test_the_trainings_own_memory_is_never_below_zero():
+    """A step below the baseline (memory the window freed meanwhile) was shown as -0.10 GiB in the table, the status
+    bar and the memory plot, where the CLI and RunFinished say 0."""
+    from dataclasses import replace
+
+    from gui.metric_store import MetricStore
+
+    begun = replace(started(), mem_baseline_gib=0.8)
+    record, store = RunRecord(key=1, number=1, config={}), MetricStore()
+    for event in (begun, step(1), step(2)):
+        record.apply(event)
+        store.add(1, event)
+    assert record.mem_gib == record.peak_mem_gib == 0.0
+    assert store.series(1, "mem/gib")[1].tolist() == store.series(1, "mem/peak_gib")[1].tolist() == [0.0, 0.0]
+    record.apply(replace(finished(False), peak_mem_gib=0.7))
+    assert record.peak_mem_gib == 0.0
