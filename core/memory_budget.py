@@ -22,8 +22,10 @@ GPU; the trainer then halves it during the run (``core.split``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -80,7 +82,9 @@ def estimate_training_memory(model: ModelConfig, micro_batch: int, seq_len: int,
 
 
 def device_memory(device: torch.device) -> tuple[int | None, str]:
-    """Bytes a run can use on ``device`` and what they are: CUDA's total memory, else the available RAM."""
+    """Bytes a run can use on ``device`` and what they are: CUDA's total memory, else the available RAM, or less
+    where the process' memory cgroup (a container's, a ``systemd-run -p MemoryMax=`` scope's) allows less: the
+    machine's free RAM alone let a run past its container's limit, to be killed (exit 137) instead of fitted."""
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return torch.cuda.get_device_properties(index).total_memory, f"memory of {torch.cuda.get_device_name(index)}"
@@ -88,7 +92,65 @@ def device_memory(device: torch.device) -> tuple[int | None, str]:
         import psutil
     except ImportError:  # pragma: no cover - a hard dependency
         return None, "RAM"
-    return psutil.virtual_memory().available, "available RAM"
+    available = psutil.virtual_memory().available
+    room = cgroup_room()
+    if room is not None and room < available:
+        return max(room, 0), "RAM the process' memory limit (cgroup) leaves"
+    return available, "available RAM"
+
+
+_NO_LIMIT = 1 << 60
+"""cgroup v1 writes "no limit" as the largest page-aligned 64-bit number."""
+
+
+def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes the memory cgroups of this process (v2, or v1's memory controller) still allow it: the least of its
+    own and its ancestors' limit minus their usage (less the page cache the kernel reclaims first); None where no
+    limit is set or none can be read (not Linux)."""
+    try:
+        lines = Path(proc_cgroup).read_text(encoding="ascii").splitlines()
+    except (OSError, ValueError):
+        return None
+    rooms: list[int] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[1] == "":  # the unified hierarchy (v2)
+            base, names = Path(root), ("memory.max", "memory.current", "inactive_file")
+            if not (base / "cgroup.controllers").is_file():  # v1's systemd leftover "0::/" on a hybrid machine
+                base = Path(root) / "unified"
+        elif "memory" in parts[1].split(","):
+            base, names = Path(root) / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes",
+                                                  "total_inactive_file")
+        else:
+            continue
+        folder = base / parts[2].lstrip("/")
+        while True:
+            if (room := _room_in(folder, *names)) is not None:
+                rooms.append(room)
+            if folder == base or base not in folder.parents:
+                break
+            folder = folder.parent
+    return min(rooms) if rooms else None
+
+
+def _room_in(folder: Path, limit_file: str, usage_file: str, reclaimable: str) -> int | None:
+    try:
+        limit_text = (folder / limit_file).read_text(encoding="ascii").strip()
+        if limit_text == "max" or int(limit_text) >= _NO_LIMIT:
+            return None
+        usage = int((folder / usage_file).read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+    cache = 0
+    with contextlib.suppress(OSError, ValueError):
+        for line in (folder / "memory.stat").read_text(encoding="ascii").splitlines():
+            key, _, value = line.partition(" ")
+            if key == reclaimable:
+                cache = int(value)
+                break
+    return int(limit_text) - max(0, usage - cache)
 
 
 def _need_text(estimate: MemoryEstimate, micro_batch: int, seq_len: int, processes: int, limit: str) -> str:
@@ -192,8 +254,8 @@ def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: st
         per_process = micro_batch * accum_steps
         cpu = "; on a CPU a split is fitted to half the available RAM, the estimate being a lower bound"
         raise ConfigError(f"{need}; micro-batch {micro:,} × accumulation {per_process // micro:,} fits with the "
-                          f"same effective batch (--micro-batch {micro} --accum {per_process // micro}, or "
-                          f"--micro-batch auto){cpu if device.type == 'cpu' else ''}", "micro_batch")
+                          f"same effective batch (--micro-batch {micro} --accum {per_process // micro})"
+                          f"{cpu if device.type == 'cpu' else ''}", "micro_batch")
     fitting = max(0, (limit // processes - estimate.states) // max(1, estimate.activations // micro_batch))
     raise ConfigError(f"{need}; use --micro-batch {max(1, fitting):,} or less (and --accum to keep the "
                       f"effective batch)", "micro_batch")

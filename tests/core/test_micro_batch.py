@@ -197,7 +197,7 @@ def test_micro_batch_auto_keeps_a_split_that_fits(budget, tmp_path, capsys):
     # naming the split that fits in half of it.
     (["--micro-batch", "16", "--accum", "2"], 13,
      "more than the 13.0 GiB of test memory; micro-batch 4 × accumulation 8 fits with the same effective batch "
-     "(--micro-batch 4 --accum 8, or --micro-batch auto); on a CPU a split is fitted to half the available RAM"),
+     "(--micro-batch 4 --accum 8); on a CPU a split is fitted to half the available RAM"),
     (["--micro-batch", "12", "--accum", "2"], 13, None),  # 12 GiB of 13: might fit, so trained as given
 ])
 def test_bad_micro_batch_values_are_one_line_and_exit_2(budget, tmp_path, capsys, args, gib, message):
@@ -345,3 +345,47 @@ def test_a_refusal_for_several_processes_gives_the_need_per_process(budget):
         check_fits(config_from_preset("tiny").model, 8, 32, "fp32", torch.device("cpu"), processes=3)
     assert "needs at least 8.0 GiB per process × 3 (8.0 GiB of activations), more than the 20.0 GiB" in str(
         refused.value)
+
+
+def _cgroup(root: Path, rel: str, files: dict[str, str]) -> None:
+    folder = root / rel
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_room_a_memory_cgroup_leaves_is_the_least_of_its_own_and_its_ancestors(tmp_path, version):
+    """Only the machine's free RAM was read: under a container's 800 MiB limit `--micro-batch auto` fitted to
+    23 GiB and the run was killed (exit 137) instead of fitted or refused."""
+    from core.memory_budget import cgroup_room
+
+    mib = 1 << 20
+    if version == 2:
+        root, proc = tmp_path / "cg", "0::/job/step\n"
+        _cgroup(root, "", {"cgroup.controllers": "memory\n"})
+        _cgroup(root, "job", {"memory.max": f"{800 * mib}\n", "memory.current": f"{300 * mib}\n",
+                              "memory.stat": f"anon 1\ninactive_file {100 * mib}\n"})
+        _cgroup(root, "job/step", {"memory.max": "max\n", "memory.current": f"{10 * mib}\n"})
+    else:
+        root, proc = tmp_path / "cg", "9:pids:/\n4:memory:/job/step\n1:name=systemd:/\n"
+        _cgroup(root, "memory/job", {"memory.limit_in_bytes": f"{800 * mib}\n",
+                                     "memory.usage_in_bytes": f"{300 * mib}\n",
+                                     "memory.stat": f"cache 5\ntotal_inactive_file {100 * mib}\n"})
+        _cgroup(root, "memory/job/step", {"memory.limit_in_bytes": "9223372036854771712\n",
+                                          "memory.usage_in_bytes": f"{10 * mib}\n"})
+    (tmp_path / "cgroup").write_text(proc)
+    # 800 MiB less what is used, the page cache it can reclaim not counted: 600 MiB.
+    assert cgroup_room(str(tmp_path / "cgroup"), str(root)) == 600 * mib
+    (tmp_path / "none").write_text("0::/\n" if version == 2 else "4:memory:/\n")
+    assert cgroup_room(str(tmp_path / "none"), str(root)) is None  # the root: no limit there
+    assert cgroup_room(str(tmp_path / "absent"), str(root)) is None
+
+
+def test_a_cgroup_limit_below_the_free_ram_is_the_memory_a_cpu_run_fits_to(monkeypatch):
+    import core.memory_budget as budget
+
+    monkeypatch.setattr(budget, "cgroup_room", lambda: 512 << 20)
+    assert budget.device_memory(torch.device("cpu")) == (512 << 20, "RAM the process' memory limit (cgroup) leaves")
+    monkeypatch.setattr(budget, "cgroup_room", lambda: 1 << 62)
+    assert budget.device_memory(torch.device("cpu"))[1] == "available RAM"
