@@ -11,6 +11,7 @@ import torch
 from PySide6.QtWidgets import QMessageBox
 from safetensors import safe_open
 
+from core.trainer import Trainer
 from tests.gui.conftest import child, click, read_jsonl, run_once, wait_idle, wait_steps
 
 LONG = {"train": {"budget": 1_000_000}}
@@ -186,7 +187,6 @@ def test_save_during_a_run_happens_at_the_next_step_and_the_run_goes_on(qtbot, m
 def test_only_a_place_that_was_saved_to_is_where_the_next_save_opens(qtbot, window, dialogs, tmp_path,
                                                                      monkeypatch):
     from core.errors import CheckpointError
-    from core.trainer import Trainer
 
     run_once(qtbot, window)
     good, bad = tmp_path / "good", tmp_path / "bad"
@@ -231,10 +231,19 @@ def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path
     assert not (tmp_path / "my\nmodel").exists()
 
 
-def test_a_diverged_run_leaves_no_model_to_save(qtbot, window, dialogs, tmp_path):
+def test_a_diverged_run_leaves_no_model_to_save(qtbot, window, dialogs, tmp_path, monkeypatch):
     """Its weights are not finite: Save stayed enabled, asked for a folder, then said nothing could be saved."""
-    panel = window.config_panel
-    panel.lr.setValue(1e3)
+    real_step = Trainer._optimizer_step_with_fallback
+
+    def diverging_step(self, *args, **kwargs):  # a step that blows the weights up, as a too-high learning rate
+        # does on one CPU and not on another: the same NaN everywhere
+        result = real_step(self, *args, **kwargs)
+        with torch.no_grad():
+            for param in self.model.parameters():
+                param.fill_(float("nan"))
+        return (float("nan"), *result[1:])
+
+    monkeypatch.setattr(Trainer, "_optimizer_step_with_fallback", diverging_step)
     record = run_once(qtbot, window)
     assert record.state == "failed" and "became" in record.message, record.message
     assert not child(window, "saveButton").isEnabled()
