@@ -178,13 +178,15 @@ class Source:
             if not any(may_hold_text):
                 raise DataError(f"data source {self.spec} is empty (no text)")
         elif self.kind in ("parquet", "arrow"):
-            total = 0
+            total = text_rows = 0
             for f in self.files:
-                total += _parquet_rows(f.path, self.text_field) if f.format == "parquet" else \
+                rows, typed = _parquet_rows(f.path, self.text_field) if f.format == "parquet" else \
                     _arrow_rows(f.path, self.text_field)
-            if total == 0:
-                raise DataError(f"data source {self.spec} is empty (no rows)")
-            self._documents[:] = [total]
+                total += rows
+                text_rows += rows if typed else 0
+            if text_rows == 0:
+                raise DataError(f"data source {self.spec} is empty ({'no text' if total else 'no rows'})")
+            self._documents[:] = [text_rows]
         elif self.kind == "hub":
             _hub_dataset(self)  # the package, the network, the name
 
@@ -813,7 +815,8 @@ def _pyarrow():
     return pyarrow
 
 
-def _text_column(path: Path, schema, text_field: str) -> None:
+def _text_column(path: Path, schema, text_field: str) -> bool:
+    """Refuse a missing, ambiguous or non-text column; False where its type is null (None in every row)."""
     pa = _pyarrow()
     names = list(schema.names)
     if text_field not in names:
@@ -825,8 +828,11 @@ def _text_column(path: Path, schema, text_field: str) -> None:
     kind = schema.field(text_field).type
     if pa.types.is_dictionary(kind):  # a categorical column (pandas' "category"): its values are the text
         kind = kind.value_type
+    if pa.types.is_null(kind):  # None in every row, as pandas and ``datasets`` type it: no documents, as nulls
+        return False
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
         raise DataError(f"{path}: column '{text_field}' holds {kind}, not text; choose one with --text-field")
+    return True
 
 
 def _parquet_file(path: Path):
@@ -839,21 +845,22 @@ def _parquet_file(path: Path):
         raise DataError(f"cannot read {path}: not a valid Parquet file ({first_line(exc)})") from None
 
 
-def _parquet_text_column(path: Path, pf, text_field: str) -> None:
+def _parquet_text_column(path: Path, pf, text_field: str) -> bool:
     """``_text_column``, and Parquet's own ambiguity: it names columns by dotted paths, so a column named
     "meta.text" and the field "text" of a struct column "meta" are the same name there, and reading one
     by name gave the other."""
-    _text_column(path, pf.schema_arrow, text_field)
+    typed = _text_column(path, pf.schema_arrow, text_field)
     if sum(pf.schema.column(i).path == text_field for i in range(len(pf.schema))) > 1:
         head = text_field.split(".")[0]
         raise DataError(f"{path.name}: '{text_field}' names both a column and a field inside column '{head}', "
                         f"which Parquet cannot tell apart; rename one")
+    return typed
 
 
-def _parquet_rows(path: Path, text_field: str) -> int:
+def _parquet_rows(path: Path, text_field: str) -> tuple[int, bool]:
+    """The file's rows, and whether its text column may hold text (not of the null type)."""
     pf = _parquet_file(path)
-    _parquet_text_column(path, pf, text_field)
-    return pf.metadata.num_rows
+    return pf.metadata.num_rows, _parquet_text_column(path, pf, text_field)
 
 
 def _texts(column, path: Path, first_row: int) -> list[tuple[int, str]]:
@@ -964,6 +971,8 @@ def _checked_column(batch, text_field: str, path: Path, first_row: int):
     and a damaged offset read as it stands crashes the process (a segfault) instead of raising."""
     pa = _pyarrow()
     column = batch.column(batch.schema.get_field_index(text_field))
+    if _pyarrow().types.is_null(column.type):  # no buffers of text to check: every value is None
+        return column
     try:
         _as_bytes(column).validate(full=True)  # O(rows): reads the offsets, not the text
     except (pa.ArrowException, ValueError) as exc:
@@ -972,10 +981,11 @@ def _checked_column(batch, text_field: str, path: Path, first_row: int):
     return column
 
 
-def _arrow_rows(path: Path, text_field: str) -> int:
+def _arrow_rows(path: Path, text_field: str) -> tuple[int, bool]:
+    """``_parquet_rows`` of an Arrow file."""
     reader = _arrow_reader(path, mapped=True)
-    _text_column(path, reader.schema, text_field)
-    return sum(b.num_rows for b in _arrow_batches(path, reader))  # memory-mapped: headers only
+    typed = _text_column(path, reader.schema, text_field)
+    return sum(b.num_rows for b in _arrow_batches(path, reader)), typed  # memory-mapped: headers only
 
 
 def _read_arrow(path: Path, text_field: str) -> Iterator[tuple[str, int]]:

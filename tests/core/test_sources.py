@@ -65,6 +65,24 @@ def test_null_and_blank_texts_are_no_documents_in_any_format(tmp_path, name):
     assert load_corpus(str(path)).documents == DOCS[:3]
 
 
+def test_a_text_column_of_nulls_only_is_no_documents_not_another_type(tmp_path):
+    """pandas and ``datasets`` write a column of None only as Arrow's null type: one such shard refused a whole
+    folder ("holds null, not text; choose one with --text-field"), where a string column of nulls was skipped."""
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_parquet(shards / "000.parquet", DOCS[:20])
+    pq.write_table(pa.table({"text": pa.nulls(30), "n": list(range(30))}), shards / "001.parquet")
+    write_parquet(shards / "002.parquet", DOCS[20:])
+    assert load_corpus(str(shards)).documents == DOCS
+    alone = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": pa.nulls(30)}), alone)
+    assert "nulls.parquet is empty (no text)" in one_line_error(lambda: resolve_source(str(alone)).check())
+    datasets = pytest.importorskip("datasets")
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": [None] * 10})})
+    dd.save_to_disk(str(tmp_path / "hf_nulls"))
+    assert "is empty (no text)" in one_line_error(lambda: resolve_source(str(tmp_path / "hf_nulls")).check())
+
+
 def test_a_dictionary_encoded_text_column_is_text(tmp_path):
     """pandas' categorical columns are written as dictionary<string>: the same documents."""
     pq.write_table(pa.table({"text": pa.array(DOCS).dictionary_encode()}), tmp_path / "c.parquet")
