@@ -93,12 +93,14 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             row["peak_with_compile_gib"] = mem["peak_with_compile_bytes"] / GIB
         row["probe_errors"] = {k: v["error"] for k, v in probe.items() if "error" in v}
         cells[name] = row
-    eager_a1 = cells.get(_eager_a1(cells), {}).get("speedboard")
+    reference = _eager_a1(cells)
+    eager_a1 = cells.get(reference, {}).get("speedboard")
     for row in cells.values():
         if eager_a1 and row.get("speedboard"):
             row["speedup_vs_eager_a1"] = row["speedboard"]["median"] / eager_a1["median"]
     grad_gib = raw["config"].get("num_parameters", 0) * 4 / 1024**3  # fp32 gradients (params stay fp32 under autocast)
-    summary = {"cells": cells, "memory": _memory_table(cells, grad_gib), "loss": _loss_agreement(raw, by)}
+    summary = {"cells": cells, "memory": _memory_table(cells, grad_gib), "loss": _loss_agreement(raw, by),
+               "speedup_reference": reference}
     summary["targets"] = _targets(raw, cells, summary)
     return summary
 
@@ -382,6 +384,8 @@ def markdown(raw: dict) -> str:
     dev = raw["device"]
     precisions = cfg.get("precisions") or [cfg["precision"]]
     peaks = "; ".join(f"{p} {peak_flops(raw, p) / 1e9:,.1f} GFLOP/s" for p in precisions)
+    # The speedups' reference: fp32 eager where measured, else the precision that was (bf16 alone: bf16 eager).
+    reference = s["cells"].get(s.get("speedup_reference") or "", {}).get("precision", "fp32")
     lines = [
         f"**{cfg['preset']}** preset ({cfg['num_parameters'] / 1e6:.1f}M parameters), **{dev['name']}**, "
         f"{', '.join(precisions)}; effective batch {cfg['effective_batch']} × {cfg['seq_len']} tokens = "
@@ -392,7 +396,7 @@ def markdown(raw: dict) -> str:
         f"dashboard use it): {peaks}; "
         f"{raw['flops_per_token'] / 1e6:,.1f} MFLOP per token; torch {raw['versions'].get('torch')}.",
         "",
-        "| cell | micro × accum | tokens/s median (min–max) | vs fp32 eager a1 | MFU | compile cold / warm (s) "
+        f"| cell | micro × accum | tokens/s median (min–max) | vs {reference} eager a1 | MFU | compile cold / warm (s) "
         "| peak mem (GiB) | training mem (GiB) | loss | trainer ÷ bare |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]

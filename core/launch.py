@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +95,20 @@ def _found_through_working_folder() -> str | None:
     cwd = os.getcwd()
     listed = {os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) != cwd}
     return None if root in listed else root
+
+
+@contextlib.contextmanager
+def _intra_op_threads(threads: int | None) -> Iterator[None]:
+    """This process' torch threads set to ``threads`` for the block (None: unchanged)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def worker_threads(nproc: int, device: str = "auto", cpu_count: int | None = None) -> int | None:
@@ -185,6 +200,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     from core.data import build_views, prepare_data
     from core.device import resolve_device, resolve_precision
     from core.memory_budget import check_fits, fit_split
+    from core.precision import lineage_choice
     from core.schedule import Position, make_schedule
     from core.trainer import Trainer
 
@@ -199,6 +215,9 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     if loaded is not None and loaded.tokenizer is not None:
         tokenizer, origin = loaded.tokenizer, f"checkpoint {loaded.source}"
     model_config = loaded.model_config if loaded is not None else None
+    # auto on resume: the parent's precision, as every worker will take it (and no probe measured for nothing)
+    lineage = (lineage_choice(loaded.meta.get("precision"), loaded.meta.get("device_type"), device)
+               if loaded is not None and config.resume and tc.precision == "auto" else None)
     del loaded  # its weights: the workers read them again
 
     def progress(event) -> None:
@@ -208,7 +227,13 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     data = prepare_data(config.data, tokenizer, tokenizer_origin=origin, sink=progress, should_stop=should_stop)
     build_views(data.store, config.data, data.tokenizer)
     model_cfg = model_config or dataclasses.replace(config.model, vocab_size=data.tokenizer.vocab_size)
-    precision = resolve_precision(tc.precision, device, model_cfg)  # auto on a CPU: probed once, at these shapes
+    if lineage is not None:
+        precision = lineage.precision
+    else:
+        # auto on a CPU: probed once, at these shapes and at the thread count each worker trains with (the
+        # launcher's own, all the cores, measured a probe no process of the job reads)
+        with _intra_op_threads(worker_threads(nproc, str(device))):
+            precision = resolve_precision(tc.precision, device, model_cfg)
     if config.data.seq_len > model_cfg.max_position_embeddings:
         raise ConfigError(f"sequence length {config.data.seq_len} is beyond the model's "
                           f"{model_cfg.max_position_embeddings} positions", "seq_len")

@@ -314,18 +314,21 @@ class Fit:
         return bool(self.reason)
 
 
-def fit_run_config(config, nproc: int = 1) -> Fit:
+def fit_run_config(config, nproc: int = 1, lineage: tuple[object, object] | None = None) -> Fit:
     """``fit_split`` for a run's settings (a ``RunConfig``) before it starts, with the device the trainer will
     resolve; the model's vocabulary as set (a tokenizer can only make it smaller). For the dashboard's window
-    thread: the precision probe never runs here, so ``auto`` on a CPU is the cached decision, or fp32 (whose
-    estimate is the larger) until a run has decided it."""
+    thread: the precision probe never runs here, so ``auto`` on a CPU is the cached decision at the processes'
+    thread count, or fp32 (whose estimate is the larger) until a run has decided it; on a resume, ``lineage``
+    (the parent checkpoint's precision and device type) decides it, as it decides the run's."""
     from core.device import resolve_device
+    from core.launch import worker_threads
     from core.precision import cached_choice
 
     tc = config.train
     device = resolve_device(tc.device)
     shards = nproc if tc.fsdp and nproc > 1 else 1
-    choice = cached_choice(tc.precision, device, config.expected_model())
+    choice = cached_choice(tc.precision, device, config.expected_model(), worker_threads(nproc, str(device)),
+                           lineage if config.resume else None)
     precision = choice.precision if choice is not None else "fp32"
     return fit_split(config.model, tc.micro_batch, tc.accum_steps, config.data.seq_len, precision, device, shards,
                      nproc if device.type != "cuda" else 1)

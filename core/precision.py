@@ -381,8 +381,26 @@ def choice_from_probe(result: ProbeResult, device: torch.device | None = None) -
     s = result.speedup
     if s >= BF16_MIN_SPEEDUP:
         return PrecisionChoice("auto", "bf16", f"bf16: training {s:.1f}× faster than fp32 on {where}", s)
-    return PrecisionChoice("auto", "fp32", f"fp32: bf16 trains only {s:.2f}× fp32's speed on {where} "
+    shown = math.floor(s * 100) / 100  # rounded down: 1.2996 read "only 1.30× (auto takes bf16 from 1.3×)"
+    return PrecisionChoice("auto", "fp32", f"fp32: bf16 trains only {shown:.2f}× fp32's speed on {where} "
                                            f"(auto takes bf16 from {BF16_MIN_SPEEDUP}×)", s)
+
+
+def lineage_choice(parent_precision: object, parent_device_type: object,
+                   device: torch.device) -> PrecisionChoice | None:
+    """``auto`` on resume: the precision the parent trained in (its checkpoint's ``precision`` and
+    ``device_type``), on the same kind of device. ``auto`` is decided once per lineage, so a resume continues
+    exactly: the probe read again could switch bf16 to fp32 midway (a busy machine's reading). None where it is
+    decided as for a new run (a checkpoint that does not record it, another kind of device, a precision this
+    device lacks). The trainer, the launcher's checks and the dashboard's ``auto`` item all ask this."""
+    if parent_precision not in ("fp32", "bf16", "fp16") or parent_device_type != device.type:
+        return None
+    try:
+        check_precision(str(parent_precision), device)
+    except ConfigError:  # another GPU, without bf16
+        return None
+    return PrecisionChoice("auto", str(parent_precision),
+                           f"{parent_precision}: as its parent trained (auto is decided once per lineage)")
 
 
 Probe = Callable[[], ProbeResult]
@@ -414,12 +432,15 @@ def decide_precision(requested: str, device: torch.device, probe: Probe | ProbeR
     return choice_from_probe(result, device)
 
 
-def cached_choice(requested: str, device: torch.device, model: ModelConfig,
-                  threads: int | None = None) -> PrecisionChoice | None:
+def cached_choice(requested: str, device: torch.device, model: ModelConfig, threads: int | None = None,
+                  lineage: tuple[object, object] | None = None) -> PrecisionChoice | None:
     """What ``decide_precision`` would say without measuring anything, in a process of ``threads`` intra-op
     threads (this one's by default; a CPU job of several processes shares the cores out); None where ``auto``
-    on a CPU has no cached probe for them yet (it is decided when the run starts). For the dashboard's GUI
-    thread."""
+    on a CPU has no cached probe for them yet (it is decided when the run starts). ``lineage``: the
+    ``(precision, device_type)`` a resumed parent's checkpoint records, which ``auto`` keeps
+    (``lineage_choice``). For the dashboard's GUI thread."""
+    if requested == "auto" and lineage is not None and (kept := lineage_choice(*lineage, device)) is not None:
+        return kept
     if requested == "auto" and device.type == "cpu":
         found = cached_probe(model, device, threads)
         return None if found is None else choice_from_probe(found, device)

@@ -90,7 +90,7 @@ from core.memory_budget import check_fits, check_model_fits, fit_split
 from core.mfu import PEAK_CHECK_MFU, peak_share, utilization
 from core.model import LlamaForCausalLM
 from core.paths import missing_folders, remove_empty, user_path, why_write_failed
-from core.precision import PrecisionChoice, check_precision, decide_precision, matmul_peak
+from core.precision import PrecisionChoice, check_precision, decide_precision, lineage_choice, matmul_peak
 from core.resume import check_optimizer_state, other_batch, other_stream, rng_state, set_rng_state
 from core.runs import (
     CONFIG_FILE,
@@ -470,20 +470,10 @@ class Trainer:
 
     def _lineage_precision(self, loaded: ckpt_io.LoadedCheckpoint | None,
                            device: torch.device) -> PrecisionChoice | None:
-        """``auto`` on resume: the precision the parent trained in, on the same kind of device. ``auto`` is decided
-        once per lineage, so a resume continues exactly: the probe read again could switch bf16 to fp32 midway (a
-        busy machine's reading). None where it is decided as for a new run (a checkpoint that does not record it,
-        another kind of device, a precision this device lacks)."""
+        """``auto`` on resume: ``core.precision.lineage_choice`` of the parent's checkpoint."""
         if self.cfg.train.precision != "auto" or not (self.cfg.resume and loaded):
             return None
-        parent, kind = loaded.meta.get("precision"), loaded.meta.get("device_type")
-        if parent not in ("fp32", "bf16", "fp16") or kind != device.type:
-            return None
-        try:
-            check_precision(parent, device)
-        except ConfigError:  # another GPU, without bf16
-            return None
-        return PrecisionChoice("auto", parent, f"{parent}: as its parent trained (auto is decided once per lineage)")
+        return lineage_choice(loaded.meta.get("precision"), loaded.meta.get("device_type"), device)
 
     def _check_output(self) -> None:
         """Before anything is read or created: run folders can be created where this run is to write, and a run id

@@ -161,7 +161,7 @@ class CheckpointActions(QObject):
                 self.panel.set_from_config(RunConfig.from_dict(info.run_config))
             except (SpeedboardError, TypeError, ValueError):
                 pass  # an older or foreign config: the panel keeps its settings
-        self.panel.set_start_from(info.path, mode, description, info.model_config)
+        self.panel.set_start_from(info.path, mode, description, info.model_config, info.lineage)
         what = "resumes it exactly" if mode == "resume" else "starts from its weights"
         self.log.add(f"loaded {description}: the next run {what}{architecture_note(info)}")
         self.status.showMessage(f"Loaded {description}", 10_000)

@@ -132,6 +132,8 @@ class CheckpointSummary:
     dict's tensor shapes), ``settings`` (the settings' model, which its tensors fit), ``unknown`` (none)."""
     fit_problem: str | None = None
     """Why its weights cannot load into that architecture, naming the first differing keys and shapes."""
+    lineage: tuple[object, object] | None = None
+    """The precision and device type it was trained in (a Speedboard checkpoint's): ``auto`` keeps them on resume."""
 
 
 def _architecture(shapes: dict[str, tuple[int, ...]], name: str,
@@ -178,7 +180,8 @@ def summarize_checkpoint(path: str, settings_model: ModelConfig | None = None) -
         step=meta.get("step"), tokens=meta.get("tokens"), run_id=meta.get("run_id"),
         model_config=model.to_dict() if model is not None else None,
         run_config=run if isinstance(run, dict) else None, shapes=shapes,
-        architecture=architecture, fit_problem=problem)
+        architecture=architecture, fit_problem=problem,
+        lineage=(meta.get("precision"), meta.get("device_type")) if info.kind == "speedboard" else None)
 
 
 class RunControl(Control):

@@ -71,7 +71,7 @@ class RunActions(QObject):
             # Arithmetic, and the device's memory: no tensor, no probe. On a CPU a split fits in half the free RAM
             # (core.memory_budget.CPU_RAM_SHARE): a run of one process trains in this one, which running out
             # of RAM would end.
-            fit = fit_run_config(cfg, nproc)
+            fit = fit_run_config(cfg, nproc, self.panel.start_lineage)
         except SpeedboardError:
             return cfg  # not even micro-batch 1 fits, or no such device: the run explains it
         if not fit.changed:

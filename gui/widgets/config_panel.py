@@ -177,6 +177,7 @@ class ConfigPanel(QWidget):
         self._start_stamp: tuple | None = None
         """The start checkpoint's files as Load checked them (``_stamp``): one changed since is loaded again."""
         self._start_model: dict | None = None
+        self._start_lineage: tuple[object, object] | None = None
         self._updating = False
         self._config: RunConfig | None = None
         self._error = ""
@@ -501,11 +502,14 @@ class ConfigPanel(QWidget):
         self.source_info.setVisible(bool(text))
         self.text_field.setEnabled(not self._plain_text())  # plain text has no fields: the control is off for it
 
-    def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None) -> None:
-        """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation)."""
+    def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None,
+                       lineage: tuple[object, object] | None = None) -> None:
+        """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation).
+        ``lineage``: the precision and device type it was trained in, which ``auto`` keeps on resume."""
         self._start_from = (path, mode)
         self._start_stamp = _stamp(path)
         self._start_model = model_config
+        self._start_lineage = lineage
         presets = self._presets_of(model_config)
         if presets and self.preset.currentData() not in presets:
             _set_combo(self.preset, presets[0])  # its sizes and schedule too, as train --init-from takes them
@@ -519,6 +523,7 @@ class ConfigPanel(QWidget):
     def clear_start_from(self) -> None:
         self._start_from = None
         self._start_model = None
+        self._start_lineage = None
         self.start_from_label.setText("random initialisation")
         self.start_from_label.setToolTip("")
         self.clear_start_button.setEnabled(False)
@@ -528,6 +533,11 @@ class ConfigPanel(QWidget):
     @property
     def start_from(self) -> tuple[str, str] | None:
         return self._start_from
+
+    @property
+    def start_lineage(self) -> tuple[object, object] | None:
+        """The precision and device type of the checkpoint the next run resumes (None unless it resumes one)."""
+        return self._start_lineage if self._start_from is not None and self._start_from[1] == "resume" else None
 
     def start_from_problem(self) -> str | None:
         """Why the checkpoint chosen by Load cannot start the next run as it was checked: gone, or changed since
@@ -753,12 +763,13 @@ class ConfigPanel(QWidget):
     def _show_auto_choice(self, device, model: ModelConfig) -> None:
         """The ``auto`` item says what it would choose here and why: from the cached probe only, never by
         measuring on the GUI thread (the torch thread probes when a run starts). A CPU job of several processes
-        decides at its processes' thread count, where bf16 may pay otherwise."""
+        decides at its processes' thread count, where bf16 may pay otherwise; a resume keeps its parent's."""
         from core.launch import worker_threads
         from core.precision import cached_choice
 
         try:
-            choice = cached_choice("auto", device, model, worker_threads(self.processes.value(), str(device)))
+            choice = cached_choice("auto", device, model, worker_threads(self.processes.value(), str(device)),
+                                   self.start_lineage)
         except SpeedboardError:
             choice = None
         text = f"auto ({choice.reason})" if choice else PRECISION_TEXT["auto"]

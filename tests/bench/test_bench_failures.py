@@ -121,9 +121,9 @@ def test_an_unknown_device_lists_the_devices_of_this_machine(name, capsys, tmp_p
 
 
 # ----------------------------------------------------------------------------- writing the report
-def _raw(steps: int = 1, repeats: int = 1) -> dict:
+def _raw(steps: int = 1, repeats: int = 1, precision: str = "fp32") -> dict:
     """A bench.json of one eager cell measured by the Trainer and the bare loop (numbers made up)."""
-    cell = Cell("off", "model", 1, 1, "fp32")
+    cell = Cell("off", "model", 1, 1, precision)
     runs = [TrialResult(cell=cell.name, runner=runner, repeat=r, tokens_per_s=1000.0 + r, tokens_per_step=128,
                         timed_steps=steps, window_seconds=0.128 * steps, losses=[7.6] * (steps + 1),
                         step_seconds=[0.128] * steps).to_dict()
@@ -133,10 +133,11 @@ def _raw(steps: int = 1, repeats: int = 1) -> dict:
         "device": {"type": "cpu", "name": "a test CPU", "threads": 2}, "versions": {"torch": "2"},
         "config": {"preset": "tiny", "num_parameters": 1000, "seq_len": 128, "effective_batch": 1,
                    "tokens_per_step": 128, "accums": [1], "modes": ["off"], "steps": steps, "repeats": repeats,
-                   "total_steps": steps + 1, "precision": "fp32", "precisions": ["fp32"], "seed": 0, "lr": 1e-3,
-                   "hf": False, "probes": False, "loss_tolerance": 2e-3, "loss_tolerances": {"fp32": 2e-3}},
+                   "total_steps": steps + 1, "precision": precision, "precisions": [precision], "seed": 0,
+                   "lr": 1e-3, "hf": False, "probes": False, "loss_tolerance": 2e-3,
+                   "loss_tolerances": {precision: 2e-3}},
         "flops_per_token": 6000.0,
-        "matmul_peak": {"sizes": [], "measurements": {"fp32": [1e9]}, "flops": {"fp32": 1e9}},
+        "matmul_peak": {"sizes": [], "measurements": {precision: [1e9]}, "flops": {precision: 1e9}},
         "cells": [cell.to_dict()], "probes": {}, "runs": runs, "load_average": [], "notes": [],
         "wall_seconds": 1.0,
     }
@@ -226,6 +227,14 @@ def test_ctrl_c_while_writing_leaves_no_temporary_file(tmp_path, monkeypatch):
 ])
 def test_the_report_counts_in_the_singular_and_the_plural(steps, repeats, text):
     assert text in report.markdown(_raw(steps, repeats))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_speedup_column_names_the_precision_it_is_against(precision):
+    """A bench of bf16 alone headed its speedups "vs fp32 eager a1" over rows that were against bf16 eager."""
+    text = report.markdown(_raw(precision=precision))
+    assert f"| vs {precision} eager a1 |" in text
+    assert "| off-a1-" + precision + " | 1 × 1 | 1,000 | 1.00× |" in text
 
 
 @pytest.mark.parametrize("content, message", [

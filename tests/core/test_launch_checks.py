@@ -155,6 +155,44 @@ def test_a_good_resume_source_is_handed_to_torchrun(parent, tmp_path, monkeypatc
     assert len(handed) == 1 and str(parent) in handed[0]
 
 
+# ----------------------------------------------------------------------------- auto precision
+def test_auto_is_probed_at_the_workers_thread_count_and_a_resume_keeps_its_parents(tmp_path, monkeypatch):
+    """The launcher measured the probe with all the cores (a figure no process of the job reads, and one of the
+    three first measurements of the one-process entry used up), and ignored the parent's precision on resume."""
+    from core import precision as prec
+    from core.launch import check_before_launch, worker_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    threads_at_probe, before = [], torch.get_num_threads()
+    torch.set_num_threads(2)  # the launcher's: all the cores; each of 2 workers trains with 1
+
+    def probe(model, device=None):
+        threads_at_probe.append(torch.get_num_threads())
+        return prec.ProbeResult(100e9, 98e9)
+
+    monkeypatch.setattr(prec, "measured_probe", probe)
+    source = str(corpus_file(tmp_path))
+    try:
+        check_before_launch(micro_config(tmp_path, data={"source": source}, train={"precision": "auto"}), 2)
+        assert threads_at_probe == [worker_threads(2, "cpu")] == [1]
+        assert torch.get_num_threads() == 2  # the launcher's own count is back
+    finally:
+        torch.set_num_threads(before)
+
+    folder = tmp_path / "bf16-parent"
+    with one_thread():
+        result = train(micro_config(folder, data={"source": source}, train={"budget": 2, "precision": "bf16"}))
+    checkpoint = result.run_dir / "checkpoints" / "step_0000002"
+    assert ck.read_checkpoint(checkpoint).meta["precision"] == "bf16"
+    seen = []
+    monkeypatch.setattr("core.memory_budget.check_fits", lambda model, micro, seq, precision, *a, **k: seen.append(
+        precision))
+    check_before_launch(micro_config(tmp_path, data={"source": source}, train={"precision": "auto", "budget": 4},
+                                     resume=str(checkpoint)), 2)
+    assert threads_at_probe == [1] and seen == ["bf16"]  # not probed again: the parent's precision
+
+
 # ----------------------------------------------------------------------------- the data's lines
 def test_the_launcher_leaves_the_data_summary_to_rank_0(tmp_path, capsys, monkeypatch):
     """The launcher prepares the corpus (its progress is shown here) and rank 0 then reports the data:

@@ -55,6 +55,27 @@ def test_a_cpu_without_fast_bf16_stays_fp32():
     assert decide_precision("auto", CPU, ProbeResult(100.0, 129.0)).precision == "fp32"
 
 
+def test_the_reason_never_says_only_the_threshold():
+    """1.2996 was shown as "only 1.30× … (auto takes bf16 from 1.3×)": below the threshold, rounded down."""
+    for bf16, precision in ((129.94, "fp32"), (129.996, "fp32"), (130.0, "bf16")):
+        choice = decide_precision("auto", CPU, ProbeResult(100.0, bf16))
+        assert choice.precision == precision, bf16
+        assert "1.30×" not in choice.reason and choice.bf16_speedup == pytest.approx(bf16 / 100)
+    assert "only 1.29×" in decide_precision("auto", CPU, ProbeResult(100.0, 129.996)).reason
+
+
+def test_a_resume_keeps_its_parents_precision_where_the_device_has_it():
+    from core.precision import cached_choice, lineage_choice
+
+    kept = lineage_choice("bf16", "cpu", CPU)
+    assert kept.precision == "bf16" and kept.reason == "bf16: as its parent trained (auto is decided once per lineage)"
+    assert lineage_choice("bf16", "cuda", CPU) is None  # another kind of device: decided anew
+    assert lineage_choice(None, "cpu", CPU) is None and lineage_choice("fp8", "cpu", CPU) is None
+    # What the dashboard shows and fits memory to, without measuring: the parent's, not the cached probe's
+    assert cached_choice("auto", CPU, preset("tiny").model, lineage=("bf16", "cpu")) == kept
+    assert cached_choice("fp32", CPU, preset("tiny").model, lineage=("bf16", "cpu")).precision == "fp32"
+
+
 @pytest.mark.parametrize("explicit", ["fp32", "bf16"])
 def test_an_explicit_precision_is_used_without_probing(explicit):
     choice = decide_precision(explicit, CPU, never)

@@ -136,6 +136,34 @@ def test_the_auto_precision_item_says_what_auto_chose_without_measuring(panel, m
     assert panel.config.train.precision == "auto"  # the setting stays auto: decided again at each start
 
 
+def test_the_auto_precision_item_says_a_resume_keeps_its_parents_precision(panel, monkeypatch, tmp_path):
+    """A bf16 parent loaded to resume: the item said the cached probe's fp32 while the run trained in bf16
+    (auto is decided once per lineage), and the memory fit estimated fp32."""
+    from core import precision as prec
+    from core.memory_budget import fit_run_config
+
+    monkeypatch.setenv("SPEEDBOARD_CACHE_DIR", str(tmp_path / "cache"))
+    model = panel.config.model
+    slow = prec.ProbeResult(100e9, 98e9, prec.probe_shapes(model))
+    prec._write_cache(prec._probe_path(model, prec.torch.device("cpu")), slow.to_dict())
+    combo, auto = panel.precision, panel.precision.findData("auto")
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    panel.set_start_from(str(parent), "resume", "parent at step 3", None, ("bf16", "cpu"))
+    assert combo.itemText(auto) == "auto (bf16: as its parent trained (auto is decided once per lineage))"
+    assert panel.start_lineage == ("bf16", "cpu")
+    seen = []
+    monkeypatch.setattr("core.memory_budget.fit_split", lambda model, micro, accum, seq, precision, *a: seen.append(
+        precision))
+    fit_run_config(panel.config, 1, panel.start_lineage)
+    assert seen == ["bf16"]
+    panel.set_start_from(str(parent), "init", "parent at step 3", None, ("bf16", "cpu"))  # weights only: anew
+    assert combo.itemText(auto).startswith("auto (fp32: bf16 trains only 0.98×") and panel.start_lineage is None
+    panel.set_start_from(str(parent), "resume", "parent at step 3", None, ("bf16", "cpu"))
+    panel.clear_start_from()
+    assert combo.itemText(auto).startswith("auto (fp32")
+
+
 def type_into(qtbot, field, text: str) -> None:
     """What a user does: select the field's text, type, press Return."""
     from PySide6.QtCore import Qt

@@ -78,6 +78,7 @@ def test_load_to_resume_continues_the_step_count(qtbot, window, dialogs):
     qtbot.waitUntil(lambda: window.config_panel.start_from is not None)
     path, mode = window.config_panel.start_from
     assert mode == "resume" and path == first.checkpoint
+    assert window.config_panel.start_lineage == ("fp32", "cpu")  # what auto keeps on resume: the parent's
     second = run_once(qtbot, window)
     assert second.state == "finished" and second.start_step == first.step
     assert read_jsonl(second.folder)[0]["config"]["resume"] == first.checkpoint
