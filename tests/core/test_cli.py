@@ -300,6 +300,28 @@ def test_generated_text_is_printed_as_it_comes_in_whole_characters(existing_run,
     assert sum(1 for p in pieces if p) > 5  # printed along the way
 
 
+@pytest.mark.parametrize("terminal", [True, False])
+def test_generated_control_characters_are_shown_on_a_terminal_and_kept_in_a_pipe(terminal, monkeypatch, capsys):
+    """A model's escape sequence (text with ANSI colours in its corpus) recoloured or cleared the user's terminal."""
+    from core.cli import _TextStream
+
+    class Letters:  # one character per id
+        def decode(self, ids):
+            return "".join(map(chr, ids))
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal, raising=False)
+    text = "red \x1b[31mtext\x1b[0m\r\x07\x9b2J\tend\nnext é"
+    stream = _TextStream(Letters(), [])
+    for ch in text:
+        stream.add(ord(ch))
+    stream.close()
+    shown = capsys.readouterr().out
+    if terminal:
+        assert shown == "red \\x1b[31mtext\\x1b[0m\\x0d\\x07\\x9b2J\tend\nnext é\n"
+    else:
+        assert shown == text + "\n"
+
+
 @pytest.mark.parametrize("style", ["metaspace", "llama"])
 def test_streamed_text_keeps_the_spaces_of_sentencepiece_style_decoders(style, capsys):
     """Metaspace (Mistral, T5) and Llama-2's Replace + Strip decoders drop a word's leading space when its token
