@@ -51,6 +51,7 @@ from core.sources import DEFAULT_TEXT_FIELD
 from core.tokenizer import TOKENIZER_FILE
 from gui.stored_settings import stored_number, stored_text
 from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
+from gui.widgets.wheel_guard import guard_wheel
 from gui.window_words import in_window_words
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
@@ -256,6 +257,7 @@ class ConfigPanel(QWidget):
         self.general_error.hide()
 
         self._build_layout()
+        guard_wheel(self)  # scrolling the settings column over a field scrolls it; it changed the field
         self._connect()
         self._fill_from_preset(self.preset.currentData())
 

@@ -164,6 +164,43 @@ def test_the_auto_precision_item_says_a_resume_keeps_its_parents_precision(panel
     assert combo.itemText(auto).startswith("auto (fp32")
 
 
+def _wheel(widget, notches: int) -> None:
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    at = QPointF(widget.rect().center())
+    event = QWheelEvent(at, QPointF(widget.mapToGlobal(at.toPoint())), QPoint(), QPoint(0, -120 * notches),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, event)
+
+
+def test_the_wheel_over_a_field_scrolls_the_settings_and_leaves_the_field_alone(qtbot, tmp_path):
+    """Scrolling the settings column with the pointer on the Precision box turned auto into fp16, unseen."""
+    from PySide6.QtWidgets import QScrollArea
+
+    panel = ConfigPanel(presets_with({"micro": micro_config(tmp_path)}), ["cpu"])
+    scroll = QScrollArea()
+    qtbot.addWidget(scroll)
+    scroll.setWidgetResizable(True)
+    scroll.setWidget(panel)
+    scroll.resize(400, 200)  # the panel is taller: the column scrolls
+    scroll.show()
+    bar = scroll.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == 0
+    before = {name: child(panel, name).value() for name in ("microBatchSpin", "lrSpin", "seqLenSpin")}
+    precision = panel.precision.currentData()
+    for name in ("precisionCombo", "microBatchSpin", "lrSpin", "seqLenSpin"):
+        _wheel(child(panel, name), 3)
+    assert panel.precision.currentData() == precision
+    assert {name: child(panel, name).value() for name in before} == before
+    assert bar.value() > 0  # the turns scrolled the column
+    panel.micro_batch.setFocus()  # chosen by a click or Tab: the wheel is the field's
+    qtbot.waitUntil(panel.micro_batch.hasFocus)
+    _wheel(panel.micro_batch, -1)
+    assert panel.micro_batch.value() != before["microBatchSpin"]
+
+
 def type_into(qtbot, field, text: str) -> None:
     """What a user does: select the field's text, type, press Return."""
     from PySide6.QtCore import Qt
