@@ -101,10 +101,10 @@ class CheckpointActions(QObject):
         if session.pending_save is not None:
             dialogs.show_error(window, "Save in progress", f"The model is being saved to {session.pending_save}.")
             return
-        path = dialogs.ask_save_target(window, self.folders.save(), session.save_name())
+        path = dialogs.ask_save_target(window, self.folders.save(), session.save_name(), save_target_problem)
         if not path:
             return
-        problem = save_target_problem(path)
+        problem = save_target_problem(path)  # again: the place may have changed since the dialog checked it
         if problem:
             dialogs.show_error(window, "Cannot save there", problem)
             return

@@ -8,6 +8,7 @@ load-mode question, which needs its own button labels (tests replace
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtWidgets import (
@@ -95,8 +96,12 @@ class SaveTargetDialog(QDialog):
     window asks before replacing it).
     """
 
-    def __init__(self, parent: QWidget | None, folder: str, name: str) -> None:
+    def __init__(self, parent: QWidget | None, folder: str, name: str,
+                 check: Callable[[str], str | None] | None = None) -> None:
         super().__init__(parent)
+        self._check = check
+        """Why a target cannot be written (a missing folder, a file in the way), said in the dialog at Save: it
+        closed, a message box said why, and what was typed was lost."""
         self.setWindowTitle("Save the model as a checkpoint folder")
         self.setObjectName("saveTargetDialog")
         self.folder = QLineEdit(folder)
@@ -109,6 +114,11 @@ class SaveTargetDialog(QDialog):
         self.target_label = QLabel()
         self.target_label.setObjectName("saveTargetLabel")
         self.target_label.setWordWrap(True)
+        self.problem_label = QLabel()
+        self.problem_label.setObjectName("saveProblemLabel")
+        self.problem_label.setWordWrap(True)
+        self.problem_label.setStyleSheet("color: #b00020;")
+        self.problem_label.hide()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         row = QHBoxLayout()
         row.addWidget(self.folder, 1)
@@ -117,11 +127,12 @@ class SaveTargetDialog(QDialog):
         form.addRow("In folder", row)
         form.addRow("Name", self.name)
         form.addRow(self.target_label)
+        form.addRow(self.problem_label)
         form.addRow(self.buttons)
         self.browse.clicked.connect(self._browse)
         self.folder.textChanged.connect(self._update)
         self.name.textChanged.connect(self._update)
-        self.buttons.accepted.connect(self.accept)
+        self.buttons.accepted.connect(self._accept_if_writable)
         self.buttons.rejected.connect(self.reject)
         self.resize(560, self.sizeHint().height())
         self.name.setFocus()
@@ -138,12 +149,22 @@ class SaveTargetDialog(QDialog):
             return None
         return str(user_path(Path(folder).expanduser() / name))  # "a/../b" is shown as the folder it names
 
+    def _accept_if_writable(self) -> None:
+        target = self.target()
+        problem = self._check(target) if target is not None and self._check is not None else None
+        if problem:  # said here: the dialog stays open with what was typed
+            self.problem_label.setText(f"Cannot save there: {problem}")
+            self.problem_label.show()
+            return
+        self.accept()
+
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Folder to save the checkpoint in", self.folder.text())
         if folder:
             self.folder.setText(folder)
 
     def _update(self) -> None:
+        self.problem_label.hide()  # said of what was typed before
         target = self.target()
         save = self.buttons.button(QDialogButtonBox.StandardButton.Save)
         save.setEnabled(target is not None)
@@ -161,9 +182,11 @@ def _has_control(name: str) -> bool:
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
 
 
-def ask_save_target(parent: QWidget | None, folder: str, name: str) -> str | None:
-    """The checkpoint folder to write (it may exist), or None when cancelled."""
-    dialog = SaveTargetDialog(parent, folder, name)
+def ask_save_target(parent: QWidget | None, folder: str, name: str,
+                    check: Callable[[str], str | None] | None = None) -> str | None:
+    """The checkpoint folder to write (it may exist), or None when cancelled; ``check`` says, in the dialog,
+    why a target cannot be written, and the dialog stays open."""
+    dialog = SaveTargetDialog(parent, folder, name, check)
     return dialog.target() if dialog.exec() == QDialog.DialogCode.Accepted else None
 
 

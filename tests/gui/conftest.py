@@ -58,7 +58,7 @@ def dialogs(monkeypatch) -> Dialogs:
 
     monkeypatch.setattr(gui_dialogs, "ask_load_mode", ask_load_mode)
 
-    def ask_save_target(parent, folder, name):
+    def ask_save_target(parent, folder, name, check=None):
         d.file_calls.append("ask_save_target")
         d.save_dialog = (folder, name)
         return d.files.get("ask_save_target") or None

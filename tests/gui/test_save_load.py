@@ -420,6 +420,30 @@ def test_a_save_to_a_path_through_dot_dot_finishes_and_the_next_save_is_not_refu
     assert (tmp_path / "c" / "config.json").is_file() and not dialogs.warnings()
 
 
+def test_the_save_dialog_says_why_a_place_cannot_be_written_and_keeps_what_was_typed(qtbot, tmp_path):
+    """A folder that does not exist: the dialog closed, a message box said so, and the next Save model… opened
+    with neither the folder nor the name typed."""
+    from gui.checkpoint_paths import save_target_problem
+    from gui.dialogs import SaveTargetDialog
+
+    dialog = SaveTargetDialog(None, str(tmp_path / "saves" / "new"), "ck1", save_target_problem)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    accepted = []
+    dialog.accepted.connect(lambda: accepted.append(True))
+    save = dialog.buttons.button(dialog.buttons.StandardButton.Save)
+    save.click()
+    assert not accepted and dialog.isVisible()
+    assert dialog.problem_label.isVisibleTo(dialog)
+    assert dialog.problem_label.text() == f"Cannot save there: the folder {tmp_path / 'saves' / 'new'} does not exist."
+    assert dialog.folder.text() == str(tmp_path / "saves" / "new") and dialog.name.text() == "ck1"
+    dialog.name.setText("ck2")  # edited: the reason said of the old target goes
+    assert not dialog.problem_label.isVisibleTo(dialog)
+    (tmp_path / "saves" / "new").mkdir(parents=True)  # made meanwhile: Save checks again
+    save.click()
+    assert accepted and dialog.target() == str(tmp_path / "saves" / "new" / "ck2")
+
+
 def test_the_save_dialog_takes_no_relative_folder(qtbot, tmp_path, monkeypatch):
     """A relative folder was taken from the directory the window was started in, which the dialog never shows."""
     from gui.dialogs import SaveTargetDialog
