@@ -308,6 +308,8 @@ class Fit:
     accum_steps: int
     reason: str = ""
     """Why the set split was changed (its memory estimate against the device's); empty when it fits."""
+    refused: bool = False
+    """The set split needs more than all the device's memory: a run as set is refused (``check_fits``)."""
 
     @property
     def changed(self) -> bool:
@@ -356,5 +358,6 @@ def fit_split(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: i
         one = estimate_training_memory(model, 1, seq_len, precision, shards)
         raise ConfigError(f"{_need_text(one, 1, seq_len, processes, said)}; choose a smaller model or sequence "
                           f"length", "micro_batch")
+    refused = (estimate.total + process_overhead(device, processes)) * processes > available  # as check_fits
     return Fit(micro, micro_batch * accum_steps // micro,
-               _need_text(estimate, micro_batch, seq_len, processes, said))
+               _need_text(estimate, micro_batch, seq_len, processes, said), refused)

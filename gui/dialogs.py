@@ -52,12 +52,16 @@ def confirm_stop_and_close(parent: QWidget | None, compiling: bool = False, sett
                 f"Its metrics are already in its run folder, and a final checkpoint is saved.{wait}")
 
 
-def offer_fitting_split(parent: QWidget | None, reason: str, micro: int, accum: int, sequences: int) -> bool:
-    """Before Start: train with the split that fits (True), or start as set (False)?"""
+def offer_fitting_split(parent: QWidget | None, reason: str, micro: int, accum: int, sequences: int,
+                        refused: bool = False) -> bool:
+    """Before Start: train with the split that fits (True), or start as set (False)? ``refused``: as set it
+    needs more than all the memory, so No starts nothing (it started a run that failed at once)."""
+    cannot = ("\n\nAs set it cannot start at all: that is more than all of the memory." if refused else "")
+    no = "No changes nothing." if refused else "No starts as set."
     return _yes(parent, "Micro-batch does not fit",
-                f"The {reason}.\n\nTrain with micro-batch {micro} × accumulation {accum} instead? The effective "
-                f"batch ({sequences:,} sequences per optimizer step) stays the same, and so do the updates.\n\n"
-                f"Yes sets these in the settings and starts; No starts as set.", default_yes=True)
+                f"The {reason}.{cannot}\n\nTrain with micro-batch {micro} × accumulation {accum} instead? The "
+                f"effective batch ({sequences:,} sequences per optimizer step) stays the same, and so do the "
+                f"updates.\n\nYes sets these in the settings and starts; {no}", default_yes=True)
 
 
 def confirm_apply_other(parent: QWidget | None, differences: list[str]) -> bool:

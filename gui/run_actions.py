@@ -77,8 +77,9 @@ class RunActions(QObject):
         if not fit.changed:
             return cfg
         sequences = cfg.train.sequences_per_step(nproc)
-        if not dialogs.offer_fitting_split(self._window, fit.reason, fit.micro_batch, fit.accum_steps, sequences):
-            return cfg
+        if not dialogs.offer_fitting_split(self._window, fit.reason, fit.micro_batch, fit.accum_steps, sequences,
+                                           fit.refused):
+            return None if fit.refused else cfg  # as set it would only fail: nothing starts
         self.panel.micro_batch.setValue(fit.micro_batch)
         self.panel.accum.setValue(fit.accum_steps)
         self.log.add(f"micro-batch {cfg.train.micro_batch} × accumulation {cfg.train.accum_steps} does not fit: "

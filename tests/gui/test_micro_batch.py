@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from core.memory_budget import GIB, MemoryEstimate
 from core.model import LlamaForCausalLM
-from tests.gui.conftest import child, run_once
+from tests.gui.conftest import child, click, run_once
 
 
 def tight_memory(monkeypatch, gib: float) -> None:
@@ -35,14 +35,28 @@ def test_start_offers_the_split_that_fits_and_yes_applies_it(qtbot, window, dial
 
 
 def test_no_starts_as_set(qtbot, window, dialogs, monkeypatch):
-    tight_memory(monkeypatch, 2.5)
+    tight_memory(monkeypatch, 6.0)  # 4 GiB: more than the half a split is fitted to, less than all of it
     dialogs.question_answer = QMessageBox.StandardButton.No
     record = run_once(qtbot, window)
-    assert len(dialogs.questions()) == 1
+    (question,) = dialogs.questions()
+    assert question.endswith("No starts as set.") and "cannot start at all" not in question
     assert (child(window, "microBatchSpin").value(), child(window, "accumStepsSpin").value()) == (4, 1)
-    assert record.state == "failed" and "micro-batch 1 × accumulation 4 fits" in record.message
-    # It failed before it had a run folder: the status bar does not say it is still setting up.
-    assert record.run_id is None and child(window, "progressBar").format() == "not started"
+    assert record.state == "finished" and (record.train["micro_batch"], record.train["accum_steps"]) == (4, 1)
+
+
+def test_a_split_that_needs_more_than_all_the_memory_is_not_started_as_set(qtbot, window, dialogs, monkeypatch):
+    """No started the run as set, which failed at once ("more than the … available RAM"): a row for nothing."""
+    tight_memory(monkeypatch, 2.5)
+    dialogs.question_answer = QMessageBox.StandardButton.No
+    click(window, "startButton")
+    (question,) = dialogs.questions()
+    assert "As set it cannot start at all: that is more than all of the memory." in question
+    assert question.endswith("No changes nothing.")
+    assert window.session.records == [] and not window.session.running
+    assert (child(window, "microBatchSpin").value(), child(window, "accumStepsSpin").value()) == (4, 1)
+    dialogs.question_answer = QMessageBox.StandardButton.Yes
+    record = run_once(qtbot, window)
+    assert record.state == "finished" and (record.train["micro_batch"], record.train["accum_steps"]) == (1, 4)
 
 
 def test_no_question_when_the_split_fits(qtbot, window, dialogs):
