@@ -287,7 +287,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ what the session reports
     def _on_record_added(self, record: RunRecord) -> None:
         self.table.add_record(record)
-        self.plots.add_run(record.key, record.color, record.label, record.dash)
+        self.plots.add_run(record.key, record.mark[0], record.label, record.mark[1])
         if record.origin == "live":
             what = f"starting {record.nproc} processes through torchrun" if record.nproc > 1 else "starting"
             self.log.add(f"{record.label}: {what} …")
@@ -296,7 +296,7 @@ class MainWindow(QMainWindow):
 
     def _on_record_changed(self, record: RunRecord) -> None:
         self.table.update_record(record)  # which asks for a fit when a text of its row changed
-        self.plots.add_run(record.key, record.color, record.label, record.dash)  # its label may name the parent
+        self.plots.add_run(record.key, record.mark[0], record.label, record.mark[1])  # its label may name the parent
         self._show_focus()
         self._update_controls()
 

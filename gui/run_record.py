@@ -190,6 +190,12 @@ class RunRecord:
         return not self.removed and not (self.state == "failed" and self.last_loss is None)
 
     @property
+    def mark(self) -> tuple[str, str]:
+        """Its colour and dash where it is listed (legend, table): none ("", "") once it gave them back, for a
+        later run has them (two rows showed one orange line, the failed run's and the next run's)."""
+        return (self.color, self.dash) if self.holds_style or self.removed else ("", "")
+
+    @property
     def train(self) -> dict[str, Any]:
         return self.config.get("train", {})
 

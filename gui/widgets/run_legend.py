@@ -20,9 +20,12 @@ KEY_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 def swatch(color: str, dash: str, size: QSize = SWATCH) -> QIcon:
-    """A short line in the run's colour and dash pattern: the run's mark in the legend and the table."""
+    """A short line in the run's colour and dash pattern: the run's mark in the legend and the table; blank
+    for no colour (a run without curves that gave its colour back)."""
     pixmap = QPixmap(size)
     pixmap.fill(Qt.GlobalColor.transparent)
+    if not color:
+        return QIcon(pixmap)
     painter = QPainter(pixmap)
     pen = QPen(QColor(color), 2.5)
     pen.setStyle(DASH_STYLES.get(dash, Qt.PenStyle.SolidLine))

@@ -18,6 +18,9 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidge
 from gui.run_record import RunRecord
 from gui.widgets.run_legend import swatch
 
+MARK_ROLE = Qt.ItemDataRole.UserRole + 1
+"""The (colour, dash) the Run cell's swatch shows."""
+
 COLUMNS = ("Base", "Run", "State", "Compile", "Accum", "Micro", "Precision", "Device", "Procs", "Started from",
            "Compile s", "Tokens/s", "Speedup", "MFU", "Loss", "Val loss", "Train GiB")
 _STATE_COLORS = {"failed": "#b00020", "stopped": "#8a6d00", "finished": "#1b5e20"}
@@ -184,7 +187,6 @@ class RunTable(QTableWidget):
             base = self.item(row, 0)
             base.setFlags(base.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             base.setCheckState(Qt.CheckState.Unchecked)
-            self.item(row, 1).setIcon(swatch(record.color, record.dash))
         finally:
             self._filling = False
         self.update_record(record)
@@ -252,6 +254,10 @@ class RunTable(QTableWidget):
                 if item.text() != text:  # each change is a repaint and a measure: only the texts that change
                     item.setText(text)
                     changed = True
+            run = self.item(row, 1)
+            if run.data(MARK_ROLE) != record.mark:  # a failed run gives its colour back: its mark goes
+                run.setData(MARK_ROLE, record.mark)
+                run.setIcon(swatch(*record.mark))
             state = self.item(row, self.column("State"))
             state.setForeground(QColor(_STATE_COLORS.get(record.state, "#202020")))
             state.setToolTip(record.message)

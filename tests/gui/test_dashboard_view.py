@@ -149,6 +149,16 @@ def test_twenty_runs_are_distinguishable_and_failed_runs_give_their_colour_back(
     marks = [(r.color, r.dash) for r in records]
     assert len(records) == 21 and len(set(marks)) == 21
     assert records[3].color == failed.color and records[3].dash == failed.dash  # the next run took its place
+    # ... and only it shows that mark: the failed run's entry and row show none (two identical orange lines)
+    from gui.widgets.run_table import MARK_ROLE
+
+    legend = child(window, "runLegend")
+    shown = {r.key: legend.item_of(r.key).icon().pixmap(30, 12).toImage() for r in (failed, records[3])}
+    assert failed.mark == ("", "") and records[3].mark == (records[3].color, records[3].dash)
+    assert shown[failed.key].pixelColor(15, 6).alpha() == 0 and shown[records[3].key].pixelColor(15, 6).alpha() > 0
+    run_cell = window.table.item(window.table.row_of(failed.key), 1)
+    assert run_cell.data(MARK_ROLE) == ("", "")
+    assert run_cell.icon().pixmap(30, 12).toImage().pixelColor(15, 6).alpha() == 0
     assert records[10].color == records[0].color and records[10].dash != records[0].dash
     assert {r.color for r in records} == set(PALETTE) and {r.dash for r in records} == set(DASHES[:3])
     loss = child(window, "lossPlot")
