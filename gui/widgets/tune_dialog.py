@@ -227,6 +227,10 @@ class TuneDialog(QDialog):
         self.table = QTableWidget(0, len(TABLE_HEADER))
         self.table.setObjectName("tuneTable")
         self.table.setHorizontalHeaderLabels(TABLE_HEADER)  # from the start, not once a first trial ended
+        # Each column as wide as its header from the start too (it cut "tokens/s median (min–max)" at both ends
+        # until a first trial's row sized the columns), the last one taking the width left.
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(len(TABLE_HEADER) - 1, QHeaderView.ResizeMode.Stretch)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.verticalHeader().setToolTip("the setting's number in the chart below")
