@@ -68,16 +68,12 @@ class RunLegend(QListWidget):
         self.setVisible(bool(self._items))
         if not self._items:
             return
+        # The rows as the view wraps the entries now: its own layout waits for the next event loop turn, and
+        # a count made beside it (from the entries' widths before a resize) showed 1 row of 2 at 1024 px wide,
+        # the last run's entry out of sight with no scroll bar to reach it.
+        self.doItemsLayout()
+        rows = len({self.visualItemRect(self.item(i)).top() for i in range(self.count())})
         row = self.sizeHintForRow(0) + 2 * self.spacing()
-        rows = 1
-        width = self.viewport().width() or self.width()
-        used = 0
-        for i in range(self.count()):
-            w = self.visualItemRect(self.item(i)).width() + 2 * self.spacing()
-            if used and used + w > width:
-                rows += 1
-                used = 0
-            used += w
         self.setFixedHeight(min(rows, self.ROWS) * row + 2 * self.frameWidth() + 2)
 
     def focusInEvent(self, event) -> None:  # noqa: N802 (Qt's name)

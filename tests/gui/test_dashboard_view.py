@@ -166,6 +166,36 @@ def test_twenty_runs_are_distinguishable_and_failed_runs_give_their_colour_back(
     assert pen.style() == Qt.PenStyle.DashLine and pen.color().name() == records[0].color
 
 
+def test_the_legend_is_as_high_as_the_rows_its_entries_wrap_to_at_every_width(qtbot):
+    """At some widths (about 590 px for these four runs) the legend counted one row where its entries wrapped to
+    two: the last run's entry was out of sight, with no scroll bar to reach it (seen at 1024 × 640)."""
+    from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
+
+    from gui.widgets.run_legend import RunLegend
+
+    host = QWidget()
+    qtbot.addWidget(host)
+    layout = QVBoxLayout(host)
+    layout.setContentsMargins(0, 0, 0, 0)
+    legend = RunLegend()
+    layout.addWidget(legend)
+    layout.addStretch(1)
+    host.resize(1200, 300)
+    host.show()
+    for key, label in enumerate(["#1 off ×1", "#2 default ×4 ← #1", "#3 off ×1", "#4 default ×4"]):
+        legend.set_run(key, PALETTE[key], "solid", label)
+    hidden = []
+    for width in range(800, 250, -3):
+        host.resize(width, 300)
+        qtbot.waitUntil(lambda width=width: legend.width() == width)
+        QApplication.processEvents()  # the view's own relayout, which it does a turn later
+        rects = [legend.visualItemRect(legend.item(i)) for i in range(legend.count())]
+        rows = len({r.top() for r in rects})
+        if rows <= RunLegend.ROWS and not all(legend.viewport().rect().contains(r) for r in rects):
+            hidden.append(width)
+    assert hidden == []
+
+
 # --------------------------------------------------------------------------- bug 5: 1024 × 640
 def test_window_is_usable_at_1024_by_640(qtbot, window, tmp_path):
     open_runs(window, tmp_path, 12)
