@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import time
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from gui.widgets.shown_text import log_message
@@ -20,6 +21,14 @@ class LogView(QPlainTextEdit):
         self.setReadOnly(True)
         self.setMaximumBlockCount(5000)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        # Following the newest line is the user's choice, made by scrolling: Qt's own rule (follow while the
+        # bar is at its end) lost it at the first resize, whose rewrapping moved the end away from the bar,
+        # and the log showed an old line for good.
+        self.following = True
+        bar = self.verticalScrollBar()
+        bar.actionTriggered.connect(lambda _action: QTimer.singleShot(0, self._note_following))  # before it moves
+        bar.sliderReleased.connect(self._note_following)
+        bar.rangeChanged.connect(self._keep_following)
 
     def add(self, message: str, level: str = "info", at: float | None = None) -> None:
         """Append ``message``, stamped with ``at`` (seconds since the epoch: when a run's event happened, also
@@ -29,6 +38,24 @@ class LogView(QPlainTextEdit):
         prefix = {"warning": "warning: ", "error": "error: "}.get(level, "")
         self.appendHtml(f'<span style="color:#808080">{stamp}</span> '
                         f'<span style="color:{color}">{html.escape(prefix + log_message(message))}</span>')
+        self._keep_following()
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().keyPressEvent(event)  # Page Up, Ctrl+End: a scroll of the user's too
+        self._note_following()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._keep_following()
+
+    def _note_following(self) -> None:
+        bar = self.verticalScrollBar()
+        self.following = bar.value() >= bar.maximum()
+
+    def _keep_following(self, *_range) -> None:
+        if self.following:
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
     def messages(self) -> list[str]:
         return self.toPlainText().splitlines()
