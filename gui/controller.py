@@ -272,8 +272,11 @@ class TorchThread(QThread):
             run_id = trainer.run_id if trainer is not None else ""
             if not ended:
                 self.event.emit(RunFailed(run_id, 0.0, describe_exception(exc)))
-            log.warning("run %s failed: %s", run_id or "(not started)", describe_exception(exc),
-                        exc_info=not isinstance(exc, SpeedboardError))
+            if isinstance(exc, Cancelled):  # stopped on request (Stop, or closing during set-up): no failure
+                log.info("run %s stopped: %s", run_id or "(not started)", describe_exception(exc))
+            else:
+                log.warning("run %s failed: %s", run_id or "(not started)", describe_exception(exc),
+                            exc_info=not isinstance(exc, SpeedboardError))
             # A diverged run's weights are not finite: no model to save (Save greyed, not a folder asked for and
             # then refused).
             diverged = isinstance(exc, NotFinite)

@@ -178,9 +178,15 @@ def test_a_late_answer_about_an_earlier_folder_is_dropped(qtbot, window, dialogs
     assert window.config_panel.source.endswith("one.txt")
 
 
-def test_data_preparation_shows_its_progress_and_stop_cancels_it(qtbot, window, dialogs, tmp_path, monkeypatch):
-    """A corpus that never ends: only Stop ends its preparation, and the run ends stopped, not failed."""
+def test_data_preparation_shows_its_progress_and_stop_cancels_it(qtbot, window, dialogs, tmp_path, monkeypatch,
+                                                                  caplog):
+    """A corpus that never ends: only Stop ends its preparation, and the run ends stopped, not failed (also on
+    stderr, which said "run (not started) failed: data preparation stopped; nothing was kept")."""
+    import logging
+
     from core.sources import Source
+
+    caplog.set_level(logging.INFO, logger="gui.controller")
 
     release = threading.Event()
 
@@ -207,6 +213,9 @@ def test_data_preparation_shows_its_progress_and_stop_cancels_it(qtbot, window, 
     assert "stopped before training" in log
     assert "stopping its set-up" in log and "a final checkpoint is saved" not in log  # there is none to save
     assert window.session.continue_source(set()) is None  # nothing to continue from
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gui.controller"]
+    assert ("INFO", "run (not started) stopped: data preparation stopped; nothing was kept") in said
+    assert not any(level == "WARNING" for level, _ in said), said
 
 
 def test_the_data_dialogs_open_where_data_was_last_chosen(make_window, dialogs, tmp_path, monkeypatch):
