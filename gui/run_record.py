@@ -17,6 +17,7 @@ records no ending and no process writes it any more (killed).
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +163,8 @@ class RunRecord:
     figure, so on CPU they show the training's own resident memory, not the whole window's."""
     step_seconds: list[float] = field(default_factory=list, repr=False)
     """Every steady optimizer step's time (the spread behind the speedup's uncertainty)."""
+    step_rates: list[float] = field(default_factory=list, repr=False)
+    """Every steady optimizer step's tokens/s: a run that fails after some has their median, as a finished run."""
     compile_started: float | None = None
     """``time.monotonic()`` when its compile warm-up began, while it compiles (the elapsed time shown)."""
     compile_what: str = ""
@@ -279,6 +282,7 @@ class RunRecord:
             self.peak_mem_gib = max(0.0, event.peak_mem_gib - self.mem_baseline_gib)
             if not event.warmup:
                 self.step_seconds.append(event.step_time)
+                self.step_rates.append(event.tokens_per_s)
             if self.state in ("starting", "compiling") and not event.warmup:
                 self.state = "training"
             return False
@@ -346,6 +350,8 @@ class RunRecord:
             self.message = event.message
             self.preparing, self.preparation, self.preparation_share = False, "", None
             self.compile_started = None
+            if self.step_rates and self.median_tokens_per_s is None:  # its steps measured until it failed
+                self.median_tokens_per_s = statistics.median(self.step_rates)
         else:
             return False
         return True

@@ -142,3 +142,17 @@ def test_the_trainings_own_memory_is_never_below_zero():
     assert store.series(1, "mem/gib")[1].tolist() == store.series(1, "mem/peak_gib")[1].tolist() == [0.0, 0.0]
     record.apply(replace(finished(False), peak_mem_gib=0.7))
     assert record.peak_mem_gib == 0.0
+
+
+def test_a_run_that_failed_after_measured_steps_has_their_median_tokens_per_s():
+    """Its row showed Tokens/s, MFU and Speedup as "—" although metrics.jsonl held its steps' rates."""
+    from dataclasses import replace
+
+    record = RunRecord(key=1, number=1, config={}, origin="live")
+    rates = [1e6, 3e3, 1e3, 2e3, 4e3]  # the first a warm-up step: not counted, as in a finished run's median
+    events = [started()] + [replace(step(n + 1, warmup=n == 0), tokens_per_s=r) for n, r in enumerate(rates)]
+    states(record, [*events, RunFailed("r1", 9.0, "the gradient norm became nan at step 6", step=6)])
+    assert record.state == "failed" and record.median_tokens_per_s == 2.5e3
+    never = RunRecord(key=2, number=2, config={}, origin="live")
+    states(never, [started(), RunFailed("r1", 1.0, "boom")])
+    assert never.median_tokens_per_s is None  # no step measured: nothing to show
