@@ -225,6 +225,14 @@ def _fitting_limit(device: torch.device, available: int, what: str) -> tuple[int
             f"lower bound)")
 
 
+def _more_than_all(estimate: MemoryEstimate, device: torch.device, processes: int, available: int,
+                   overhead: int | None = None) -> bool:
+    """``processes`` of ``estimate`` (each with its own Python and torch) surely cannot fit in ``available``:
+    what ``check_fits`` refuses, and what the dashboard's question says cannot start as set."""
+    overhead = process_overhead(device, processes) if overhead is None else overhead
+    return (estimate.total + overhead) * processes > available
+
+
 def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: str, device: torch.device,
                shards: int = 1, processes: int = 1, accum_steps: int | None = None) -> MemoryEstimate:
     """Refuse, in one line, a run whose estimate exceeds the device's memory (``processes`` ranks sharing it).
@@ -235,7 +243,7 @@ def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: st
     estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
     available, what = device_memory(device)
     overhead = process_overhead(device, processes)
-    if available is None or (estimate.total + overhead) * processes <= available:
+    if available is None or not _more_than_all(estimate, device, processes, available, overhead):
         return estimate
     all_of_it = f"the {available / GIB:.1f} GiB of {what}"
     _check_states_fit(estimate, processes, available, all_of_it, overhead)
@@ -358,6 +366,6 @@ def fit_split(model: ModelConfig, micro_batch: int, accum_steps: int, seq_len: i
         one = estimate_training_memory(model, 1, seq_len, precision, shards)
         raise ConfigError(f"{_need_text(one, 1, seq_len, processes, said)}; choose a smaller model or sequence "
                           f"length", "micro_batch")
-    refused = (estimate.total + process_overhead(device, processes)) * processes > available  # as check_fits
+    refused = _more_than_all(estimate, device, processes, available)  # a run as set: check_fits refuses it
     return Fit(micro, micro_batch * accum_steps // micro,
                _need_text(estimate, micro_batch, seq_len, processes, said), refused)
