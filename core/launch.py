@@ -200,7 +200,6 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     from core.data import build_views, prepare_data
     from core.device import resolve_device, resolve_precision
     from core.memory_budget import check_fits, fit_split
-    from core.precision import lineage_choice
     from core.schedule import Position, make_schedule
     from core.trainer import Trainer
 
@@ -216,8 +215,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
         tokenizer, origin = loaded.tokenizer, f"checkpoint {loaded.source}"
     model_config = loaded.model_config if loaded is not None else None
     # auto on resume: the parent's precision, as every worker will take it (and no probe measured for nothing)
-    lineage = (lineage_choice(loaded.meta.get("precision"), loaded.meta.get("device_type"), device)
-               if loaded is not None and config.resume and tc.precision == "auto" else None)
+    lineage = probe.lineage_precision(loaded, device)
     del loaded  # its weights: the workers read them again
 
     def progress(event) -> None:

@@ -971,7 +971,7 @@ def _checked_column(batch, text_field: str, path: Path, first_row: int):
     and a damaged offset read as it stands crashes the process (a segfault) instead of raising."""
     pa = _pyarrow()
     column = batch.column(batch.schema.get_field_index(text_field))
-    if _pyarrow().types.is_null(column.type):  # no buffers of text to check: every value is None
+    if pa.types.is_null(column.type):  # no buffers of text to check: every value is None
         return column
     try:
         _as_bytes(column).validate(full=True)  # O(rows): reads the offsets, not the text

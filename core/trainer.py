@@ -468,9 +468,10 @@ class Trainer:
         torch.distributed.broadcast_object_list(choice, src=0)
         return choice[0]
 
-    def _lineage_precision(self, loaded: ckpt_io.LoadedCheckpoint | None,
+    def lineage_precision(self, loaded: ckpt_io.LoadedCheckpoint | None,
                            device: torch.device) -> PrecisionChoice | None:
-        """``auto`` on resume: ``core.precision.lineage_choice`` of the parent's checkpoint."""
+        """``auto`` on resume: ``core.precision.lineage_choice`` of the parent's checkpoint (also the launcher's
+        check of a job of several processes)."""
         if self.cfg.train.precision != "auto" or not (self.cfg.resume and loaded):
             return None
         return lineage_choice(loaded.meta.get("precision"), loaded.meta.get("device_type"), device)
@@ -578,7 +579,7 @@ class Trainer:
         # failure; the model first, as auto precision's probe builds one of its layers.
         local, shards = self._sharing()
         check_model_fits(model_cfg, device, shards=shards, processes=local)
-        self.precision_choice = (self._lineage_precision(loaded, device)
+        self.precision_choice = (self.lineage_precision(loaded, device)
                                  or self._decide_precision(tc.precision, device, model_cfg))
         self.precision = self.precision_choice.precision
         if tc.auto_micro_batch:
