@@ -38,7 +38,6 @@ class LogView(QPlainTextEdit):
         prefix = {"warning": "warning: ", "error": "error: "}.get(level, "")
         self.appendHtml(f'<span style="color:#808080">{stamp}</span> '
                         f'<span style="color:{color}">{html.escape(prefix + log_message(message))}</span>')
-        self._keep_following()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().keyPressEvent(event)  # Page Up, Ctrl+End: a scroll of the user's too

@@ -228,9 +228,8 @@ class TuneDialog(QDialog):
         self.table.setObjectName("tuneTable")
         self.table.setHorizontalHeaderLabels(TABLE_HEADER)  # from the start, not once a first trial ended
         # Each column as wide as its header from the start too (it cut "tokens/s median (min–max)" at both ends
-        # until a first trial's row sized the columns), the last one taking the width left.
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setSectionResizeMode(len(TABLE_HEADER) - 1, QHeaderView.ResizeMode.Stretch)
+        # until a first trial's row sized the columns).
+        self._size_columns()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.verticalHeader().setToolTip("the setting's number in the chart below")
@@ -438,6 +437,12 @@ class TuneDialog(QDialog):
             text += f". Not tried: {len(left_out)} ({reasons})"
         self.plan_label.setText(_readable(text + "."))
 
+    def _size_columns(self) -> None:
+        """Every column as wide as its contents, the last one taking the width left."""
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(self.table.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
+
     def _show_summary(self, summary: dict, report: dict | None = None) -> None:
         """The rows; with the finished ``report``, why a setting was not run."""
         self.summary = summary
@@ -465,9 +470,7 @@ class TuneDialog(QDialog):
                     item.setFont(bold)
                 item.setToolTip(row["name"] if c == 0 else value)
                 self.table.setItem(r, c, item)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(len(text[0]) - 1, QHeaderView.ResizeMode.Stretch)
+        self._size_columns()
         self.chart.show_rows(rows, recommended)
         if rec:
             self.recommendation.setText(_readable(("So far: " if self.tuning else "") + rec["text"]))
