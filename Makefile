@@ -7,6 +7,8 @@ VENV ?= .venv
 # project's CI machines this is a CPU build that lies on disk.
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# pytest's worker processes (pytest-xdist); 0 runs the suite in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: run train test lint bench setup clean
 
@@ -31,7 +33,7 @@ train: setup
 test: setup
 	$(BIN)/python -m ruff check core gui tests bench speedboard assets
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 bench: setup
 	$(BIN)/speedboard bench

@@ -470,11 +470,26 @@ def test_the_held_ctrl_c_goes_to_the_handler_installed_after_the_import():
             exec(code, scope)
             return scope["frame"]
 
-        handler(signal.SIGINT, importing_frame())  # inside an import: held, nothing raised
-        assert handler.held
+        # The handler runs on a thread of its own whose stack is the test's alone: the main thread's is not
+        # under pytest-xdist, whose worker runs inside a module body (remote.py) and so reads as importing.
+        held, done = [], threading.Event()
+
+        def signalled_thread():
+            handler(signal.SIGINT, importing_frame())  # inside an import: held, nothing raised
+            held.append(handler.held)
+            done.wait(30)  # alive and not importing: the held Ctrl-C is delivered now
+
+        thread = threading.Thread(target=signalled_thread)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert held == [True]
         deadline = time.monotonic() + 30
         while not got.is_set() and time.monotonic() < deadline:
             time.sleep(0.01)  # the eval loop runs between sleeps: the delivered Ctrl-C reaches the handler there
+        done.set()
+        thread.join()
         assert got.is_set() and not handler.held
     finally:
         signal.signal(signal.SIGINT, previous)
