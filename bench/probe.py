@@ -31,7 +31,7 @@ def probe(spec: dict) -> dict:
     from core.config import RunConfig
     from core.control import Control
     from core.data import prepare_data
-    from core.device import resolve_device
+    from core.device import import_training_libraries, resolve_device
     from core.events import StepMetrics
     from core.trainer import Trainer
 
@@ -39,6 +39,7 @@ def probe(spec: dict) -> dict:
     cell = Cell.from_dict(spec["cell"])
     device = resolve_device(base.train.device)
     prepare_data(base.data)  # libraries loaded, tokenizer cached: what every process holds before a model exists
+    import_training_libraries()  # as the trainer does before its own baseline
     gc.collect()
     baseline = current_bytes(device)
 

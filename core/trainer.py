@@ -38,9 +38,11 @@ from core.device import (
     GIB,
     autocast,
     device_name,
+    import_training_libraries,
     measure_matmul_peak,
     memory_gib,
     peak_memory_gib,
+    release_freed_memory,
     reset_peak_memory,
     resolve_device,
     training_flops_per_token,
@@ -229,7 +231,7 @@ class Trainer:
         self.precision_choice = PrecisionChoice("fp32", "fp32", "fp32: as set")
         self.fsdp = False
         """FSDP2 across the processes of a torchrun job (DDP otherwise)."""
-        # What: set by _prepare_data and _build_model.
+        # What: set by _prepare_data, _decide_model and _build_model.
         self.data: Data | None = None
         self.model_cfg: ModelConfig | None = None
         self.model: LlamaForCausalLM | None = None
@@ -266,7 +268,7 @@ class Trainer:
         """Wall seconds the lineage had trained before this run (a resumed parent's)."""
         self.t0 = time.perf_counter()
         self.paused_s = 0.0
-        # Measurements: set by _prepare_measurements.
+        # Measurements: set by _measure_peak and _prepare_measurements.
         self.peak_flops = 0.0
         self.flops_per_token = 0.0
         self.check_peak = True
@@ -416,10 +418,15 @@ class Trainer:
                          self.device, shards=shards, processes=local)
         self._check_start_weights(loaded)
         self._prepare_data(loaded)
-        # Libraries loaded, data ready, no model yet: what the process holds apart from training
-        # (in the dashboard also the window and earlier runs' leftovers). Allocator stats on CUDA: no sync.
-        # The start checkpoint's tensors, read already, are the training's own: a continued run's memory
-        # was shown a checkpoint's size too low.
+        self._decide_model(loaded)
+        self._measure_peak()
+        # Libraries loaded, data ready, the probes measured, no model yet: what the process holds apart from
+        # training (in the dashboard also the window and earlier runs' leftovers). The modules torch imports at
+        # its first optimizer and the probes' GEMM buffers, freed but kept in the C heap, read as training
+        # memory: both are settled first. Allocator stats on CUDA: no sync. The start checkpoint's tensors, read
+        # already, are the training's own: a continued run's memory was shown a checkpoint's size too low.
+        import_training_libraries()
+        release_freed_memory()
         self.mem_baseline = memory_gib(self.device) - _tensor_bytes((loaded, trainer_state), self.device) / GIB
         self._build_model(loaded)
         self._start_position(trainer_state)
@@ -551,8 +558,8 @@ class Trainer:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled and self.device.type != "cuda" else 1
         return local, self.dist.world_size if self.fsdp else 1
 
-    def _build_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
-        """``model_cfg``, ``model`` (with the checkpoint's weights), ``optimizer`` and ``scaler``."""
+    def _decide_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
+        """``model_cfg`` and ``precision``, with every check that needs no model: nothing is allocated yet."""
         cfg, tc, device = self.cfg, self.cfg.train, self.device
         tok = self.data.tokenizer
         # The architecture is the checkpoint's own when it has one; a bare state dict loads into cfg.model
@@ -588,8 +595,12 @@ class Trainer:
             check_fits(model_cfg, tc.micro_batch, cfg.data.seq_len, self.precision, device,
                        shards=shards, processes=local, accum_steps=tc.accum_steps)
         self.model_cfg = model_cfg
+
+    def _build_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
+        """``model`` (with the checkpoint's weights), ``optimizer`` and ``scaler``."""
+        tc, device = self.cfg.train, self.device
         torch.manual_seed(tc.seed)
-        model = LlamaForCausalLM(model_cfg)
+        model = LlamaForCausalLM(self.model_cfg)
         if loaded:
             # Before the load, else the first step's "loss became nan" would name the wrong cause.
             ckpt_io.check_finite(loaded.state_dict, str(loaded.source), "start from an earlier checkpoint")
@@ -721,8 +732,8 @@ class Trainer:
                 ckpt_io.sweep_folder(Path(source).parent)  # the parent run's, wherever it lies
         self.t0 = time.perf_counter()
 
-    def _prepare_measurements(self) -> None:
-        """The MFU denominator and numerator, and the memory baseline."""
+    def _measure_peak(self) -> None:
+        """The MFU denominator (cached per machine; its first measurements take a second or so)."""
         self.peak_flops = measure_matmul_peak(str(self.device), self.precision)
         if self.device.type == "cpu" and self.precision == "fp16":
             # Most CPUs emulate fp16 matrix products (60 GFLOP/s against 233 in fp32 on an AMD EPYC): say so
@@ -732,6 +743,9 @@ class Trainer:
                 self._precision_note = (f"fp16 matrix products run at {self.peak_flops / 1e9:,.0f} GFLOP/s on this "
                                         f"CPU, {fp32 / self.peak_flops:.0f}× slower than fp32's "
                                         f"{fp32 / 1e9:,.0f}: fp16 is for GPUs; bf16 or fp32 train faster here")
+
+    def _prepare_measurements(self) -> None:
+        """The MFU numerator, and the memory high-water marks restarted at the run's start."""
         self.flops_per_token = training_flops_per_token(self.model_cfg, self.cfg.data.seq_len)
         self._peak_resets = reset_peak_memory(self.device)
         self.peak_rss = memory_gib(self.device)

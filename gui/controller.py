@@ -37,7 +37,6 @@ from core.checkpoint import (
 from core.checkpoint.read import tensor_shapes
 from core.config import ModelConfig, RunConfig
 from core.control import Control
-from core.device import release_freed_memory
 from core.errors import Cancelled, CheckpointError, NotFinite, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
 from core.paths import user_path
@@ -254,8 +253,9 @@ class TorchThread(QThread):
         self._trainer = None
 
     def _run(self, job: StartRun) -> None:
-        self._trainer = None  # let the previous model go before the next is built
-        release_freed_memory()  # so the next run's baseline is not the last run's leftovers
+        # Let the previous model go before the next is built: the trainer gives its freed pages back to the
+        # OS before it takes its memory baseline, which would else be the last run's leftovers.
+        self._trainer = None
         ended = False
         trainer: Trainer | None = None
 

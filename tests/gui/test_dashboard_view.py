@@ -302,12 +302,12 @@ def test_the_last_runs_freed_memory_is_released_before_the_next_run_measures_its
         qtbot, window, monkeypatch):
     # On CPU the figure is peak RSS minus the RSS before the model: memory the allocator kept from the last
     # run made identical runs read 0.30, 0.19 and 0.00 GiB.
-    from gui import controller
+    import core.trainer
 
     thread = window.session.controller.thread
     calls: list[bool] = []
-    release = controller.release_freed_memory
-    monkeypatch.setattr(controller, "release_freed_memory",
+    release = core.trainer.release_freed_memory
+    monkeypatch.setattr(core.trainer, "release_freed_memory",
                         lambda: calls.append(thread._trainer is None) or release())
     first = run_once(qtbot, window)
     assert thread._trainer is not None  # kept for Save model… until the next run
