@@ -31,9 +31,15 @@ class OneLineParser(argparse.ArgumentParser):
     whole: an abbreviation (``--ru`` for ``--run-id``) read here would reach torchrun's own parser with
     ``--nproc``, where it is ambiguous, after the data was prepared."""
 
+    _NEGATIVE_NUMBER = re.compile(r"-\.?\d|-(inf|infinity|nan)$", re.IGNORECASE)
+    """A value that begins so is a (negative) number, not a flag (every flag here begins with ``--``): argparse
+    before Python 3.13 took only ``-1`` and ``-0.5`` for numbers, and ``--lr -1e-3`` read "expected one
+    argument" instead of the setting's own message."""
+
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self._NEGATIVE_NUMBER
 
     def error(self, message: str) -> None:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -151,9 +157,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--resume", type=path_arg, help="checkpoint (or run folder) to continue exactly; its settings "
                                                      "are the defaults, flags override them")
     start.add_argument("--init-from", type=path_arg,
-                       help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.safetensors weights to start a "
-                            "new run from (fresh optimizer and schedule); a bare state dict's architecture is read "
-                            "from its tensors, or given by --preset/--config")
+                       help="checkpoint, run folder, Hugging Face folder or .pt/.pth/.bin/.ckpt/.safetensors "
+                            "weights to start a new run from (fresh optimizer and schedule); a bare state dict's "
+                            "architecture is read from its tensors, or given by --preset/--config")
     t.add_argument("--log-every", type=_at_least_one, default=10, help="steps between printed lines (default 10)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--nproc", type=_integer, help="processes (GPUs, or CPU processes) via torchrun")
@@ -182,7 +188,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     g = sub.add_parser("generate", help="generate text from a run or checkpoint")
     g.add_argument("checkpoint", type=path_arg,
-                   help="run folder, checkpoint folder, Hugging Face folder, or a .pt/.pth/.safetensors state dict")
+                   help="run folder, checkpoint folder, Hugging Face folder, or a .pt/.pth/.bin/.ckpt/.safetensors "
+                        "state dict")
     g.add_argument("--tokenizer", type=path_arg, help="tokenizer.json for a checkpoint without one (a bare state dict)")
     g.add_argument("--preset", choices=list(PRESETS),
                    help="the architecture of a bare state dict whose tensors do not tell it")
@@ -718,13 +725,21 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     from core.config import config_from_preset
     from core.control import Control
     from core.errors import Cancelled, ConfigError
+    from core.paths import user_path
     from core.prepare import prepare_corpus
+    from core.sources import source_location
     from core.token_store import list_stores
 
     if args.list and args.remove:
         raise ConfigError("give --list or --remove, not both")
     if args.data == "":  # as train's --data '': it would name the current folder
         raise ConfigError("data source is empty")
+    # Named as train names them, by absolute path: each line (a store's tokenizer recorded, "no token stores of
+    # DATA", a missing file) says which file, as typed relative paths would name different files alike.
+    if args.data is not None and args.data != "all":
+        args.data = source_location(args.data)
+    if args.tokenizer:
+        args.tokenizer = str(user_path(args.tokenizer))
     if args.list or args.remove:
         for flag, value in (("--vocab-size", args.vocab_size), ("--tokenizer-docs", args.tokenizer_train_docs),
                             ("--preset", args.preset)):

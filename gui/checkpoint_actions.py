@@ -132,7 +132,8 @@ class CheckpointActions(QObject):
         if self.session.inspecting:
             return
         path, _ = QFileDialog.getOpenFileName(
-            self._window, "Load weights: a .pt/.pth/.bin/.safetensors file, or config.json in a checkpoint folder",
+            self._window,
+            "Load weights: a .pt/.pth/.bin/.ckpt/.safetensors file, or config.json in a checkpoint folder",
             self.folders.last(), LOAD_FILTER)
         if not path:
             return

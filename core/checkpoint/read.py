@@ -44,6 +44,14 @@ STATE_FILE = "trainer_state.pt"
 _STEP_FOLDER = re.compile(r"step_(\d+)")
 """A run's own checkpoint folder: ``step_`` and the step (7 digits, more past step 9,999,999)."""
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+
+
+def _unsupported(path: Path) -> CheckpointError:
+    kinds = "/".join((*PICKLE_SUFFIXES, ".safetensors"))
+    return CheckpointError(f"unsupported checkpoint file {path.name}: use a checkpoint folder, a Hugging Face folder, "
+                           f"or a {kinds} state dict")
+
+
 CONFIG_CHECKSUM = "config_sha256"
 """config.json's own checksum: SHA-256 of its canonical JSON without this field (older checkpoints lack it)."""
 _READ_ATTEMPTS = 5
@@ -517,8 +525,7 @@ def _read_file(path: Path) -> LoadedCheckpoint:
     elif suffix in PICKLE_SUFFIXES:
         state = _extract_state_dict(_torch_load(path), path)
     else:
-        raise CheckpointError(f"unsupported checkpoint file {path.name}: use a checkpoint folder, "
-                              f"a Hugging Face folder, or a .pt/.pth/.bin/.safetensors state dict")
+        raise _unsupported(path)
     if not state:
         raise CheckpointError(f"{path.name} holds no tensors")
     return LoadedCheckpoint(path, "state_dict", clean_state_dict(state, path.name))
@@ -557,8 +564,7 @@ def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     elif path.suffix.lower() == ".safetensors" or path.suffix.lower() in PICKLE_SUFFIXES:
         files = [path]
     else:
-        raise CheckpointError(f"unsupported checkpoint file {path.name}: use a checkpoint folder, "
-                              f"a Hugging Face folder, or a .pt/.pth/.bin/.safetensors state dict")
+        raise _unsupported(path)
     shapes: dict[str, tuple[int, ...]] = {}
     for file in files:
         shapes.update(_file_shapes(file))

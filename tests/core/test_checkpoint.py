@@ -522,7 +522,8 @@ BAD_CASES = {
     "empty_pt": "weights.pth is not a PyTorch weights file, or is truncated or corrupted",
     "text_as_pt": "weights.pt is not a PyTorch weights file",
     "garbage_safetensors": "weights.safetensors is truncated or corrupted",
-    "unsupported_file": "unsupported checkpoint file notes.txt",
+    "unsupported_file": r"unsupported checkpoint file notes\.txt: .* or a \.pt/\.pth/\.bin/\.ckpt/\.safetensors "
+                        r"state dict",
     "pt_without_state_dict": "numbers.pt does not hold a model state dict",
     "folder_without_config": "is not a checkpoint folder",
     "config_is_a_folder": r"odd_config/config\.json is not a regular file",

@@ -82,6 +82,10 @@ def bad_corpus(tmp_path: Path, kind: str) -> str:
     (["--precision", "fp8"], "invalid choice"),
     (["--device", "cuda"], "no CUDA device"),
     (["--lr", "-1"], "learning rate must be positive"),
+    # Negative numbers in any notation are values, not flags (argparse's own took "-1e-3" for one).
+    (["--lr", "-1e-3"], "learning rate must be positive, got -0.001"),
+    (["--min-lr", "-1E-5"], "min-lr must be between 0 and lr"),
+    (["--lr", "-inf"], "lr must be a finite number, got -inf"),
     (["--compile", "reduce-overhead", "--accum", "2"], "max-autotune-no-cudagraphs"),
     # Every number is range-checked before anything is created: seeds, non-finite floats, CLI-only settings.
     (["--seed", "-1"], "seed must be between 0 and 2**63 - 1"),

@@ -71,6 +71,32 @@ def test_prepare_then_train_from_the_store_then_remove(tmp_path, cache, capsys):
     assert not list((cache / "tokenizers").iterdir()) and not list((cache / "stores").iterdir())
 
 
+def test_prepare_names_relative_paths_as_the_absolute_files_they_are(tmp_path, cache, capsys, monkeypatch):
+    """--list and --remove named DATA and --tokenizer as typed ("no token stores of data/corpus.txt"), and a store
+    prepared with a relative tokenizer path recorded it so: typed elsewhere, the same words name other files."""
+    from core.tokenizer import train_bpe
+
+    data = Path(text_corpus(tmp_path))
+    (tmp_path / "tok").mkdir()
+    train_bpe([data.read_text()], 280).save(tmp_path / "tok")
+    tokenizer = tmp_path / "tok" / "tokenizer.json"
+    assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
+    monkeypatch.chdir(tmp_path)
+    relative_data, relative_tokenizer = str(data.relative_to(tmp_path)), "tok/tokenizer.json"
+    assert main(["prepare", relative_data, "--tokenizer", relative_tokenizer, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["prepare", "--list"]) == 0
+    assert f"[{tokenizer}, 280 tokens]" in capsys.readouterr().out
+    assert main(["prepare", "--remove", relative_data]) == 0
+    removed = capsys.readouterr().out
+    assert f"removed 1 tokenizer trained on {data} (" in removed
+    assert main(["prepare", "--list", relative_data, "--tokenizer", relative_tokenizer]) == 0
+    assert capsys.readouterr().out == f"no token stores of {data} made with {tokenizer}\n"
+    gone = tmp_path / "gone.txt"
+    assert main(["prepare", "--remove", "gone.txt"]) == 2
+    assert f"data source {gone} does not exist" in capsys.readouterr().err
+
+
 def test_prepare_names_the_files_of_a_folder_it_does_not_read(tmp_path, cache, capsys):
     folder = tmp_path / "notes"
     folder.mkdir()
