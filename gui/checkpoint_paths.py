@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from core.checkpoint import is_speedboard_checkpoint
-from core.paths import control_character
+from core.checkpoint import is_speedboard_checkpoint, replace_problem
+from core.paths import control_character, unnameable
 from core.runs import CHECKPOINTS_DIR
 from gui.controller import CheckpointSummary
 
@@ -30,10 +30,14 @@ def checkpoint_target(picked: str) -> str:
 def save_target_problem(path: str) -> str | None:
     """Why a checkpoint folder cannot be written at ``path`` (checked before asking the torch thread)."""
     target = Path(path).expanduser()
+    if (why := unnameable(target)) is not None:  # else the first look at it raises "File name too long"
+        return f"{why}."
     if target.exists() and not target.is_dir():
         return f"{target} is a file; a checkpoint is a folder, so choose a new name."
-    if target.is_dir() and any(target.iterdir()) and not is_speedboard_checkpoint(target):
+    if target.is_dir() and not is_speedboard_checkpoint(target) and any(target.iterdir()):
         return f"{target} is a folder with other files in it (not a Speedboard checkpoint); choose a new name."
+    if (why := replace_problem(target)) is not None:  # a checkpoint, and files of the user's beside it
+        return f"{target}: {why}; choose a new name."
     if (why := control_character(target)) is not None:
         return f"{why}."
     # The nearest part of the path that exists: a file two levels up was said as a folder that does not exist.

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.paths import user_path
+from core.paths import unnameable, user_path
 
 
 def show_error(parent: QWidget | None, title: str, message: str) -> None:
@@ -175,6 +175,8 @@ class SaveTargetDialog(QDialog):
         if target is None:
             self.target_label.setText("Name a folder to write: a name without slashes, line breaks or tabs, in an "
                                       "existing folder given by its full path.")
+        elif (why := unnameable(target)) is not None:  # else looking at it raises "File name too long"
+            self.target_label.setText(f"Cannot save there: {why}.")
         elif Path(target).is_dir() and any(Path(target).iterdir()):
             self.target_label.setText(f"Replaces {target} (you are asked first)")
         else:

@@ -66,7 +66,7 @@ from core.checkpoint.read import (
     tensor_shapes,
     verify_checkpoint,
 )
-from core.checkpoint.save import export_hf, is_speedboard_checkpoint, save_checkpoint
+from core.checkpoint.save import export_hf, is_speedboard_checkpoint, replace_problem, save_checkpoint
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE
 
 __all__ = [
@@ -77,7 +77,7 @@ __all__ = [
     "clean_key", "clean_state_dict", "config_checksum", "embedding_rows", "export_hf", "file_record",
     "infer_model_config", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "load_trainer_state",
     "load_weights", "model_from_checkpoint", "model_shapes", "model_state_dict", "peek_checkpoint",
-    "is_speedboard_checkpoint", "shape_problem",
+    "is_speedboard_checkpoint", "replace_problem", "shape_problem",
     "plain_module", "read_checkpoint", "remove_folder", "save_checkpoint", "tensor_shapes", "sweep_folder",
     "sweep_leftovers", "sweep_runs", "verify_checkpoint",
 ]

@@ -27,26 +27,56 @@ from core.errors import CheckpointError
 from core.json_text import finite_json, parse_json
 from core.paths import user_path
 from core.runs import CONFIG_FILE, library_versions
-from core.tokenizer import BPETokenizer
+from core.tokenizer import TOKENIZER_FILE, BPETokenizer
+
+_OWN_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE, STATE_FILE, TOKENIZER_FILE, "tokenizer_config.json"})
+"""What a save writes into a checkpoint folder (its config.json records them too)."""
+
+
+def _checkpoint_config(folder: Path) -> dict | None:
+    """The config.json of a Speedboard checkpoint in ``folder``, else None. Only a regular file is read: a named
+    pipe of that name would block the reader (the dashboard's window) until something wrote to it."""
+    config = folder / CONFIG_FILE
+    try:
+        if not config.is_file():
+            return None
+        data = parse_json(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
 def is_speedboard_checkpoint(folder: str | Path) -> bool:
-    """``folder`` holds a Speedboard checkpoint (its config.json says so): a save may replace it."""
-    try:
-        return parse_json((Path(folder) / CONFIG_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+    """``folder`` holds a Speedboard checkpoint (its config.json says so)."""
+    return _checkpoint_config(Path(folder)) is not None
+
+
+def replace_problem(target: Path) -> str | None:
+    """Why a save must not write ``target``, or None: it may be missing, an empty folder, or a Speedboard
+    checkpoint holding nothing but its own files. A replacement swaps the whole folder, so anything else in it
+    (notes, an evaluation beside the weights, a folder that only looks like a checkpoint) would be deleted."""
+    if not target.exists():
+        return None
+    if not target.is_dir():
+        return "a file of that name exists"
+    names = {entry.name for entry in target.iterdir()}
+    if not names:
+        return None
+    config = _checkpoint_config(target)
+    if config is None:
+        return "the folder exists, is not empty and is not a Speedboard checkpoint"
+    recorded = config.get("files")
+    others = sorted(names - _OWN_FILES - (set(recorded) if isinstance(recorded, dict) else set()))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3:,} more" if len(others) > 3 else "")
+        return f"it holds a checkpoint and other files that replacing it would delete ({shown})"
+    return None
 
 
 def _check_replaceable(target: Path, what: str) -> None:
     """Never replace something that is not ours: only a missing target, an empty folder or an old checkpoint."""
-    if not target.exists():
-        return
-    if not target.is_dir():
-        raise CheckpointError(f"cannot write the {what} to {target}: a file of that name exists")
-    if any(target.iterdir()) and not is_speedboard_checkpoint(target):
-        raise CheckpointError(f"refusing to write the {what} to {target}: the folder exists, is not empty "
-                              f"and is not a Speedboard checkpoint")
+    if (problem := replace_problem(target)) is not None:
+        raise CheckpointError(f"refusing to write the {what} to {target}: {problem}")
 
 
 # --------------------------------------------------------------------------- save

@@ -228,6 +228,33 @@ def test_save_replaces_an_old_checkpoint_but_never_other_folders(tmp_path, tok):
         ck.save_checkpoint(a_file, make_model(0), tokenizer=tok)
     assert a_file.read_text() == "keep me"
 
+    # A checkpoint with the user's own files beside it: replacing the folder deleted them.
+    (target / "notes.txt").write_text("mine")
+    (target / "eval").mkdir()
+    (target / "eval" / "results.csv").write_text("0.5")
+    with pytest.raises(CheckpointError, match=r"other files that replacing it would delete \(eval, notes.txt\)"):
+        ck.save_checkpoint(target, make_model(0), tokenizer=tok)
+    assert (target / "notes.txt").read_text() == "mine" and (target / "eval" / "results.csv").read_text() == "0.5"
+    assert ck.read_checkpoint(target).meta["step"] == 2
+    looks_like_one = tmp_path / "looks"  # a config.json that says "checkpoint", and nothing of one
+    looks_like_one.mkdir()
+    (looks_like_one / "config.json").write_text('{"format": "speedboard-checkpoint"}')
+    (looks_like_one / "thesis.tex").write_text("years of work")
+    with pytest.raises(CheckpointError, match=r"would delete \(thesis.tex\)"):
+        ck.save_checkpoint(looks_like_one, make_model(0), tokenizer=tok)
+    assert (looks_like_one / "thesis.tex").read_text() == "years of work"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_named_pipe_called_config_json_is_not_read(tmp_path):
+    """Asking whether a folder holds a checkpoint read its config.json: a named pipe of that name blocked the
+    dashboard's window until something wrote to it."""
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    os.mkfifo(folder / "config.json")
+    assert not ck.is_speedboard_checkpoint(folder)  # returns: a blocked read would hang the test (timeout)
+    assert "not a Speedboard checkpoint" in ck.replace_problem(folder)
+
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX links and permissions")
 def test_a_folder_written_keeps_its_link_its_mode_and_its_place(tmp_path, tok, monkeypatch):

@@ -232,6 +232,36 @@ def test_save_refuses_a_folder_with_other_files(qtbot, window, dialogs, tmp_path
     assert not (tmp_path / "my\nmodel").exists()
 
 
+def test_save_over_a_checkpoint_never_deletes_the_users_files_beside_it(qtbot, window, dialogs, tmp_path):
+    """"Replace the checkpoint?" swapped the whole folder: notes kept beside the weights were deleted."""
+    run_once(qtbot, window)
+    target = tmp_path / "ckpt"
+    dialogs.files["ask_save_target"] = str(target)
+    click(window, "saveButton")
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    (target / "notes.txt").write_text("mine")
+    click(window, "saveButton")
+    assert dialogs.warnings() == [f"Cannot save there: {target}: it holds a checkpoint and other files that "
+                                  f"replacing it would delete (notes.txt); choose a new name."]
+    assert (target / "notes.txt").read_text() == "mine" and (target / "model.safetensors").is_file()
+
+
+def test_a_name_too_long_for_the_file_system_is_said_in_the_save_dialog(qtbot, tmp_path):
+    """Each keystroke and Save raised "File name too long" into Qt's event loop; the dialog said nothing."""
+    from gui.checkpoint_paths import save_target_problem
+    from gui.dialogs import SaveTargetDialog
+
+    dialog = SaveTargetDialog(None, str(tmp_path), "x" * 300, save_target_problem)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    says = "Cannot save there: a name in the path is 300 bytes long: more than the 255 its file system allows"
+    assert dialog.target_label.text().startswith(says)
+    accepted = []
+    dialog.accepted.connect(lambda: accepted.append(True))
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert not accepted and dialog.problem_label.text().startswith(says)
+
+
 def test_a_diverged_run_leaves_no_model_to_save(qtbot, window, dialogs, tmp_path, monkeypatch):
     """Its weights are not finite: Save stayed enabled, asked for a folder, then said nothing could be saved."""
     real_step = Trainer._optimizer_step_with_fallback
