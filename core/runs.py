@@ -24,6 +24,7 @@ import platform
 import re
 import secrets
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -371,6 +372,12 @@ class JsonlSink:
                 self._fd = None
 
 
+MAX_EVENT_LINE = 1 << 20
+"""Bytes a line of metrics.jsonl may hold; every event Speedboard writes is far shorter (its longest, a run's
+start with its whole configuration, a few KB). A longer line is damage, skipped without being held: a 100 MB
+first line, joined a 128 KB piece at a time, froze the window that opened its folder for 40 s."""
+
+
 class EventTail:
     """Reads new complete lines of a ``metrics.jsonl`` on each ``poll()``."""
 
@@ -381,6 +388,10 @@ class EventTail:
         self._offset = offset
         """Bytes already read (start later to skip what an earlier writer left)."""
         self._partial = b""
+        self._unfinished = 0
+        """Bytes read of the line still unfinished: held in ``_partial``, or skipped (``_skipping``)."""
+        self._skipping = False
+        """The unfinished line is longer than ``MAX_EVENT_LINE``: read on to its end, not held."""
         self._written_at: str | None = None
         """The folder its run recorded (``RunStarted.run_dir``), where that is not the folder read."""
         self._read_at = str(self.path.parent)
@@ -391,23 +402,39 @@ class EventTail:
         """The events of the lines completed since the last poll; with ``max_bytes``, of at most that much of the
         file (``behind`` says whether more was there): a window reads a long file a piece per tick."""
         try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < self._offset:
-                    # The writer cut off a line it could not finish (a full disk): go back
-                    # to the end of the last whole line, which is where the file now ends.
-                    self._offset -= len(self._partial)
-                    self._partial = b""
-                f.seek(self._offset)
-                data = f.read() if max_bytes is None else f.read(max_bytes)
+            # Not blocking: a named pipe in its place would hold the reader (a window) until written to.
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             self.behind = False  # moved or deleted: nothing more to read here (its follower says so)
             return []
+        with open(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(f"{self.path} is not a regular file (a named pipe or a device); a run writes its "
+                              f"{METRICS_FILE} as one")
+            size = info.st_size
+            if size < self._offset:
+                # The writer cut off a line it could not finish (a full disk): go back
+                # to the end of the last whole line, which is where the file now ends.
+                self._offset -= self._unfinished
+                self._partial, self._unfinished, self._skipping = b"", 0, False
+            f.seek(self._offset)
+            data = f.read() if max_bytes is None else f.read(max_bytes)
         self._offset += len(data)
         self.behind = self._offset < size
+        if self._skipping:  # the rest of a line too long to be an event, up to its end
+            rest, newline, data = data.partition(b"\n")
+            self._unfinished += len(rest)
+            if not newline:
+                return []
+            self._skipping = False
+            self._unfinished = 0
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()  # an unfinished last line waits for the next poll
+        self._unfinished = len(self._partial)
+        if len(self._partial) > MAX_EVENT_LINE:  # damaged: joined a piece per poll, it took quadratic time
+            self._partial, self._skipping = b"", True
         events = []
         for line in lines:
             if not line.strip():

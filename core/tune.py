@@ -870,6 +870,8 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     from core.paths import user_path
 
     target = user_path(path)
+    if target.exists() and not target.is_file():  # a named pipe would block the reader, a device never end
+        raise ConfigError(f"cannot read the tuning report {target}: it is not a regular file")
     try:
         data = parse_json(target.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and every JSON damage
@@ -902,6 +904,12 @@ def _check_readable(report: dict[str, Any]) -> None:
     if not all(isinstance(row, dict) and isinstance(row["name"], str) and isinstance(row["current"], bool)
                for row in rows.values()):
         raise ValueError("a row has no name or current flag")
+    for row in rows.values():  # measured rates: NaN, infinite or negative ones were shown as if measured
+        rates = row["tokens_per_s"] or {}
+        for key in ("median", "low", "high"):
+            value = rates.get(key)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{row['name']}: tokens/s {key} is {value!r}")
     format_report(report)
     time_taken(report)
     settings = report_settings(report)

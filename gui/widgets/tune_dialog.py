@@ -116,7 +116,7 @@ def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> 
     data, train = data if isinstance(data, dict) else {}, train if isinstance(train, dict) else {}
     try:
         sequences = int(train["micro_batch"]) * int(train["accum_steps"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite number
         sequences = None
     here = current.train.sequences_per_step()
     pairs = [

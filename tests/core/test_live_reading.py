@@ -181,3 +181,49 @@ def test_an_event_tail_skips_lines_that_are_no_events_and_keeps_those_around_the
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(lines) + "\n")
     assert [e.message for e in EventTail(path).poll()] == ["w0", "w1", "w2"]
+
+
+def test_a_line_too_long_to_be_an_event_is_skipped_in_time_linear_in_its_length(tmp_path):
+    """A damaged 100 MB first line, joined a piece per poll, froze the window that opened its folder for 40 s;
+    it is read on to its end and dropped, and the events around it are read. A writer that cuts off the long
+    line it could not finish (a full disk) is followed back to its last whole line."""
+    import json
+
+    from core.events import WarningRaised
+    from core.runs import MAX_EVENT_LINE, EventTail
+
+    w0, w1, w2 = (json.dumps(WarningRaised("r", float(t), f"w{t}").to_dict()).encode() + b"\n" for t in range(3))
+    path = tmp_path / "metrics.jsonl"
+    long_line = b'{"event": "warning", "pad": "' + b"x" * (3 * MAX_EVENT_LINE) + b'"}\n'
+    path.write_bytes(w0 + long_line + w1)
+    tail = EventTail(path)
+    seen, polls = [], 0
+    while True:
+        seen += [e.message for e in tail.poll(64 * 1024)]
+        polls += 1
+        if not tail.behind:
+            break
+    assert seen == ["w0", "w1"]
+    assert polls <= len(long_line) // (64 * 1024) + 3  # each poll reads a piece, none goes back over the line
+    assert tail._partial == b"" and not tail._skipping
+
+    with path.open("ab") as f:  # a writer begins a long line, the disk fills, it cuts the line off again
+        f.write(b'{"event": "warning", "pad": "' + b"y" * (2 * MAX_EVENT_LINE))
+    while tail.poll(64 * 1024) or tail.behind:
+        pass
+    assert tail._skipping
+    with path.open("r+b") as f:
+        f.truncate(len(w0) + len(long_line) + len(w1))
+    path.write_bytes(path.read_bytes() + w2)
+    assert [e.message for e in tail.poll()] == ["w2"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_named_pipe_in_place_of_metrics_jsonl_is_one_error_at_once(tmp_path):
+    """Opening it blocked the reader (the dashboard's window) until something wrote to the pipe, and then said
+    'File or stream is not seekable'."""
+    from core.runs import EventTail
+
+    os.mkfifo(tmp_path / "metrics.jsonl")
+    with pytest.raises(OSError, match=r"metrics\.jsonl is not a regular file \(a named pipe or a device\)"):
+        EventTail(tmp_path).poll()  # returns: a blocked open would hang the test (its timeout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -442,6 +443,10 @@ def test_a_report_file_of_another_kind_is_one_line(tmp_path):
         load_report(path)
     with pytest.raises(ConfigError, match="cannot write"):
         save_report({"schema": "x"}, tmp_path / "x.json" / "below-a-file.json")
+    if hasattr(os, "mkfifo"):  # opening it blocked the window until something wrote to the pipe
+        os.mkfifo(tmp_path / "pipe.json")
+        with pytest.raises(ConfigError, match="pipe.json: it is not a regular file"):
+            load_report(tmp_path / "pipe.json")
 
 
 @pytest.mark.slow
@@ -563,6 +568,13 @@ DAMAGE = {
     "budget_as_text": lambda r: r["plan"].update(budget_seconds="600"),
     "tokens_per_s_as_text": lambda r: next(iter(r["summary"]["rows"].values())).update(
         tokens_per_s={"median": "fast", "low": 1, "high": 2, "n": 1}),
+    # Impossible rates were shown as if measured ("nan (nan–nan)", "-5,000,000,000").
+    "tokens_per_s_nan": lambda r: next(iter(r["summary"]["rows"].values())).update(
+        tokens_per_s={"median": float("nan"), "low": 1, "high": 2, "n": 2}),
+    "tokens_per_s_infinite": lambda r: next(iter(r["summary"]["rows"].values())).update(
+        tokens_per_s={"median": 5, "low": 1, "high": float("inf"), "n": 2}),
+    "tokens_per_s_negative": lambda r: next(iter(r["summary"]["rows"].values())).update(
+        tokens_per_s={"median": -5e9, "low": -1e10, "high": -1, "n": 2}),
     "recommendation_without_settings": lambda r: r["recommendation"].pop("settings"),
     "recommended_precision_unknown": lambda r: r["recommendation"]["settings"].update(precision="fp8"),
 }

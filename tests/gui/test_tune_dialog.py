@@ -307,6 +307,8 @@ def test_a_reports_damaged_settings_are_asked_about_not_a_crash():
     assert measured_for_other({"data": "x", "train": [], "preset": current.preset}, current) == []  # as unknown
     assert measured_for_other([1, 2], current) == ["the settings it was measured with (unreadable in the report)"]
     assert measured_for_other(None, current) == []
+    infinite = {"train": {"micro_batch": float("inf"), "accum_steps": 1}}  # raised OverflowError at Apply
+    assert measured_for_other(infinite, current) == []
 
 
 def test_a_report_damaged_past_its_checks_leaves_the_one_shown_and_long_text_keeps_the_dialog_on_screen(
