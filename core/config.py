@@ -215,7 +215,8 @@ class ModelConfig:
             max_position_embeddings=hf.get("max_position_embeddings", 2048),
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
             rope_theta=float(rope_theta),
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            # As written (null: Llama's default), checked by the config: bool("no") is True.
+            tie_word_embeddings=False if hf.get("tie_word_embeddings") is None else hf["tie_word_embeddings"],
             initializer_range=hf.get("initializer_range", 0.02),
         )
 

@@ -28,9 +28,12 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
 from core.checkpoint import (
     STATE_FILE,
+    check_finite,
+    check_weight_dtypes,
     embedding_rows,
     infer_model_config,
     peek_checkpoint,
+    read_checkpoint,
     shape_problem,
     verify_checkpoint,
 )
@@ -39,6 +42,7 @@ from core.config import ModelConfig, RunConfig
 from core.control import Control
 from core.errors import Cancelled, CheckpointError, NotFinite, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
+from core.memory_budget import check_allocatable
 from core.paths import user_path
 from core.trainer import Trainer
 from core.tune import TuneOptions, plan_tune, run_tune
@@ -171,6 +175,14 @@ def summarize_checkpoint(path: str, settings_model: ModelConfig | None = None) -
         problem = shape_problem(model, shapes, name)
     else:
         model, architecture, problem = _architecture(shapes, name, settings_model)
+    if model is not None:  # a config of absurd sizes (10**12 positions) is said at Load, not at Start
+        check_allocatable(model)
+    if info.kind != "speedboard" and problem is None:
+        # Weights no run can train from (integers, NaN) are said at Load too. A Speedboard checkpoint's were
+        # checked when saved, and its bytes against their checksums above; other files are read whole here.
+        state = read_checkpoint(info.path).state_dict
+        check_weight_dtypes(state, name)
+        check_finite(state, name, "load other weights")
     meta = info.meta
     run = meta.get("run") if info.kind == "speedboard" else None
     return CheckpointSummary(

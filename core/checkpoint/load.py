@@ -76,11 +76,17 @@ def check_compatible(model: torch.nn.Module | CompiledModel, state: dict[str, to
         if unexpected:
             parts.append(f"unexpected keys {_more(unexpected)}")
         raise CheckpointError(f"{source} does not match the model: " + "; ".join(parts))
+    check_weight_dtypes(state, source)
+
+
+def check_weight_dtypes(state: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse weights that are not fp32, bf16, fp16 or fp64: integers, booleans and complex numbers are no
+    weights, and float8 ones are quantized (their scales live elsewhere, a plain cast would be wrong)."""
     bad = [k for k, v in state.items() if not v.is_floating_point()]
     if bad:
         raise CheckpointError(f"{source} holds non-float tensors for weights: {_more(bad)}")
     packed = [f"{k} ({v.dtype})".replace("torch.", "") for k, v in state.items() if v.dtype not in LOADABLE_DTYPES]
-    if packed:  # float8 weights are quantized: their scales live elsewhere, a plain cast would be wrong
+    if packed:
         raise CheckpointError(f"{source} holds quantized weights ({_more(packed)}): only fp32, bf16, fp16 and "
                               f"fp64 weights load; dequantize them first")
 

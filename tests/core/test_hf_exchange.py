@@ -150,6 +150,21 @@ def test_rope_theta_is_read_where_transformers_reads_it():
     assert ModelConfig.from_hf_dict(base).rope_theta == 1e4
 
 
+def test_tie_word_embeddings_is_read_as_written_not_as_truthy_text():
+    """"tie_word_embeddings": "no" was read as True (bool of a non-empty string), and the folder's own lm_head
+    then refused at Start as if the config tied it."""
+    from core.errors import ConfigError
+
+    base = {"vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "intermediate_size": 128}
+    assert ModelConfig.from_hf_dict({**base, "tie_word_embeddings": True}).tie_word_embeddings is True
+    assert ModelConfig.from_hf_dict({**base, "tie_word_embeddings": None}).tie_word_embeddings is False  # null
+    assert ModelConfig.from_hf_dict(base).tie_word_embeddings is False
+    for written in ("no", 0, "false"):
+        with pytest.raises(ConfigError, match="tie word embeddings must be true or false"):
+            ModelConfig.from_hf_dict({**base, "tie_word_embeddings": written})
+
+
 def test_train_init_from_a_transformers_folder(tmp_path, tok):
     """``speedboard train --init-from HF_FOLDER``: the run starts from the Hugging Face weights."""
     from tests.core.checkpoint_helpers import corpus_file

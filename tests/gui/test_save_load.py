@@ -501,3 +501,42 @@ def test_a_save_asked_for_in_set_up_then_stop_says_once_that_the_run_had_no_mode
     (warning,) = dialogs.warnings()
     assert "the run ended before its first step: there is no model to save" in warning
     assert not (tmp_path / "early").exists()
+
+
+def test_weights_whose_model_no_memory_holds_are_refused_at_load_not_at_start(tmp_path):
+    """A Hugging Face folder whose config.json says 10**12 positions was loaded, and the run failed at Start
+    ("the model alone needs about 59,604.65 GiB")."""
+    pytest.importorskip("transformers")
+    from core.errors import ConfigError
+    from gui.controller import summarize_checkpoint
+    from tests.core.checkpoint_helpers import hf_llama, make_tokenizer, save_hf_folder
+
+    folder = save_hf_folder(hf_llama(3), tmp_path / "hf", make_tokenizer())
+    config = json.loads((folder / "config.json").read_text())
+    assert summarize_checkpoint(str(folder)).kind == "huggingface"  # as written, it loads
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 10**12}))
+    with pytest.raises(ConfigError, match="rotary tables alone need about"):
+        summarize_checkpoint(str(folder))
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("integers", "holds non-float tensors for weights"),
+    ("nan", "are not finite (NaN or inf in model.embed_tokens.weight)"),
+])
+def test_weights_no_run_can_train_from_are_refused_at_load_and_the_choice_stays(qtbot, window, dialogs, tmp_path,
+                                                                                damage, says):
+    """Integer or NaN weights of the right shapes were loaded ("loaded w.pt (state dict, 51.4k parameters)"),
+    and the run failed at Start."""
+    good = _state_dict_file(tmp_path / "good.pth")
+    _load(qtbot, window, dialogs, good)
+    state = torch.load(good)
+    if damage == "integers":
+        state = {k: v.to(torch.int64) for k, v in state.items()}
+    else:
+        state["model.embed_tokens.weight"][0, 0] = float("nan")
+    bad = tmp_path / "w.pt"
+    torch.save(state, bad)
+    _load(qtbot, window, dialogs, bad)
+    (message,) = dialogs.warnings()
+    assert "w.pt" in message and says in message, message
+    assert window.config_panel.start_from == (str(good), "init")  # the earlier choice is kept
