@@ -76,7 +76,8 @@ def replace_problem(target: Path) -> str | None:
 def _check_replaceable(target: Path, what: str) -> None:
     """Never replace something that is not ours: only a missing target, an empty folder or an old checkpoint."""
     if (problem := replace_problem(target)) is not None:
-        raise CheckpointError(f"refusing to write the {what} to {target}: {problem}")
+        verb = "refusing to write" if target.is_dir() else "cannot write"  # a folder of the user's, or a file
+        raise CheckpointError(f"{verb} the {what} to {target}: {problem}")
 
 
 # --------------------------------------------------------------------------- save
