@@ -47,6 +47,8 @@ class RunActions(QObject):
             return  # Start is greyed meanwhile; a shortcut pressed as it greys changes nothing
         if not self.panel.recheck_source() and self.panel.error_field == "source":
             return  # the data went away or changed since it was chosen: said under the Data control
+        if self.panel.checking_source:  # a file chosen is a folder now: its check (off this thread) comes first
+            return
         if (problem := self.panel.start_from_problem()) is not None:  # a dialog, not a failed row per Start
             dialogs.show_error(self._window, "Cannot start", problem)
             return

@@ -162,6 +162,8 @@ class ConfigPanel(QWidget):
         self._source = BUILTIN_CORPUS
         self._source_info: SourceInfo | None = None
         self._source_problem: str | None = None
+        self._checked_folder = False
+        """The data was a folder when it was last checked."""
         # A folder is described off the window's thread: listing and fingerprinting thousands of files takes
         # seconds. Each check has a number, so a late answer about an earlier choice is dropped.
         self._check_number = 0
@@ -408,7 +410,8 @@ class ConfigPanel(QWidget):
 
         A folder that is still there keeps what its check found (or is still finding): describing it again
         would hold the window for seconds, and the run's preparation fingerprints it anyway."""
-        if not (self._is_folder() and (self.checking_source or self._source_info is not None)):
+        still_the_folder = self._is_folder() and self._checked_folder  # not a file replaced by a folder since
+        if not (still_the_folder and (self.checking_source or self._source_info is not None)):
             self._check_source()
         self._on_changed()
         return self._config is not None
@@ -429,6 +432,7 @@ class ConfigPanel(QWidget):
         self._checked_text_field = self._text_field()
         self._checked_tokenizer = self._start_tokenizer()
         self.checking_source = False
+        self._checked_folder = self._is_folder()
         if not self._source.startswith("hf:"):
             data = replace(self.preset_config().data, source=self._source, tokenizer=self._checked_tokenizer,
                            text_field=self._text_field())

@@ -62,6 +62,20 @@ def test_a_file_deleted_after_choosing_is_caught_at_start(window, dialogs, tmp_p
     assert not child(window, "startButton").isEnabled()
 
 
+def test_a_file_replaced_by_a_folder_after_choosing_is_caught_at_start(qtbot, window, dialogs, tmp_path):
+    """The check of the file was kept for the folder now in its place (a folder keeps its check at Start), and
+    the run failed: "folder …/notes.txt holds no data files"."""
+    good = _corpus(tmp_path / "notes.txt")
+    _choose(window, dialogs, good)
+    good.unlink()
+    good.mkdir()
+    click(window, "startButton")
+    error = child(window, "sourceError")
+    qtbot.waitUntil(lambda: error.isVisibleTo(window))  # a folder is described off the GUI thread
+    assert window.session.records == [] and not window.session.running  # nothing started, no failed row
+    assert "holds no data files" in error.text() and not dialogs.warnings()
+
+
 class SlowDescribe:
     """``describe_source`` held until released, recording the thread that runs it."""
 
