@@ -47,10 +47,6 @@ class RunFolders:
             inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
                 if Path(folder).is_dir() else []
             (runs.extend if inside else refused.append)(inside or folder)
-        if refused:
-            dialogs.show_error(self._window, "Not a run folder",
-                               f"{', '.join(refused)}: no metrics.jsonl here or in the folders inside; "
-                               f"choose folders that Speedboard runs wrote.")
         if runs:
             self.folders.remember(str(Path(runs[-1]).parent))
         records, unreadable = [], []
@@ -59,8 +55,11 @@ class RunFolders:
                 records.append(self._open_one(folder))
             except (OSError, SpeedboardError) as exc:  # said, and the other folders still open
                 unreadable.append(f"{folder}: {exc}")
-        if unreadable:
-            dialogs.show_error(self._window, "Cannot open run folder", "\n".join(unreadable))
+        not_runs = [f"{', '.join(refused)}: no metrics.jsonl here or in the folders inside; choose folders that "
+                    f"Speedboard runs wrote."] if refused else []
+        if not_runs or unreadable:  # one message for one Open, whatever went wrong with which folder
+            title = "Not a run folder" if not unreadable else "Cannot open run folder"
+            dialogs.show_error(self._window, title, "\n".join(not_runs + unreadable))
         self.plots.refresh()
         return records
 

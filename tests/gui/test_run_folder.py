@@ -85,6 +85,18 @@ def test_several_folders_open_at_once_and_a_runs_folder_opens_its_runs(window, d
     assert record.folder == third and len(window.session.records) == 3
     assert not dialogs.warnings()
 
+    # A good folder, one that holds no run and one whose metrics.jsonl is binary: one message for one Open.
+    empty, binary = tmp_path / "empty", tmp_path / "binary"
+    empty.mkdir()
+    binary.mkdir()
+    (binary / "metrics.jsonl").write_bytes(bytes(range(256)) * 8)
+    fourth = _finished_run(tmp_path, "d")
+    dialogs.files["pick_run_folders"] = [str(empty), str(binary), fourth]
+    (record,) = window.open_run_folders()
+    assert record.folder == fourth
+    (message,) = dialogs.warnings()
+    assert "no metrics.jsonl" in message and str(binary) in message, message
+
 
 def test_a_long_metrics_file_is_read_a_piece_per_tick_and_its_ending_still_counts(qtbot, window, tmp_path):
     """A folder of 100,000 steps was read whole on the GUI thread: the window froze for seconds. Its pieces come
