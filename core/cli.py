@@ -1145,13 +1145,6 @@ _TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """C0 and C1 controls but the line feed and the tab: what a terminal acts on instead of showing."""
 
 
-def _is_terminal(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # replaced, or closed
-        return False
-
-
 class _TextStream:
     """Prints generated text as tokens come: what decoding the tokens since the last print adds to the text.
 
@@ -1184,7 +1177,7 @@ class _TextStream:
 
     @staticmethod
     def _print(text: str, end: str = "\n") -> None:
-        if _is_terminal(sys.stdout):
+        if _isatty(sys.stdout):
             # A model's text may hold an escape sequence (trained on logs with colours): on a terminal it would
             # recolour, move the cursor or retitle the window. Shown as escapes there; a pipe gets the text as is.
             text = _TERMINAL_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

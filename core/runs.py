@@ -388,15 +388,19 @@ class EventTail:
         self._offset = offset
         """Bytes already read (start later to skip what an earlier writer left)."""
         self._partial = b""
-        self._unfinished = 0
-        """Bytes read of the line still unfinished: held in ``_partial``, or skipped (``_skipping``)."""
-        self._skipping = False
-        """The unfinished line is longer than ``MAX_EVENT_LINE``: read on to its end, not held."""
+        """The unfinished last line read, held until its end comes."""
+        self._skipped = 0
+        """Bytes read of an unfinished line longer than ``MAX_EVENT_LINE``: read on to its end, not held."""
         self._written_at: str | None = None
         """The folder its run recorded (``RunStarted.run_dir``), where that is not the folder read."""
         self._read_at = str(self.path.parent)
         self.behind = False
         """The last poll read only part of what the file held (``max_bytes``)."""
+
+    @property
+    def _skipping(self) -> bool:
+        """An unfinished line too long to be an event is being read past."""
+        return self._skipped > 0
 
     def poll(self, max_bytes: int | None = None) -> list[Event]:
         """The events of the lines completed since the last poll; with ``max_bytes``, of at most that much of the
@@ -416,25 +420,23 @@ class EventTail:
             if size < self._offset:
                 # The writer cut off a line it could not finish (a full disk): go back
                 # to the end of the last whole line, which is where the file now ends.
-                self._offset -= self._unfinished
-                self._partial, self._unfinished, self._skipping = b"", 0, False
+                self._offset -= len(self._partial) + self._skipped
+                self._partial, self._skipped = b"", 0
             f.seek(self._offset)
             data = f.read() if max_bytes is None else f.read(max_bytes)
         self._offset += len(data)
         self.behind = self._offset < size
         if self._skipping:  # the rest of a line too long to be an event, up to its end
             rest, newline, data = data.partition(b"\n")
-            self._unfinished += len(rest)
+            self._skipped += len(rest)
             if not newline:
                 return []
-            self._skipping = False
-            self._unfinished = 0
+            self._skipped = 0
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()  # an unfinished last line waits for the next poll
-        self._unfinished = len(self._partial)
         if len(self._partial) > MAX_EVENT_LINE:  # damaged: joined a piece per poll, it took quadratic time
-            self._partial, self._skipping = b"", True
+            self._partial, self._skipped = b"", len(self._partial)
         events = []
         for line in lines:
             if not line.strip():
