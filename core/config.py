@@ -224,6 +224,9 @@ class ModelConfig:
 MAX_SAMPLE_TOKENS = 10_000
 """The most tokens a sample during training generates."""
 
+MIN_VOCAB_SIZE = 300
+"""The smallest vocabulary a tokenizer is trained to: its 256 byte tokens, the special tokens, some merges."""
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -257,8 +260,9 @@ class DataConfig:
                  "layout")
         _require(self.seq_len >= 2, f"sequence length (seq_len) must be an integer ≥ 2, got {self.seq_len!r}",
                  "seq_len")
-        _require(300 <= self.vocab_size <= 1_000_000,
-                 f"vocabulary size (vocab_size) must be between 300 and 1,000,000, got {self.vocab_size!r}",
+        _require(MIN_VOCAB_SIZE <= self.vocab_size <= 1_000_000,
+                 f"vocabulary size (vocab_size) must be between {MIN_VOCAB_SIZE} and 1,000,000, "
+                 f"got {self.vocab_size!r}",
                  "vocab_size")
         _require(0.0 < self.val_fraction < 0.5, f"val_fraction must be in (0, 0.5), got {self.val_fraction!r}",
                  "val_fraction")

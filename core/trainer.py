@@ -31,7 +31,7 @@ import torch
 
 from core import checkpoint as ckpt_io
 from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
-from core.config import MAX_COUNT, ModelConfig, RunConfig
+from core.config import MAX_COUNT, MIN_VOCAB_SIZE, ModelConfig, RunConfig
 from core.control import Control
 from core.data import SAMPLE_ORDER, Data, SampleOrder, global_batch_targets, prepare_data
 from core.device import (
@@ -578,9 +578,12 @@ class Trainer:
             if problem:
                 raise CheckpointError(problem)
         if rows and tok.vocab_size > rows and loaded.tokenizer is None and not cfg.data.tokenizer:
+            fix = (f"give --vocab-size {rows} (or the tokenizer its weights were trained with, --tokenizer FILE)"
+                   if rows >= MIN_VOCAB_SIZE else  # no tokenizer is trained that small
+                   f"give the tokenizer its weights were trained with (--tokenizer FILE): no tokenizer is trained "
+                   f"to fewer than {MIN_VOCAB_SIZE} tokens")
             raise ConfigError(f"the tokenizer trained for this run has {tok.vocab_size:,} tokens but the embedding of "
-                              f"{loaded.source} has only {rows:,} rows; give --vocab-size {rows} (or the tokenizer "
-                              f"its weights were trained with, --tokenizer FILE)", "vocab_size")
+                              f"{loaded.source} has only {rows:,} rows; {fix}", "vocab_size")
         ckpt_io.check_tokenizer_fits(tok, model_cfg)
         # Before anything is allocated: a model or a micro-batch that cannot fit is one line, not an allocation
         # failure; the model first, as auto precision's probe builds one of its layers.

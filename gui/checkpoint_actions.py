@@ -151,6 +151,11 @@ class CheckpointActions(QObject):
             self.log.add(f"not loaded: {info.fit_problem}", "error")
             dialogs.show_error(self._window, "These weights do not fit", fit_message(info, self.panel.preset_name))
             return
+        if info.start_problem:
+            self.log.add(f"not loaded: {info.start_problem}", "error")
+            dialogs.show_error(self._window, "Cannot start from these weights",
+                               f"{info.start_problem}.\n\nThe next run's start is unchanged.")
+            return
         mode = "init"
         if info.resumable:
             mode = dialogs.ask_load_mode(self._window, description)

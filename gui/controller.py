@@ -38,12 +38,13 @@ from core.checkpoint import (
     verify_checkpoint,
 )
 from core.checkpoint.read import tensor_shapes
-from core.config import ModelConfig, RunConfig
+from core.config import MIN_VOCAB_SIZE, ModelConfig, RunConfig
 from core.control import Control
 from core.errors import Cancelled, CheckpointError, NotFinite, SpeedboardError, describe_exception
 from core.events import CheckpointFailed, CheckpointSaved, Event, RunFailed, RunFinished
 from core.memory_budget import check_allocatable
 from core.paths import user_path
+from core.tokenizer import TOKENIZER_FILE
 from core.trainer import Trainer
 from core.tune import TuneOptions, plan_tune, run_tune
 from gui.gc_pin import pin_collection_to_gui_thread, unpin_collection
@@ -135,6 +136,9 @@ class CheckpointSummary:
     dict's tensor shapes), ``settings`` (the settings' model, which its tensors fit), ``unknown`` (none)."""
     fit_problem: str | None = None
     """Why its weights cannot load into that architecture, naming the first differing keys and shapes."""
+    start_problem: str | None = None
+    """Why no run of the dashboard can start from it though its weights fit (a vocabulary no trained tokenizer
+    fits, with no tokenizer of its own)."""
     lineage: tuple[object, object] | None = None
     """The precision and device type it was trained in (a Speedboard checkpoint's): ``auto`` keeps them on resume."""
 
@@ -185,13 +189,22 @@ def summarize_checkpoint(path: str, settings_model: ModelConfig | None = None) -
         check_finite(state, name, "load other weights")
     meta = info.meta
     run = meta.get("run") if info.kind == "speedboard" else None
+    start_problem = None
+    if (model is not None and model.vocab_size < MIN_VOCAB_SIZE
+            and not (info.path.is_dir() and (info.path / TOKENIZER_FILE).is_file())):
+        # A run from it trains a tokenizer to its vocabulary, and none is that small; the dashboard has no
+        # tokenizer picker, the command line does.
+        start_problem = (f"{name} has a vocabulary of {model.vocab_size} tokens and no tokenizer of its own: a "
+                         f"tokenizer trained for a run needs at least {MIN_VOCAB_SIZE} (its 256 bytes and special "
+                         f"tokens). Start from it on the command line with the tokenizer it was trained with "
+                         f"(speedboard train --init-from {info.path} --tokenizer FILE)")
     return CheckpointSummary(
         path=str(info.path), kind=info.kind, num_parameters=sum(math.prod(s) for s in shapes.values()),
         resumable=info.kind == "speedboard" and (info.path / STATE_FILE).is_file(),
         step=meta.get("step"), tokens=meta.get("tokens"), run_id=meta.get("run_id"),
         model_config=model.to_dict() if model is not None else None,
         run_config=run if isinstance(run, dict) else None, shapes=shapes,
-        architecture=architecture, fit_problem=problem,
+        architecture=architecture, fit_problem=problem, start_problem=start_problem,
         lineage=(meta.get("precision"), meta.get("device_type")) if info.kind == "speedboard" else None)
 
 

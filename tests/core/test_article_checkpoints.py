@@ -138,6 +138,16 @@ def test_a_tokenizer_trained_too_large_for_the_checkpoints_embedding_names_the_v
     assert "has only 512 rows; give --vocab-size 512 (or the tokenizer its weights were trained with" in err
 
 
+def test_an_embedding_smaller_than_any_trained_tokenizer_asks_for_the_tokenizer_alone(tmp_path, capsys):
+    """--vocab-size 100 was suggested for a 100-row embedding, a size the next try refused (300 at least)."""
+    checkpoint = _article_file(tmp_path, vocab_size=100)
+    assert main(["train", "--init-from", str(checkpoint), "--data", "builtin", "--seq-len", "32",
+                 "--micro-batch", "2", "--steps", "1", "--no-progress", "--out", str(tmp_path / "runs")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("has only 100 rows; give the tokenizer its weights were trained with (--tokenizer FILE): "
+                         "no tokenizer is trained to fewer than 300 tokens"), line
+
+
 def test_a_new_run_starts_from_an_article_checkpoint(tmp_path, capsys):
     checkpoint = _article_file(tmp_path)
     out = tmp_path / "runs"

@@ -327,6 +327,25 @@ def test_load_refuses_weights_of_another_architecture_at_once_and_keeps_the_choi
     assert read_jsonl(record.folder)[0]["config"]["init_from"] == str(good)
 
 
+def test_load_refuses_a_vocabulary_no_trained_tokenizer_fits_and_keeps_the_choice(qtbot, window, dialogs,
+                                                                                  tmp_path):
+    """A state dict whose embedding has 100 rows fits the preset's architecture, but a run from it would train
+    a tokenizer of 100 tokens, fewer than the bytes alone: it was accepted, replaced a good choice, and greyed
+    Start with "vocabulary size must be between 300 and 1,000,000". Load refuses it now; the choice stays."""
+    good = _state_dict_file(tmp_path / "good.pth")
+    _load(qtbot, window, dialogs, good)
+    assert window.config_panel.start_from == (str(good), "init") and not dialogs.warnings()
+
+    small = _state_dict_file(tmp_path / "vocab100.pth", vocab_size=100)
+    _load(qtbot, window, dialogs, small)
+    (message,) = dialogs.warnings()
+    assert message.startswith("Cannot start from these weights: vocab100.pth has a vocabulary of 100 tokens")
+    assert "--tokenizer FILE" in message
+    assert window.config_panel.start_from == (str(good), "init")
+    assert "not loaded: vocab100.pth has a vocabulary of 100 tokens" in window.log.toPlainText()
+    assert child(window, "startButton").isEnabled()
+
+
 def test_load_adopts_the_architecture_a_state_dict_shows(qtbot, window, dialogs, tmp_path):
     """Rotary tables saved with the weights tell the head size: the whole architecture is read from the file
     and the next run builds that model, whatever the preset's."""
