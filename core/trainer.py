@@ -309,7 +309,8 @@ class Trainer:
 
     @property
     def has_model(self) -> bool:
-        """Set-up finished: there is a model that ``save`` can write."""
+        """Set-up finished and the run went on to its steps: there is a model that ``save`` can write (a run
+        stopped before its first step has none)."""
         return self.compiled is not None
 
     # ------------------------------------------------------------------ events
@@ -361,12 +362,15 @@ class Trainer:
         abandoned = False
         try:
             self.set_up()
+            self._before_first_step()
             self.phase = Phase.TRAINING
             result = self._loop()
             self.phase = Phase.FINISHED
             return result
         except BaseException as exc:
             abandoned = self.phase is Phase.SETTING_UP and isinstance(exc, (KeyboardInterrupt, Cancelled))
+            if abandoned:
+                self.compiled = None  # no model to save: set-up's is not what the run was asked to train
             self.phase = Phase.FAILED
             # A collective that failed because a peer died: one clear line, not a backend trace.
             failure = PeerLost(peer_failure_message(exc, self.dist)) if is_peer_failure(exc, self.dist) else exc
@@ -450,6 +454,21 @@ class Trainer:
         Under torchrun the ranks agree on a stop with a step's loss, so set-up goes on to the first step there."""
         if self.control.stop_requested and not self.dist.enabled:
             raise Cancelled("set-up stopped; nothing was kept")
+
+    def _before_first_step(self) -> None:
+        """A stop asked for after set-up, before the first step, ends the run as one during set-up does: nothing
+        kept (no validation at step 0, no step-0 checkpoint, no run folder). A pause holds the run here; saves
+        asked for wait for the first step, as during set-up (there is no trained model to write yet). The
+        loop's first step follows at once, without another look at the controls: a stop from now on is a stop
+        after that step."""
+        if self.dist.enabled:
+            return  # the ranks agree on a stop with a step's loss (see _cancel_if_stopped)
+        if self.control.paused and not self.control.stop_requested:
+            t = time.perf_counter()
+            while not self.control.wait_while_paused(0.1):
+                pass
+            self.paused_s += time.perf_counter() - t
+        self._cancel_if_stopped()
 
     def _init_device(self) -> None:
         """``device``, ``dist`` (the torchrun process group, if any) and ``precision``."""
@@ -882,10 +901,12 @@ class Trainer:
         last_val_step = last_sample_step = -1
         stopped = False
 
+        first = True  # _before_first_step has looked at the controls just now
         while self.tokens < self.schedule.end_tokens:
-            if self._between_steps():
+            if not first and self._between_steps():
                 stopped = True
                 break
+            first = False
             t_step = time.perf_counter()
             loss, grad_norm, lr = self._optimizer_step_with_fallback(first=times.count == 0)
             step_time = time.perf_counter() - t_step  # after the host sync inside the step: real time

@@ -644,3 +644,34 @@ def test_a_heartbeat_keeps_beating_while_the_main_thread_is_busy(tmp_path):
         assert path.stat().st_mtime_ns != first
     finally:
         beat.stop()
+
+
+@pytest.mark.parametrize("late", ["_compile", "set_up"])
+def test_a_stop_late_in_set_up_or_before_the_first_step_keeps_nothing_and_saves_nothing(tmp_path, monkeypatch,
+                                                                                        late):
+    """The dashboard's Stop after the model was compiled (or after set-up, before the first step) kept the set-up's
+    model as "a model to save": a Save asked for in set-up wrote the untrained weights where the user asked,
+    or the run saved a step-0 checkpoint, validated at step 0 and finished, keeping its folder."""
+    from core.errors import Cancelled
+    from core.trainer import Trainer
+    from tests.conftest import micro_config
+
+    control = Control()
+    original = getattr(Trainer, late)
+
+    def then_stop(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        control.request_save(str(tmp_path / "asked"))
+        control.stop()
+        return result
+
+    monkeypatch.setattr(Trainer, late, then_stop)
+    cfg = micro_config(tmp_path, train={"budget": 2})
+    seen: list = []
+    trainer = Trainer(cfg, control, seen.append)
+    with pytest.raises(Cancelled, match="nothing was kept"):
+        trainer.run()
+    assert not trainer.has_model  # nothing for a later Save to write
+    assert list(Path(cfg.out_dir).iterdir()) == [] and not (tmp_path / "asked").exists()
+    assert control.take_save_requests() == [str(tmp_path / "asked")]  # left for the caller to answer
+    assert not any(type(e).__name__ in ("CheckpointSaved", "ValidationResult", "RunFinished") for e in seen)

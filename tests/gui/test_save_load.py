@@ -559,3 +559,36 @@ def test_weights_no_run_can_train_from_are_refused_at_load_and_the_choice_stays(
     (message,) = dialogs.warnings()
     assert "w.pt" in message and says in message, message
     assert window.config_panel.start_from == (str(good), "init")  # the earlier choice is kept
+
+
+def test_a_save_asked_for_once_the_model_is_built_then_stop_writes_no_untrained_weights(qtbot, make_window, dialogs,
+                                                                                        tmp_path, monkeypatch):
+    """Save, then Stop, late in set-up (the model built and compiled, no step yet): the log said "nothing was
+    kept" and the untrained weights were written where the user asked, with no dialog."""
+    import threading
+
+    original = Trainer._compile
+    reached, go = threading.Event(), threading.Event()
+
+    def held(self, *args, **kwargs):
+        compiled = original(self, *args, **kwargs)
+        reached.set()
+        go.wait(60)
+        return compiled
+
+    monkeypatch.setattr(Trainer, "_compile", held)
+    window = make_window(**LONG)
+    click(window, "startButton")
+    qtbot.waitUntil(reached.is_set, timeout=60_000)
+    dialogs.files["ask_save_target"] = str(tmp_path / "late")
+    click(window, "saveButton")
+    click(window, "stopButton")
+    go.set()
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: window.session.pending_save is None)
+    (warning,) = dialogs.warnings()
+    assert "the run ended before its first step: there is no model to save" in warning
+    assert not (tmp_path / "late").exists()
+    record = window.session.records[-1]
+    assert record.state == "stopped" and record.folder is None and "nothing was kept" in record.message
+    assert not child(window, "saveButton").isEnabled()  # no model to save afterwards either
