@@ -39,6 +39,7 @@ from gui.redraw_pacer import RedrawPacer
 from gui.run_actions import RunActions
 from gui.run_folders import RunFolders
 from gui.run_record import RunRecord, describe
+from gui.screen_fit import fit_within
 from gui.session import RunSession
 from gui.stored_settings import splitter_state_whole, stored_bytes
 from gui.widgets.config_panel import ConfigPanel, presets_with
@@ -221,6 +222,10 @@ class MainWindow(QMainWindow):
             self.tune_dialog = TuneDialog(self.session, self.config_panel.committed_config, self.config_panel, self)
             self.tune_dialog.applied.connect(
                 lambda settings: self.status.showMessage("Applied the fastest settings found", 10_000))
+            self.tune_dialog.show()
+            screen = self.screen()
+            if screen is not None:  # its 1100 × 700 would reach past a laptop's screen (Apply and Close below it)
+                fit_within(self.tune_dialog, screen.availableGeometry())
         self.tune_dialog.show()
         self.tune_dialog.raise_()
         return self.tune_dialog
@@ -265,14 +270,8 @@ class MainWindow(QMainWindow):
     def fit_on(self, available: QRect) -> None:
         """On a first start the default size shrinks to the screen's free area (a laptop's 1366 × 768 holds no
         1500 × 950 window) and the window is centred there; a size and place the user left are kept."""
-        if self.geometry_restored:
-            return
-        frame = self.frameGeometry().size() - self.size()  # title bar and borders, once the window was shown
-        self.resize(min(self.width(), available.width() - frame.width()),
-                    min(self.height(), available.height() - frame.height()))
-        placed = self.frameGeometry()
-        placed.moveCenter(available.center())
-        self.move(placed.topLeft())
+        if not self.geometry_restored:
+            fit_within(self, available)
 
     def save_settings(self) -> None:
         s = self.settings

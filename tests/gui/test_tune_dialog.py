@@ -350,3 +350,17 @@ def test_a_budget_too_short_is_said_in_the_windows_words(qtbot, window, dialogs)
     kind, title, text = dialogs.messages[-1]
     assert title == "Cannot find settings"
     assert text.endswith("that takes about 16 s; set the Time budget to 21 s or more"), text
+
+
+def test_the_dialog_fits_a_laptop_screen(window, monkeypatch):
+    """It always opened at 1100 × 700: on a 1024 × 640 screen Apply and Close were below its bottom edge."""
+    from PySide6.QtCore import QPoint, QRect
+
+    laptop = QRect(0, 0, 1024, 640)
+    monkeypatch.setattr(window, "screen", lambda: type("Screen", (), {"availableGeometry": lambda self: laptop})())
+    dialog = open_dialog(window)
+    assert laptop.contains(dialog.frameGeometry())
+    for name in ("tuneApplyButton", "tuneCloseButton"):
+        button = child(dialog, name)
+        corner = button.mapToGlobal(QPoint(button.width() - 1, button.height() - 1))
+        assert laptop.contains(corner), (name, corner)
