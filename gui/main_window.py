@@ -143,6 +143,7 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status)
         self.resize(1500, 950)
         self.main_splitter.setSizes([400, 1100])
+        self.settings_button.sync()  # the column has its room now: its minimum width holds again
         self.right_splitter.setSizes([680, 240])
         self.left_splitter.setSizes([700, 220])
 

@@ -25,7 +25,7 @@ class SettingsToggle(QToolButton):
         self._width = 400
         """The column's width before it was collapsed, given back when it is shown."""
         self.toggled.connect(self.show_settings)
-        splitter.splitterMoved.connect(self.sync)
+        splitter.splitterMoved.connect(self._on_moved)
         self.sync()
 
     def settings_shown(self) -> bool:
@@ -49,9 +49,19 @@ class SettingsToggle(QToolButton):
                 self._splitter.setSizes([0, total])
         self.sync()
 
+    def _on_moved(self, *_) -> None:
+        self.sync()
+        sizes, least = self._splitter.sizes(), self._splitter.widget(0).minimumSizeHint().width()
+        if 0 < sizes[0] < least:  # dragged out of its collapse by a few pixels (its minimum was one): all of it
+            left = min(least, sum(sizes) // 2)
+            self._splitter.setSizes([left, sum(sizes) - left])
+
     def sync(self, *_) -> None:
         """Check state, text and tooltip from the splitter (after a drag, or restored splitter state)."""
         shown = self.settings_shown()
+        # A splitter's minimum width counts a collapsed column's minimum too: collapsing widened the window (to
+        # 1,032 px, past a 1024 px screen). One pixel while collapsed; its own minimum again while shown.
+        self._splitter.widget(0).setMinimumWidth(0 if shown else 1)
         self.blockSignals(True)
         self.setChecked(shown)
         self.blockSignals(False)

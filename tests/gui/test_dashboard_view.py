@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QPoint, QRect, Qt
 from PySide6.QtGui import QKeySequence
 
 from core.events import (
@@ -24,6 +24,7 @@ from core.events import (
 )
 from gui.run_record import DASHES, PALETTE
 from gui.widgets.plot_panel import MIN_MEMORY_SPAN_GIB
+from gui.widgets.settings_toggle import SETTINGS_MIN_WIDTH
 from tests.gui.conftest import child, click, run_once, wait_idle, wait_steps
 
 PLOTS = ("lossPlot", "lrPlot", "throughputPlot", "memoryPlot")
@@ -229,8 +230,24 @@ def test_window_is_usable_at_1024_by_640(qtbot, window, tmp_path):
     assert all(b.isVisible() for b in compact)
     assert [b.isEnabled() for b in compact] == [window.actions[n].isEnabled() for n in ("Start", "Pause", "Stop")]
     assert compact[0].isEnabled() and not compact[2].isEnabled()
+    # Collapsing never widens the window: the splitter counted the collapsed column's minimum (1,032 px with
+    # "Resume" beside the settings button, past a 1024 px screen).
+    window.actions["Pause"].setText("Resume")
+    qtbot.waitUntil(lambda: window.minimumSizeHint().width() <= 900)
+    window.resize(900, 640)
+    qtbot.waitUntil(lambda: window.width() == 900)
     click(window, "settingsToggle")
     assert window.settings_shown() and not any(b.isVisible() for b in compact)
+    shown_minimum = window.minimumSizeHint().width()
+    click(window, "settingsToggle")
+    assert not window.settings_shown()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)  # the layouts take the new minimum
+    assert window.minimumSizeHint().width() <= shown_minimum and window.width() == 900
+    click(window, "settingsToggle")
+    assert window.settings_shown() and window.config_panel.parentWidget().width() >= 200
+    click(window, "settingsToggle")
+    window.main_splitter.moveSplitter(3, 1)  # a drag out of the collapse by a few pixels: the column's minimum
+    assert window.settings_shown() and window.main_splitter.sizes()[0] >= SETTINGS_MIN_WIDTH
 
 
 # --------------------------------------------------------------------------- bug 6: long messages elide
