@@ -161,11 +161,15 @@ class RunActions(QObject):
             # The run picked cannot be continued: said, not another run's weights taken in its stead.
             # Ended with a checkpoint, it would be the source: it has not ended, or it saved none.
             picked = self.session.record(next(iter(selected)))
-            if not picked.ended:
+            last = (f"; its last one, {picked.checkpoints[-1]}, can be resumed (File, Load weights…)"
+                    if picked.checkpoints else "")  # periodic ones, but not the final one Continue starts from
+            if picked.state == "not running":  # its writer is gone without an ending: it never will end
+                why = ("it is not running and recorded no ending (killed, or its machine stopped), so it has no "
+                       "final checkpoint" + (last or " and it saved no other"))
+            elif not picked.ended:
                 why = "it is still training"
-            elif picked.checkpoints:  # periodic ones, but not the final one Continue starts from
-                why = (f"it {picked.state} at step {picked.step:,} without a final checkpoint; its last one, "
-                       f"{picked.checkpoints[-1]}, can be resumed with Load…")
+            elif last:
+                why = f"it {picked.state} at step {picked.step:,} without a final checkpoint{last}"
             else:
                 why = "it saved no checkpoint (it failed or was stopped before its first one)"
             dialogs.show_error(self._window, "Cannot continue",

@@ -7,6 +7,8 @@ one), so each figure is known exactly; a few are real micro runs.
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -533,7 +535,28 @@ def test_continue_of_a_failed_run_with_periodic_checkpoints_names_its_last_one(q
     window.table.selectRow(window.table.row_of(failed.key))
     click(window, "continueButton")
     assert dialogs.warnings() == [f"Cannot continue: {failed.label} cannot be continued: it failed at step 9 "
-                                  f"without a final checkpoint; its last one, {saved}, can be resumed with Load…. "
+                                  f"without a final checkpoint; its last one, {saved}, can be resumed (File, Load "
+                                  f"weights…). Select a run that has a final checkpoint, or none to continue the "
+                                  f"latest."]
+
+
+def test_continue_of_a_killed_run_says_it_is_not_running_not_still_training(qtbot, window, tmp_path, dialogs):
+    """A run killed with kill -9 ("not running") was said to be "still training"."""
+    run_once(qtbot, window)
+    folder = write_run(tmp_path / "killed", "k1", step_times=(0.1,) * 9)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()[:-1]  # no ending: the process was killed
+    saved = str(folder / "checkpoints" / "step_0000006")
+    lines.append(json.dumps(CheckpointSaved("k1", 0.6, 6, 768, saved).to_dict()))
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    long_ago = time.time() - 3600  # no heartbeat and an old file: its writer is gone
+    os.utime(folder / "metrics.jsonl", (long_ago, long_ago))
+    killed = window.open_run_folder(str(folder))
+    assert killed.state == "not running"
+    window.table.selectRow(window.table.row_of(killed.key))
+    click(window, "continueButton")
+    assert dialogs.warnings() == [f"Cannot continue: {killed.label} cannot be continued: it is not running and "
+                                  f"recorded no ending (killed, or its machine stopped), so it has no final "
+                                  f"checkpoint; its last one, {saved}, can be resumed (File, Load weights…). "
                                   f"Select a run that has a final checkpoint, or none to continue the latest."]
 
 
