@@ -707,6 +707,11 @@ class Trainer:
                       f"saved (seed {self.seed}); config.json records seed {self.seed}")
         lineage = (trainer_state.get("train_config") or {}).get("warmup_ratio", given.warmup_ratio)
         warmup = lineage if self.schedule.warmup_tokens else 0.0
+        if given.warmup_ratio != lineage:  # a new segment's "no warmup" is the log's plan, not a value given
+            kept = (f"warmup {warmup * 100:g}% of its budget" if self.schedule.warmup_tokens
+                    else "a new cosine without warmup after its finished budget")
+            self.warn(f"warmup {given.warmup_ratio * 100:g}% does not apply: a resumed run keeps its schedule "
+                      f"({kept}); config.json records warmup_ratio {warmup}")
         self.cfg = self.cfg.replace(train={"seed": self.seed, "warmup_ratio": warmup})
 
     def _create_run_folder(self) -> None:

@@ -196,8 +196,13 @@ def test_a_resumed_run_records_the_seed_and_warmup_it_trains_with(stopped_parent
     recorded = json.loads((run_dir / "config.json").read_text())["config"]
     assert (recorded["train"]["seed"], recorded["train"]["warmup_ratio"]) == (own["seed"], own["warmup_ratio"])
     assert recorded["resume"] == str(checkpoint)
+    err = capsys.readouterr().err
     assert f"seed {own['seed'] + 5} does not apply: a resumed run continues the random streams its checkpoint " \
-           f"saved (seed {own['seed']})" in capsys.readouterr().err
+           f"saved (seed {own['seed']})" in err
+    # the warmup given is said too (the dashboard's warmup field was ignored without a word)
+    ratio = own["warmup_ratio"]
+    assert f"warmup 90% does not apply: a resumed run keeps its schedule (warmup {ratio * 100:g}% of its " \
+           f"budget); config.json records warmup_ratio {own['warmup_ratio']}" in err
 
 
 # --------------------------------------------------------------------------- changing speedups on resume
