@@ -58,6 +58,8 @@ REFRESH_HZ = 10
 PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the GUI thread long
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
 CHECKING_DATA = "the data folder is still being checked (Start waits for its check)"
+TUNING = ("Waits for the speed advisor's trials (Find fastest settings…), which hold the torch thread: cancel them "
+          "there, or wait for their end")
 
 
 class MainWindow(QMainWindow):
@@ -453,7 +455,8 @@ class MainWindow(QMainWindow):
                                 can_save=session.can_save and not session.tuning and not session.in_processes,
                                 can_load=not session.tuning,
                                 invalid="" if valid else CHECKING_DATA if checking else self.config_panel.error,
-                                in_processes=session.in_processes)
+                                in_processes=session.in_processes,
+                                busy=TUNING if session.tuning else "")
         self.tune_action.setEnabled(not running)
         # The Run menu offers what the buttons offer, enabled alike.
         for text, button in (("Start", self.controls.start), ("Pause", self.controls.pause),

@@ -39,7 +39,7 @@ class RunControls(QWidget):
         self.load = _button("loadButton", "Load…", "Load weights (any supported checkpoint) into the next run")
         self.start.setStyleSheet("font-weight: bold;")
         self._tips = {"start": self.start.toolTip(), "continue": self.continue_.toolTip(),
-                      "pause": self.pause.toolTip(), "save": self.save.toolTip()}
+                      "pause": self.pause.toolTip(), "save": self.save.toolTip(), "load": self.load.toolTip()}
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.start, 0, 0)
@@ -62,17 +62,19 @@ class RunControls(QWidget):
 
     def set_state(self, *, running: bool, paused: bool, can_start: bool, can_continue: bool,
                   can_save: bool, can_load: bool = True, stopping: bool = False, invalid: str = "",
-                  in_processes: bool = False) -> None:
+                  in_processes: bool = False, busy: str = "") -> None:
         """``invalid``: why the settings cannot run, said in the tooltips of the buttons it greys;
         ``in_processes``: the run is a torchrun job, whose ranks are stopped, never paused, and save their own
-        checkpoints (said in the tooltips of Pause and Save)."""
+        checkpoints (said in the tooltips of Pause and Save); ``busy``: what holds the torch thread (the speed
+        advisor's trials), said in the tooltips of the buttons that wait for it."""
         self._paused = paused
         for button, tip in ((self.start, self._tips["start"]), (self.continue_, self._tips["continue"])):
-            button.setToolTip(f"Cannot run these settings: {invalid}" if invalid else tip)
+            button.setToolTip(busy or (f"Cannot run these settings: {invalid}" if invalid else tip))
         self.pause.setToolTip("A run in several processes is stopped, never paused" if in_processes else
                               self._tips["pause"])
-        self.save.setToolTip("A run in several processes saves its own checkpoints (its run folder's "
-                             "checkpoints/); Load… reads them" if in_processes else self._tips["save"])
+        self.save.setToolTip(busy or ("A run in several processes saves its own checkpoints (its run folder's "
+                                      "checkpoints/); Load… reads them" if in_processes else self._tips["save"]))
+        self.load.setToolTip(busy or self._tips["load"])
         self.start.setEnabled(can_start and not running)
         self.pause.setEnabled(running and not stopping and not in_processes)
         self.pause.setText("Resume" if paused else "Pause")

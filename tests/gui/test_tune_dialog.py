@@ -39,6 +39,8 @@ def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, wind
     dialog.budget.setValue(120)
     click(dialog, "tuneRunButton")
     assert dialog.tuning and not child(window, "startButton").isEnabled()  # one job on the torch thread
+    for name in ("startButton", "saveButton", "loadButton"):  # and the greyed buttons say why
+        assert child(window, name).toolTip().startswith("Waits for the speed advisor's trials"), name
     qtbot.waitUntil(lambda: dialog.finished_events >= 1, timeout=RUN_TIMEOUT_MS)
     assert dialog.table.rowCount() == 3  # every planned cell has its row from the first result on
     wait_done(qtbot, dialog)
@@ -52,6 +54,7 @@ def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, wind
     assert rec["text"] in child(dialog, "tuneRecommendation").text()
     assert child(dialog, "tuneApplyButton").isEnabled() == (not rec["is_current"])
     assert child(window, "startButton").isEnabled()  # the torch thread is free again
+    assert not child(window, "startButton").toolTip().startswith("Waits")
     assert not window.session.records  # trials are not runs: no rows in the run table
 
     # A saved report reopens; Apply writes its recommendation into the settings panel.
