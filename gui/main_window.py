@@ -472,7 +472,7 @@ class MainWindow(QMainWindow):
             active = self.session.active
             # Before its first step (its compile announced, not begun, included) a stop ends the set-up: nothing kept.
             setting_up = active is not None and active.before_training
-            compiling = not setting_up and active is not None and active.state == "compiling"
+            compiling = not setting_up and active is not None and active.compiling
             # A compile cannot be interrupted: say that the wait is for it, not for one optimizer step.
             after = ("the compile in progress and the step after it" if compiling else
                      "its set-up has stopped" if setting_up else "the current optimizer step")

@@ -173,6 +173,8 @@ class RunRecord:
     """How long its last validation took (from the step before it to its result): the ETA counts those to come."""
     _last_step_at: float | None = field(default=None, repr=False)
     _before_pause: str = field(default="training", repr=False)
+    _stopped_compiling: bool = field(default=False, repr=False)
+    """Asked to stop while it compiled, and no step has ended since: the stop waits for the compile."""
 
     @property
     def style_index(self) -> int:
@@ -248,6 +250,11 @@ class RunRecord:
         return self.state in ENDED_STATES
 
     @property
+    def compiling(self) -> bool:
+        """torch.compile is compiling its step (which cannot be interrupted), a stop asked for meanwhile or not."""
+        return self.state == "compiling" or (self.state == "stopping" and self._stopped_compiling)
+
+    @property
     def before_training(self) -> bool:
         """In set-up: its ``RunStarted`` (which names its run id) has not come, so it has trained no step, and a
         stop keeps nothing."""
@@ -256,7 +263,11 @@ class RunRecord:
     def apply(self, event: Event | RunNote) -> bool:
         """Update from one event or note; True when something the run table shows (other than progress) changed."""
         if isinstance(event, StopRequested):
-            return self._set_state("stopping", when=_STOPPABLE)
+            compiling = self.state == "compiling"
+            if not self._set_state("stopping", when=_STOPPABLE):
+                return False
+            self._stopped_compiling = compiling
+            return True
         if isinstance(event, TrainingPaused):
             before = self.state
             if self._set_state("paused", when=("starting", "compiling", "training")):
@@ -275,6 +286,7 @@ class RunRecord:
             self.preparation_share = event.bytes_done / event.bytes_total if event.bytes_total else None
             return False
         if isinstance(event, StepMetrics):
+            self._stopped_compiling = False  # the compiled step has run
             self.step, self.tokens, self.last_loss = event.step, event.tokens, event.loss
             self._last_step_at = event.time
             # The training's own memory, never below zero (the CLI's lines and RunFinished clamp it too).

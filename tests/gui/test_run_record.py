@@ -50,6 +50,23 @@ def test_stop_requested_is_stopping_until_the_run_reports_its_end():
     assert record.ended and record.checkpoint == "/runs/r1/ck"
 
 
+def test_a_stop_during_the_compile_is_still_compiling_until_its_step_has_run():
+    """A second close during a compile said the window waits for "the current optimizer step": once stopping,
+    the record no longer knew that the compile still ran."""
+    record = RunRecord(key=1, number=1, config={})
+    record.apply(started())
+    assert not record.compiling
+    record.apply(CompileStarted("r1", 1.0, "default", "model"))
+    assert record.compiling
+    record.apply(StopRequested())
+    assert record.state == "stopping" and record.compiling
+    record.apply(step(1, warmup=True))  # the compiled step has run: the stop comes now
+    assert record.state == "stopping" and not record.compiling
+    trained = RunRecord(key=2, number=2, config={})
+    states(trained, [started(), step(1), StopRequested()])
+    assert trained.state == "stopping" and not trained.compiling
+
+
 def test_pause_returns_to_the_state_it_interrupted():
     record = RunRecord(key=1, number=1, config={})
     assert states(record, [started(), CompileStarted("r1", 1.0, "default", "model"), TrainingPaused(2),

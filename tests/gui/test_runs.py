@@ -390,7 +390,14 @@ def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_wind
     record.state = "compiling"  # as CompileStarted sets it, without a compile's half minute
     window.close()
     assert "torch.compile cannot be cut short" in dialogs.questions()[-1] and window.isVisible()
-    record.state = "training"
+    # Once stopping, a second close still says that the wait is for the compile (it said "optimizer step").
+    record.state, record._stopped_compiling = "stopping", True  # as StopRequested during the compile leaves it
+    window.session._closing = True  # as the first close, answered Yes, leaves it
+    window.close()
+    assert window.status.currentMessage() == ("Still stopping: the window closes after the compile in progress "
+                                              "and the step after it …")
+    window.session._closing = False
+    record.state, record._stopped_compiling = "training", False
 
     dialogs.question_answer = dialogs.question_answer.Yes
     window.close()
