@@ -34,6 +34,7 @@ class ElidedLabel(QLabel):
     def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._full = ""
+        self._yielding = ""
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setMinimumWidth(40)
         self.setText(text)
@@ -52,11 +53,14 @@ class ElidedLabel(QLabel):
         hint.setWidth(self.minimumWidth())
         return hint
 
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+    def setText(self, text: str, yielding: str = "") -> None:  # noqa: N802 (Qt's name)
+        """``yielding``: a first part of the text (a run's label) that is cut first, to a third of the width, so
+        what follows it (the run's state, its compile time) stays in sight."""
         full = " ".join(text.split())  # one line: a multi-line reason reads as one
-        if full == self._full and self.toolTip() == (text if full else ""):
+        yielding = " ".join(yielding.split()) if full.startswith(" ".join(yielding.split())) else ""
+        if full == self._full and yielding == self._yielding and self.toolTip() == (text if full else ""):
             return  # the same text: no relayout of the bar
-        self._full = full
+        self._full, self._yielding = full, yielding
         self.setToolTip(text if full else "")
         self._elide()
         self.updateGeometry()
@@ -67,7 +71,12 @@ class ElidedLabel(QLabel):
 
     def _elide(self) -> None:
         width = max(0, self.width() - GAP_PX)
-        super().setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width))
+        metrics, text = self.fontMetrics(), self._full
+        if self._yielding and metrics.horizontalAdvance(text) > width:
+            rest = text[len(self._yielding):]
+            room = max(width // 3, width - metrics.horizontalAdvance(rest))
+            text = metrics.elidedText(self._yielding, Qt.TextElideMode.ElideRight, room) + rest
+        super().setText(metrics.elidedText(text, Qt.TextElideMode.ElideRight, width))
 
 
 class StatusBar(QStatusBar):
@@ -136,6 +145,7 @@ class StatusBar(QStatusBar):
         self._shown = shown
         if record.state == "stopping":
             state = ("stopping… (its set-up: nothing is kept)" if record.before_training else
+                     "stopping… (after the compile in progress and its step)" if record.compiling else
                      "stopping… (after the current optimizer step)")
         elif record.state == "compiling":
             state = record.compile_progress() or "compiling"
@@ -145,7 +155,7 @@ class StatusBar(QStatusBar):
             state = f"{record.preparation} (Stop cancels it)"
         else:
             state = record.state
-        self.state.setText(f"{record.label}: {state}")
+        self.state.setText(f"{record.label}: {state}", yielding=f"{record.label}: ")
         if record.run_id is None:  # set-up: nothing of it is known yet, and nothing of another run is shown
             self.progress.setRange(0, 1)
             self.progress.setValue(0)

@@ -383,7 +383,7 @@ def test_empty_plots_say_what_to_do(window, tmp_path):
 
 
 def test_compile_warm_up_shows_elapsed_time_and_what_compiles(qtbot):
-    from gui.run_record import RunRecord
+    from gui.run_record import RunRecord, StopRequested
     from gui.widgets.run_table import RunTable
     from gui.widgets.status_bar import StatusBar
 
@@ -413,6 +413,19 @@ def test_compile_warm_up_shows_elapsed_time_and_what_compiles(qtbot):
     qtbot.waitUntil(lambda: "0:42" in elided())
     qtbot.waitUntil(lambda: status.state.width() > 100)  # laid out
     assert "0:42" in status.state.text(), status.state.text()
+    # A long run label gives way first: "#1 max-autotune-no-cudagraphs/block ×1: compiling …" lost the time.
+    train = {"compile_mode": "max-autotune-no-cudagraphs", "compile_scope": "block"}
+    long = RunRecord(key=2, number=2, config={"train": train})
+    long.apply(RunStarted("c2", 0.0, run_dir="/runs/c2", config={"train": train}, device="cpu", precision="fp32",
+                          num_parameters=1, tokens_per_step=1, budget_tokens=9, total_steps=9))
+    long.apply(CompileStarted("c2", 0.1, "max-autotune-no-cudagraphs", "block"))
+    long.compile_started -= 42
+    status.show_run(long, None)
+    qtbot.waitUntil(lambda: "compiling 0:42" in status.state.text())
+    assert status.state.text().startswith("#2 max") and long.label in status.state.full_text()
+    long.apply(StopRequested())  # the stop waits for the compile, and says so
+    status.show_run(long, None)
+    assert status.state.full_text().endswith("stopping… (after the compile in progress and its step)")
 
 
 def test_rows_are_removed_with_delete_and_failed_runs_cleared(qtbot, window, tmp_path):
