@@ -36,8 +36,10 @@ STATE_CHARS = 80
 STATE_MAX_PX = 190
 MIN_STEPS_FOR_RANGE = 4
 """Steady steps a run needs before its spread says anything."""
-COMPARED = (("precision", "precision"), ("device", "device"), ("preset", "preset"), ("seq_len", "sequence length"),
-            ("layout", "layout"), ("vocab_size", "vocabulary"))
+COMPARED = (("precision", "precision"), ("device", "device"), ("preset", "preset"), ("model", "model"),
+            ("seq_len", "sequence length"), ("layout", "layout"), ("vocab_size", "vocabulary"))
+_SIZES = (("hidden_size", "hidden {}"), ("num_layers", "{} layers"), ("num_heads", "{} heads"),
+          ("num_kv_heads", "{} key/value heads"), ("intermediate_size", "MLP {}"))
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -52,12 +54,15 @@ def _quartiles(times: list[float]) -> tuple[float, float] | None:
 
 
 def comparison_keys(record: RunRecord) -> dict[str, str]:
-    """What must match for two runs' throughputs to be compared: precision, device, preset, sequence length,
-    layout (documents padded or packed) and the vocabulary (the output head's size: another corpus' tokenizer)."""
+    """What must match for two runs' throughputs to be compared: precision, device, preset, the model's sizes (a
+    checkpoint's own architecture runs under the preset's name), sequence length, layout (documents padded or
+    packed) and the vocabulary (the output head's size: another corpus' tokenizer)."""
     cfg = record.config
+    model = cfg.get("model", {})
     return {"precision": record.precision or str(record.train.get("precision", "")),
             "device": record.device or str(record.train.get("device", "")),
             "preset": str(cfg.get("preset", "")),
+            "model": ", ".join(words.format(model[key]) for key, words in _SIZES if key in model),
             "seq_len": str(cfg.get("data", {}).get("seq_len", "")),
             "layout": str(cfg.get("data", {}).get("layout", "packed")),
             "vocab_size": str(cfg.get("model", {}).get("vocab_size", ""))}

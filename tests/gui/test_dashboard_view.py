@@ -517,6 +517,12 @@ def test_layout_and_vocabulary_make_throughputs_incomparable():
     assert not_comparable(record(1, "packed", 2048), record(2, "packed", 2048)) == []
     assert not_comparable(record(1, "document", 8192), record(2, "packed", 2048)) == \
         ["layout document vs packed", "vocabulary 8192 vs 2048"]
+    # A checkpoint's own architecture trains under the preset's name: its sizes are compared too (a 4× smaller
+    # model's "3.47×" was shown as a speedup).
+    small, tiny = record(3, "packed", 2048), record(4, "packed", 2048)
+    small.config["model"].update(hidden_size=64, num_layers=2)
+    tiny.config["model"].update(hidden_size=128, num_layers=4)
+    assert not_comparable(small, tiny) == ["model hidden 64, 2 layers vs hidden 128, 4 layers"]
 
 
 def test_continue_of_a_selected_run_without_a_checkpoint_says_so_not_another_runs(qtbot, window, tmp_path, dialogs):
