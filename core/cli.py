@@ -227,9 +227,10 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         "eval_batches": args.eval_batches, "sample_every": args.sample_every, "save_every": args.save_every,
         "keep": args.keep, "fsdp": args.fsdp,
     }
+    train["budget_given"] = False  # a resumed run's own config.json may say True: not inherited
     for kind in ("steps", "tokens", "epochs"):
         if getattr(args, kind) is not None:
-            train["budget_kind"], train["budget"] = kind, getattr(args, kind)
+            train["budget_kind"], train["budget"], train["budget_given"] = kind, getattr(args, kind), True
     if args.micro_batch == "auto":
         train["micro_batch"], train["auto_micro_batch"] = None, True
     elif args.micro_batch is not None:

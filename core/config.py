@@ -290,6 +290,10 @@ class TrainConfig:
     budget_kind: str = "steps"
     budget: float = 300
     """Optimizer steps, tokens or epochs, per ``budget_kind``."""
+    budget_given: bool = False
+    """The budget was given for this run (the command line's --steps, --tokens or --epochs), not inherited: on
+    resume it is the lineage's new total even where it equals the parent's; left out, the run keeps the
+    parent's horizon in tokens whatever its new batch."""
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_ratio: float = 0.05

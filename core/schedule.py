@@ -78,7 +78,7 @@ def make_schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None
 
     - the parent stopped early: continue its schedule to its horizon, by
       tokens, whatever the new effective batch (accumulation, micro-batch);
-      a budget changed on resume sets the lineage's new total instead
+      a budget changed (or given: ``budget_given``) on resume sets the lineage's new total instead
       (a ``ConfigError`` when that total is already behind it, or inside
       the warmup it keeps);
     - the parent finished its budget: a new cosine segment of this run's
@@ -92,7 +92,7 @@ def make_schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None
         return LRSchedule(train.lr, train.min_lr, 0, at.tokens + budget_tokens(train, at), at.tokens)
     parent = saved.get("train_config") or {}
     end = theirs["end_tokens"]
-    if (parent.get("budget_kind"), parent.get("budget")) != (train.budget_kind, train.budget):
+    if train.budget_given or (parent.get("budget_kind"), parent.get("budget")) != (train.budget_kind, train.budget):
         end = _lineage_end_tokens(train, at)
         if end <= at.tokens:
             raise ConfigError(f"a budget of {train.budget:g} {train.budget_kind} is already used up: the checkpoint "

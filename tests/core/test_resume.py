@@ -246,6 +246,22 @@ def test_a_new_budget_on_resume_sets_the_lineage_total(stopped_parent, tmp_path,
     assert not (tmp_path / "cli").exists()
 
 
+def test_a_budget_given_on_resume_is_the_total_even_where_it_equals_the_parents(stopped_parent, tmp_path):
+    """--steps 8 beside twice the batch kept the parent's horizon in tokens (2 more steps, to step 6), because 8
+    was the parent's budget too: a budget given on the command line is the lineage's total; one left out keeps
+    the parent's horizon (test_resume_with_other_accumulation_continues_the_schedule_by_tokens)."""
+    _, checkpoint = stopped_parent
+    assert main(["train", "--resume", str(checkpoint), "--accum", "2", "--steps", "8", "--out", str(tmp_path),
+                 "--no-progress"]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    events = read_events(run_dir)
+    metrics = [e for e in events if isinstance(e, StepMetrics)]
+    assert [m.step for m in metrics] == [5, 6, 7, 8]
+    min_lr = json.loads((run_dir / "config.json").read_text())["config"]["train"]["min_lr"]
+    assert metrics[-1].lr == pytest.approx(min_lr)  # the cosine ends at the total given
+    assert next(e for e in events if isinstance(e, RunStarted)).budget_tokens == (4 + 4 * 2) * TOKENS_PER_STEP
+
+
 def test_resuming_a_finished_run_continues_with_a_new_cosine_segment(tmp_path):
     cfg = config(tmp_path, budget=4)
     first = train(cfg)
