@@ -119,8 +119,16 @@ def import_training_libraries() -> None:
     modules are the process', not the run's. An optimizer's constructor imports ``torch._dynamo`` and with it
     sympy and ``torch.distributed``, about 800 modules and 70 MB of resident memory, which the first run of a
     process (every command-line run, every benchmark probe, the dashboard's first) read as its own training
-    memory (tiny, micro-batch 8: 0.19 GiB, where a second run in the same process read 0.12)."""
-    import torch._dynamo  # noqa: F401
+    memory (tiny, micro-batch 8: 0.19 GiB, where a second run in the same process read 0.12).
+
+    Importing it makes torch.compile's cache folder (``TORCHINDUCTOR_CACHE_DIR``), with compile off too: one
+    that cannot be made is a ``ConfigError`` naming it, not an ``OSError`` traceback."""
+    try:
+        import torch._dynamo  # noqa: F401
+    except OSError as exc:
+        where = exc.filename or os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+        raise ConfigError(f"cannot make torch.compile's cache folder {where}: {exc.strerror or exc}; set "
+                          f"TORCHINDUCTOR_CACHE_DIR to a folder that can be written") from exc
 
 
 def release_freed_memory() -> None:

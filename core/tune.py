@@ -330,6 +330,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     """
     from core.device import (
         device_name,
+        import_training_libraries,
         measure_matmul_peak,
         resolve_device,
         resolve_precision,
@@ -350,6 +351,7 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     # The trials write no run folder there, but the run that follows with the recommended settings does:
     # refused as train refuses it, before the precision probe or anything else is measured.
     check_run_root(config.out_dir)
+    import_training_libraries()  # torch.compile's cache folder made (or refused) before anything is measured
     precision = resolve_precision(config.train.precision, device, config.expected_model())
     check_cancelled()  # after the precision probe (its first time on this machine)
     current = cell_of(config, precision)

@@ -576,3 +576,23 @@ def test_a_deleted_current_folder_is_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr == "speedboard: error: the current folder no longer exists (deleted or moved since the shell " \
                          "entered it); cd to an existing folder and run the command again\n"
+
+
+@pytest.mark.parametrize("command", [["train", *SMALL, "--steps", "1"],
+                                     ["tune", *SMALL[:8], "--cells", "off-a1-*,off-a2-*", "--precisions", "fp32",
+                                      "--repeats", "1", "--trial-steps", "1", "--budget-seconds", "120"]])
+def test_a_compile_cache_folder_that_cannot_be_made_is_one_line(tmp_path, command):
+    """torch.compile makes its cache folder when it is imported, with compile off too: one that cannot be made
+    (below a file, on a read-only disk) was an OSError traceback from train and from tune's first trial."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(blocker / "inductor")}
+    extra = ["--json", str(tmp_path / "t.json")] if command[0] == "tune" else ["--out", str(tmp_path / "runs")]
+    done = subprocess.run([sys.executable, "-m", "core.cli", *command, *extra], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"speedboard: error: cannot make torch.compile's cache folder {blocker / 'inductor'}: Not a directory; set "
+        f"TORCHINDUCTOR_CACHE_DIR to a folder that can be written")
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "t.json").exists()
