@@ -337,7 +337,7 @@ def write_reports(raw: dict, path: Path) -> list[Path]:
     Returns the paths written; the ``.png`` is missing from them without matplotlib.
     """
     json_path, md_path, png_path = report_files(path)
-    json_data, md_data = _json_bytes(raw), _markdown_file(raw).encode("utf-8")
+    json_data, md_data = _json_bytes(raw), _markdown_bytes(raw)
     staged: list[tuple[Path, Path]] = []
     try:
         staged.append((_stage(json_path, lambda f: f.write(json_data)), json_path))
@@ -475,9 +475,15 @@ def _markdown_file(raw: dict) -> str:
     return head + markdown(raw)
 
 
+def _markdown_bytes(raw: dict) -> bytes:
+    # A path that is not UTF-8 (a folder named with a byte 0xff: its command line holds a lone surrogate) is
+    # written as its escape, "\udcff": it made the encoding fail once everything had been measured.
+    return _markdown_file(raw).encode("utf-8", errors="backslashreplace")
+
+
 def write_markdown(raw: dict, path: Path) -> None:
     """The report as Markdown at ``path``, whole or not at all."""
-    data = _markdown_file(raw).encode("utf-8")
+    data = _markdown_bytes(raw)
     _write(path, lambda f: f.write(data))
 
 

@@ -332,14 +332,17 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     tokens_per_step = effective * base.data.seq_len
     out = Path(args.out).expanduser() if args.out else (
         default_out_dir().parent / "bench" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device.type}")
+    # The folder as the user knows it: the --out given, or the default one (which --out replaces).
+    named, hint = (f"--out {out}", "") if args.out else (f"the report folder {out}",
+                                                           "; give --out FOLDER to write the report elsewhere")
     if out.exists() and not out.is_dir():
-        raise BenchError(f"--out {out} is a file, not a folder")
+        raise BenchError(f"{named} is a file, not a folder{hint}")
     problem = why_not_writable(out)  # said now, not after the whole matrix has been measured
     if problem is not None:
-        raise BenchError(f"--out {out}: {problem}")
+        raise BenchError(f"{named}: {problem}{hint}")
     for target in report_files(out / "bench.json"):
         if (what := not_a_file(target)) is not None:
-            raise BenchError(f"--out {out}: its {target.name} is {what}, not a file the report can replace")
+            raise BenchError(f"{named}: its {target.name} is {what}, not a file the report can replace{hint}")
     # Made now so that a folder that cannot be made is said before the measurements, and removed
     # again until the report is written: a run that ends without one leaves no empty folder.
     _remove_if_empty(_make_folder(out))

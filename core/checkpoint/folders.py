@@ -92,7 +92,11 @@ class AtomicFolder:
         # A link to a folder keeps linking: the folder it names is written (a link renamed away was replaced by
         # a real folder, and the one it named left as it was).
         given = user_path(target)
-        self.target = given.resolve() if given.is_symlink() else given
+        try:
+            self.target = given.resolve(strict=False) if given.is_symlink() else given
+        except (RuntimeError, OSError) as exc:  # a link that names itself, at some depth (Python < 3.13: Runtime)
+            raise CheckpointError(f"cannot write the {what} to {given}: it is a symbolic link that loops back "
+                                  f"to itself") from exc
         self.what = what
         self.replace = replace
         """False: a folder another writer filled meanwhile is refused at the rename (an export), never replaced."""

@@ -72,6 +72,29 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_anything_is_m
         f"speedboard bench: error: --out {out}: {out} is on a read-only file system"]
 
 
+def test_a_default_report_folder_that_cannot_be_made_is_named_as_such(capsys, tmp_path, monkeypatch):
+    """With no --out given, the refusal named "--out" and said nothing of how to write elsewhere."""
+    home = tmp_path / "home"
+    home.write_text("a file where SPEEDBOARD_HOME should be a folder")
+    monkeypatch.setenv("SPEEDBOARD_HOME", str(home))
+    assert _run_main(["bench", *TINY]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"speedboard bench: error: the report folder {home}/bench/"), line
+    assert "--out " not in line.split("; give")[0] and line.endswith("; give --out FOLDER to write the report "
+                                                                     "elsewhere")
+
+
+def test_a_report_of_a_path_that_is_not_utf8_is_written_whole(tmp_path):
+    """A folder named with the byte 0xff: the Markdown could not be encoded once everything had been measured,
+    and nothing was written."""
+    raw = _raw()
+    raw["command"] = "speedboard bench --out b\udcffname"  # a lone surrogate, as Python decodes such a name
+    written = report.write_reports(raw, tmp_path / "bench.json")
+    assert (tmp_path / "bench.md") in written
+    assert "b\\udcffname" in (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert json.loads((tmp_path / "bench.json").read_text())["command"] == raw["command"]
+
+
 @pytest.mark.parametrize("name", ["bench.json", "bench.md", "bench.png"])
 def test_a_report_file_that_is_a_folder_is_refused_before_anything_is_measured(name, capsys, tmp_path, monkeypatch):
     """The folder could be written, but the report's own file could not be replaced: that was found out only

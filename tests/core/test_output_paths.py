@@ -152,6 +152,18 @@ def test_export_to_a_path_below_a_file_says_so(tmp_path, a_file, tok, capsys):
     assert a_file.read_text() == "not a folder"
 
 
+def test_export_to_a_symbolic_link_loop_is_one_line(tmp_path, tok, capsys):
+    """ln -s loop loop; speedboard export CKPT loop: a RuntimeError traceback ("Symlink loop")."""
+    checkpoint = ck.save_checkpoint(tmp_path / "ckpt", make_model(0), tokenizer=tok)
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    for name in ("loop", "a"):
+        assert main(["export", str(checkpoint), str(tmp_path / name)]) == 2
+        assert one_error_line(capsys).endswith(f"cannot write the export to {tmp_path / name}: it is a symbolic "
+                                               f"link that loops back to itself")
+
+
 @pytest.mark.parametrize("name", ["a\nb", "tab\there", "bell\x07"])
 def test_a_new_name_with_a_control_character_is_refused_in_one_line(name, tmp_path, tok, capsys):
     """An export named "a<newline>b" was written, and every message naming it broke into two lines."""
