@@ -65,6 +65,7 @@ from core.errors import (
     Cancelled,
     CheckpointError,
     ConfigError,
+    DataError,
     JobTerminated,
     NotFinite,
     describe_exception,
@@ -555,7 +556,7 @@ class Trainer:
         tokenizer, origin = None, "given"
         if loaded is not None and loaded.tokenizer is not None:
             tokenizer, origin = loaded.tokenizer, f"checkpoint {loaded.source}"
-            self._check_tokenizer_setting(tokenizer, str(loaded.source))
+            self._check_tokenizer_setting(tokenizer, loaded)
         self.data = prepare_data(self.cfg.data, tokenizer, tokenizer_origin=origin, sink=self.emit, clock=self.now,
                                  run_id=self.run_id, should_stop=lambda: self.control.stop_requested)
         if self.dist.enabled:  # all ranks must read the same samples: same tokens, tokenizer and layout
@@ -564,12 +565,18 @@ class Trainer:
             check_same_on_all_ranks(f"{data.corpus.digest} {tok_hash} {len(data.train)} {len(data.val)} "
                                     f"{data.train.seq_len}", "data (corpus, tokenizer, samples)", self.dist)
 
-    def _check_tokenizer_setting(self, tokenizer, source: str) -> None:
-        """A tokenizer file given with a checkpoint that has its own must be that one: its weights learned its ids."""
+    def _check_tokenizer_setting(self, tokenizer, loaded: ckpt_io.LoadedCheckpoint) -> None:
+        """A tokenizer file given with a checkpoint that has its own must be that one: its weights learned its ids.
+        The checkpoint's own run setting (a resumed or continued run inherits it) is not a file given: the
+        checkpoint's tokenizer serves whatever lies at that path now (overwritten, gone)."""
         path = self.cfg.data.tokenizer
-        if not path or not Path(path).expanduser().exists():
-            return  # none given, or a resumed run's old setting whose file is gone: the checkpoint's own serves
-        require_checkpoint_tokenizer(path, tokenizer, source)
+        run = loaded.meta.get("run") if isinstance(loaded.meta, dict) else None
+        data = run.get("data") if isinstance(run, dict) else None
+        if not path or (isinstance(data, dict) and data.get("tokenizer") == path):
+            return
+        if not Path(path).expanduser().is_file():  # as a new run refuses it: not recorded and ignored
+            raise DataError(f"tokenizer file {path} does not exist", "tokenizer")
+        require_checkpoint_tokenizer(path, tokenizer, str(loaded.source))
 
     def _sharing(self) -> tuple[int, int]:
         """(processes that share this device's memory, shards of the parameter states): CPU processes of one
@@ -793,8 +800,9 @@ class Trainer:
         if tc.fsdp and not self.dist.enabled:
             self.warn("FSDP shards over several processes (--nproc N); this single process trains unsharded")
         if loaded and loaded.tokenizer is None and not self.cfg.data.tokenizer:  # a given one is the user's word
-            self.warn(f"{loaded.source} has no tokenizer.json: its weights are trained with a new tokenizer "
-                      f"whose token ids do not match the ones they learned")
+            self.warn(f"{loaded.source} has no tokenizer.json: its weights are trained with a new tokenizer, "
+                      f"whose token ids may not be the ones they learned (--tokenizer FILE gives the one they were "
+                      f"trained with)")
 
     def _config_dict(self) -> dict:
         d = self.cfg.to_dict()

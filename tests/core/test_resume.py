@@ -689,3 +689,25 @@ def test_a_resumed_runs_memory_baseline_leaves_its_checkpoints_tensors_to_the_tr
     assert state > weights  # the optimizer's moments too
     assert trainer.mem_baseline == pytest.approx(1.0 - state / GIB)
     assert core.trainer._tensor_bytes(held, torch.device("cuda")) == 0  # a GPU run's baseline: its own memory
+
+
+def test_a_resume_takes_its_checkpoints_tokenizer_whatever_now_lies_at_the_parents_tokenizer_path(tmp_path,
+                                                                                                  capsys):
+    """A run trained with --tokenizer FILE could not be resumed once FILE was overwritten: its own config (which
+    --resume inherits) named FILE, and the resume said "leave --tokenizer out" to a user who gave none. A
+    --tokenizer given that does not exist was taken silently (and recorded) beside a checkpoint's own."""
+    from tests.core.checkpoint_helpers import make_tokenizer
+
+    (tmp_path / "tok").mkdir()
+    file = make_tokenizer(300).save(tmp_path / "tok")
+    cfg = config(tmp_path, budget=4).replace(data={"tokenizer": str(file)})
+    _, checkpoint = run_stopped_at(cfg, 2)
+    make_tokenizer(400).save(tmp_path / "tok")  # another tokenizer at the same path
+    assert main(["train", "--resume", str(checkpoint), "--out", str(tmp_path / "resumed"), "--no-progress"]) == 0
+    capsys.readouterr()
+    for start in (["--resume"], ["--seq-len", "32", "--init-from"]):
+        assert main(["train", *start, str(checkpoint), "--tokenizer", str(tmp_path / "missing.json"),
+                     "--out", str(tmp_path / "refused"), "--no-progress"]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == \
+            f"speedboard: error: tokenizer file {tmp_path / 'missing.json'} does not exist"
+    assert not (tmp_path / "refused").exists()
