@@ -714,6 +714,11 @@ class Trainer:
                       f"saved (seed {self.seed}); config.json records seed {self.seed}")
         lineage = (trainer_state.get("train_config") or {}).get("warmup_ratio", given.warmup_ratio)
         warmup = lineage if self.schedule.warmup_tokens else 0.0
+        schedule, saved = self.schedule, trainer_state.get("schedule") or {}
+        if warmup and schedule.end_tokens != saved.get("end_tokens"):
+            # A new total keeps the lineage's warmup in tokens: recorded as its share of the new total (0.5 of
+            # the parent's 100 steps resumed with --steps 60 is 50 steps, 0.83 of 60; 0.5 read as 30).
+            warmup = schedule.warmup_tokens / (schedule.end_tokens - schedule.start_tokens)
         if given.warmup_ratio != lineage:  # a new segment's "no warmup" is the log's plan, not a value given
             kept = (f"warmup {warmup * 100:g}% of its budget" if self.schedule.warmup_tokens
                     else "a new cosine without warmup after its finished budget")

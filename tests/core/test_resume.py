@@ -238,6 +238,10 @@ def test_a_new_budget_on_resume_sets_the_lineage_total(stopped_parent, tmp_path,
     train(cfg.replace(resume=str(checkpoint), train={"budget": 10}), sink=sink)
     assert [s.step for s in steps(sink)] == [5, 6, 7, 8, 9, 10]
     assert sink.of(RunStarted)[0].budget_tokens == 10 * TOKENS_PER_STEP
+    # config.json records the warmup it trains with: the lineage's, in tokens, as a share of the new total
+    saved = ck.read_checkpoint(checkpoint).read_trainer_state()["schedule"]
+    recorded = sink.of(RunStarted)[0].config["train"]["warmup_ratio"]
+    assert recorded * 10 * TOKENS_PER_STEP == pytest.approx(saved["warmup_tokens"])
     assert steps(sink)[-1].lr == pytest.approx(cfg.train.min_lr)  # the cosine ends at the new total
     with pytest.raises(ConfigError, match="already used up: the checkpoint is at step 4"):
         train(cfg.replace(resume=str(checkpoint), train={"budget": 3}))
