@@ -62,11 +62,15 @@ def other_stream(state: dict[str, Any], train_samples: int, data_digest: str | N
         why = f"with sample order {saved_order!r}" if saved_order else "by an earlier Speedboard"
         return (f"the checkpoint was saved {why}: weights, optimizer and schedule resume exactly, but the "
                 f"samples that follow are not the ones the parent run would have read next")
+    saved_digest = state.get("data_digest")
     if saved_samples is not None and int(saved_samples) != train_samples:
+        if saved_digest and data_digest and saved_digest == data_digest:  # the same tokens, cut otherwise
+            return (f"the samples differ from the parent run's: the same tokens, cut into {int(saved_samples):,} "
+                    f"training samples then and {train_samples:,} now (another sequence length or layout): "
+                    f"weights, optimizer and schedule resume exactly, on another sample stream")
         return (f"the data differs from the parent run's ({int(saved_samples):,} training samples then, "
                 f"{train_samples:,} now): weights, optimizer and schedule resume exactly, on another sample "
                 f"stream")
-    saved_digest = state.get("data_digest")
     if saved_digest and data_digest and saved_digest != data_digest:
         return ("the data differs from the parent run's (other tokens, as many training samples): weights, "
                 "optimizer and schedule resume exactly, on another sample stream")

@@ -654,6 +654,14 @@ def test_a_resume_says_when_it_cannot_continue_the_parents_sample_stream(stopped
     Trainer(cfg.replace(resume=str(checkpoint), data={"source": str(more)}), sink=other_data).run()
     assert any("the data differs from the parent run's" in w for w in _warnings(other_data))
 
+    # The same tokens cut into other samples: said as such, not as other data.
+    shorter = ListSink()
+    Trainer(cfg.replace(resume=str(checkpoint), data={"seq_len": 16}), sink=shorter).run()
+    notes = [w for w in _warnings(shorter) if "sample" in w]
+    assert any(w.startswith("the samples differ from the parent run's: the same tokens, cut into ")
+               and "(another sequence length or layout)" in w for w in notes), notes
+    assert not any("the data differs" in w for w in notes)
+
     # The same documents in another order (as many tokens, so as many samples): told by the tokens' digest.
     documents = source.read_text(encoding="utf-8").split("\n\n")
     reordered = tmp_path / "reordered.txt"
