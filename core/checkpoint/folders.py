@@ -205,13 +205,43 @@ class AtomicFolder:
                     raise self._taken()
                 return False
             names = sorted((f.name for f in self.tmp.iterdir()), key=lambda name: (name == CONFIG_FILE, name))
-            for name in names:
-                os.rename(self.tmp / name, self.target / name)
+            moved: list[Path] = []
+            try:
+                for name in names:
+                    self._move_in(name)
+                    moved.append(self.target / name)
+            except BaseException:  # a full volume part-way: the folder is left empty, as it was found
+                for path in moved:  # the write fails whole: its staging folder goes too
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                raise
             fsync(self.target)
             os.rmdir(self.tmp)
             return True
         finally:
             os.close(fd)
+
+
+    def _move_in(self, name: str) -> None:
+        """One staged file into the folder being filled: renamed, or where the folder is a file system of its own
+        (an empty volume mounted there, the staging folder beside it on another) copied in under a hidden name
+        and renamed there, so no file is ever seen part-written."""
+        try:
+            os.rename(self.tmp / name, self.target / name)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+        part = self.target / f".{name}.part"
+        try:
+            shutil.copyfile(self.tmp / name, part)
+            fsync(part)
+            os.rename(part, self.target / name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                part.unlink()
+            raise
+        os.unlink(self.tmp / name)
 
 
 def _umask_file_mode(folder: Path) -> int:

@@ -815,3 +815,51 @@ def test_a_config_json_of_pathological_json_is_one_error(micro):
         meta.write_text(text)
         with pytest.raises(CheckpointError):
             ck.read_checkpoint(result.run_dir)
+
+
+def _other_volume(monkeypatch, target: Path, full_after: int | None = None) -> None:
+    """``target`` as the mount point of a volume of its own: a rename into it from beside it is EXDEV (and with
+    ``full_after``, the copy of the file after that many fails as a full volume's would)."""
+    import errno
+
+    import core.checkpoint.folders as folders
+
+    rename, copyfile = os.rename, folders.shutil.copyfile
+    copied = []
+
+    def cross_device(src, dst, *args, **kwargs):
+        if Path(dst).parent == target and Path(src).parent != target:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return rename(src, dst, *args, **kwargs)
+
+    def filling(src, dst, *args, **kwargs):
+        if full_after is not None and len(copied) >= full_after:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        copied.append(dst)
+        return copyfile(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(folders.os, "rename", cross_device)
+    monkeypatch.setattr(folders.shutil, "copyfile", filling)
+
+
+def test_an_empty_mounted_volume_is_filled_in_place(tmp_path, tok, monkeypatch):
+    """`speedboard export CKPT /mnt/empty-volume`: "Invalid cross-device link", because the files staged beside
+    the folder, on the parent's file system, were renamed into it."""
+    target = tmp_path / "volume"
+    target.mkdir()
+    _other_volume(monkeypatch, target)
+    ck.save_checkpoint(target, make_model(0), tokenizer=tok, step=2)
+    monkeypatch.undo()
+    assert ck.read_checkpoint(target).meta["step"] == 2
+    assert not [p.name for p in target.iterdir() if p.name.startswith(".")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["volume"]  # nothing staged left beside it
+
+
+def test_a_volume_that_fills_up_part_way_is_left_empty(tmp_path, tok, monkeypatch):
+    target = tmp_path / "volume"
+    target.mkdir()
+    _other_volume(monkeypatch, target, full_after=1)
+    with pytest.raises(CheckpointError, match="cannot write the checkpoint to"):
+        ck.save_checkpoint(target, make_model(0), tokenizer=tok, step=2)
+    monkeypatch.undo()
+    assert list(target.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["volume"]
