@@ -262,6 +262,7 @@ def time_passes(model, seq_len: int, device, precision: str, samples: int) -> tu
 
 BUDGET_REASON = "left out to stay within the time budget"
 CANCELLED_REASON = "the trials were cancelled first"
+INTERRUPTED_REASON = "the trials were cancelled during its first trial"
 
 
 def not_tried(plan: dict[str, Any]) -> list[dict[str, str]]:
@@ -524,6 +525,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         later = plan.repeats - repeat - 1
         return now + (later * sum(cost(c, 1) for c in lineup if in_count(c) and c in started) if later else 0.0)
 
+    forced_past_budget = False
+    interrupted = None  # the cell whose trial the cancel cut short
     for repeat in range(plan.repeats):
         if was_cancelled:
             break
@@ -546,6 +549,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
             # Two settings are the least a comparison needs: the first trials of the first two always run, even
             # where the machine turned out slower than estimated (the report says by how much it overran).
             least = repeat == 0 and len(started) < min(2, len(plan.cells))
+            if results and least and elapsed + need > plan.budget_seconds:
+                forced_past_budget = True  # the closing line says why the budget was overrun
             if results and not least and elapsed + need > plan.budget_seconds:
                 if cell.name not in spare:  # a spare cell is already listed as left out
                     skipped.append({"cell": cell.name, "repeat": repeat,
@@ -564,7 +569,7 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
             try:
                 result = run_trial(plan.config, cell, plan.total_steps, repeat, cancelled=stop)
             except TrialCancelled:
-                was_cancelled = True
+                was_cancelled, interrupted = True, cell.name
                 break
             ran = True
             results.append(result)
@@ -594,10 +599,12 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         ran = {r.cell for r in results}
         live.left_out = [{**x, "reason": CANCELLED_REASON} if x["reason"] == BUDGET_REASON else x
                          for x in live.left_out]
-        live.left_out += [{"cell": c.name, "reason": CANCELLED_REASON} for c in live.cells if c.name not in ran]
+        live.left_out += [{"cell": c.name, "reason": INTERRUPTED_REASON if c.name == interrupted else CANCELLED_REASON}
+                          for c in live.cells if c.name not in ran]
         tried = f"; cancelled after {counted(len(results), 'trial')}"
     plan = live
     report = build_report(plan, results, time.perf_counter() - t0, was_cancelled, skipped)
+    report["second_setting_past_budget"] = forced_past_budget
     report["plan"]["description"] = planned[0] + tried
     report["plan"]["estimate_seconds"] = planned[1]
     path = None
@@ -950,8 +957,9 @@ def table_rows(report_or_summary: dict[str, Any], running: bool = False) -> list
         if row.get("error"):
             status = f"failed: {row['error']}"
         elif row["trials"] == 0:
-            status = "to run" if running else (f"not run: {why_not[row['name']]}" if row["name"] in why_not
-                                                else "not run")
+            why = why_not.get(row["name"])
+            status = ("to run" if running else "not run" if why is None else
+                      f"cut short: {why}" if why == INTERRUPTED_REASON else f"not run: {why}")
         elif row.get("loss_agrees") is False:
             status = f"loss disagrees ({row['loss_deviation']:+.2e} > {row['loss_tolerance']:g})"
         else:
@@ -1011,9 +1019,10 @@ def time_taken(report: dict[str, Any]) -> str:
         text += f", after {planning:,.0f} s of planning"
     budget = report.get("plan", {}).get("budget_seconds")
     if isinstance(budget, (int, float)) and report["elapsed_seconds"] > budget and not report.get("cancelled"):
-        text += f", over the budget of {budget:,.0f} s"
-        if len({t["cell"] for t in report.get("trials", [])}) == 2:
-            text += ": a comparison needs two settings at least"
+        text += f", {report['elapsed_seconds'] - budget:,.0f} s over the budget of {budget:,.0f} s"
+        # A trial starts only where its estimate fits, but for the second setting, run whatever it costs.
+        text += (": a comparison needs two settings at least" if report.get("second_setting_past_budget") else
+                 ": trials took longer than estimated")
     return text
 
 

@@ -493,7 +493,8 @@ def test_config_file_flag_reads_saved_configs(tmp_path, capsys):
     run_config = tmp_path / "config.json"  # a run folder's config.json holds the RunConfig under "config"
     run_config.write_text(json.dumps({"run_id": "r", "config": cfg.to_dict()}), encoding="utf-8")
     args = build_parser().parse_args(["train", "--config", str(run_config), "--steps", "7", "--fsdp"])
-    assert config_from_args(args) == cfg.replace(train={"budget_kind": "steps", "budget": 7, "fsdp": True})
+    assert config_from_args(args) == cfg.replace(train={"budget_kind": "steps", "budget": 7, "budget_given": True,
+                                                             "fsdp": True})
     (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     assert main(["train", "--config", str(tmp_path / "bad.json")]) == 2
     assert main(["train", "--config", str(run_config), "--preset", "tiny"]) == 2

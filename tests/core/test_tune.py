@@ -347,8 +347,11 @@ def test_a_cancelled_tune_reports_what_it_measured(micro, private_tmp):
     text = format_report(report)  # "not run: not run: the trials were cancelled first" was said twice
     unrun = [r for r in report["summary"]["rows"].values() if r["trials"] == 0]
     assert len(unrun) >= 1 and "not run: not run" not in text
-    assert text.count("not run: the trials were cancelled first") == len(unrun)
-    assert f"not tried: {len(unrun)} setting{'s' * (len(unrun) > 1)} (the trials were cancelled first)" in text
+    # the trial the cancel cut short is said as such, not as never started
+    assert text.count("cut short: the trials were cancelled during its first trial") == 1
+    assert text.count("not run: the trials were cancelled first") == len(unrun) - 1
+    assert f"not tried: {len(unrun)} setting{'s' * (len(unrun) > 1)} (the trials were cancelled during its " \
+           f"first trial" in text
 
 
 def test_the_not_tried_line_counts_settings_once_and_repeats_apart():
@@ -468,6 +471,7 @@ def test_no_trial_starts_past_the_budget(micro, private_tmp):
     text = format_report(report)
     assert "it would not fit in the time budget left" in text
     assert "over the budget of 0 s: a comparison needs two settings at least" in text
+    assert report["second_setting_past_budget"]
     assert report["plan"]["planning_seconds"] > 0  # the matmul peaks, the timed passes: before the trials
 
 
@@ -739,12 +743,15 @@ def test_the_table_shows_each_settings_own_memory_not_the_process_peak():
     assert shown[TABLE_HEADER.index("train mem (GiB)")] == "0.53"  # where the own figure is not known
 
 
-def test_an_overrun_budget_says_a_comparison_needs_two_only_where_two_settings_ran():
+def test_an_overrun_budget_says_by_how_much_and_why():
+    """It said "a comparison needs two settings at least" wherever two settings had run, also where a repeat
+    that took longer than its estimate had overrun the budget, and never by how much."""
     from core.tune import time_taken
 
-    def report(cells):
+    def report(forced):
         return {"elapsed_seconds": 19.0, "cancelled": False, "plan": {"budget_seconds": 1.0},
-                "trials": [{"cell": c} for c in cells]}
+                "trials": [{"cell": "a"}, {"cell": "b"}], "second_setting_past_budget": forced}
 
-    assert time_taken(report(["a", "b"])).endswith("over the budget of 1 s: a comparison needs two settings at least")
-    assert time_taken(report(["a"])).endswith("over the budget of 1 s")
+    assert time_taken(report(True)).endswith(
+        "18 s over the budget of 1 s: a comparison needs two settings at least")
+    assert time_taken(report(False)).endswith("18 s over the budget of 1 s: trials took longer than estimated")
