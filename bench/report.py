@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import shutil
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -295,18 +297,52 @@ def _discard(tmp: Path) -> None:
 
 
 def _publish(staged: list[tuple[Path, Path]]) -> None:
-    """Rename each staged file over its target (atomic per file); on failure, remove the rest of the staged files."""
+    """Rename each staged file over its target (atomic per file), all or none: a file replaced is kept aside
+    until every one is in place and put back when a later one cannot be (one the user cannot replace, a
+    rename refused), so a failure leaves an earlier report whole; the staged files not placed are removed."""
+    placed: list[tuple[Path, Path | None]] = []  # each target in place, with the earlier file kept aside
     try:
-        for i, (tmp, path) in enumerate(staged):
+        for tmp, path in staged:
+            kept = _keep_aside(path) if len(staged) > 1 else None
             try:
                 os.replace(tmp, path)
             except OSError as exc:
+                if kept is not None:
+                    _discard(kept)
                 raise _not_written(path, exc) from None
-            staged[i] = (path, path)  # placed: no longer ours to remove
+            placed.append((path, kept))
+    except BaseException:
+        for path, kept in reversed(placed):
+            with contextlib.suppress(OSError):
+                if kept is not None:
+                    os.replace(kept, path)  # the earlier report's file, back
+                else:
+                    path.unlink()  # there was none: the folder is as it was
+        raise
     finally:
+        done = {path for path, _ in placed}
         for tmp, path in staged:
-            if tmp != path:
+            if path not in done:
                 _discard(tmp)
+    for _, kept in placed:
+        if kept is not None:
+            _discard(kept)
+
+
+def _keep_aside(path: Path) -> Path | None:
+    """A hidden copy of ``path`` (a hard link, else a copy) to put back; None where there is no file there."""
+    if not path.is_file():
+        return None
+    kept = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.old")
+    try:
+        try:
+            os.link(path, kept)
+        except OSError:  # no hard links here, or a file the user may not link (immutable): its bytes, then
+            shutil.copy2(path, kept)
+    except OSError as exc:
+        _discard(kept)
+        raise _not_written(path, exc) from None
+    return kept
 
 
 def _write(path: Path, write: Callable[[IO[bytes]], None]) -> None:

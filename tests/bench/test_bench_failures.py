@@ -230,6 +230,26 @@ def test_a_full_disk_while_writing_the_chart_keeps_the_json_and_markdown_out_too
     assert _contents(tmp_path) == earlier  # all three or none
 
 
+@pytest.mark.parametrize("refused", ["bench.md", "bench.png"])
+def test_a_report_file_that_cannot_be_replaced_leaves_the_earlier_report_whole(refused, tmp_path, monkeypatch):
+    """An earlier bench.md the user may not replace (immutable, another user's in a shared sticky folder): the
+    new bench.json was already in place, beside the earlier bench.md and bench.png, a report of two runs."""
+    pytest.importorskip("matplotlib")
+    earlier = _earlier_report(tmp_path)
+    replace = os.replace
+
+    def refusing(src, dst, *args, **kwargs):
+        if Path(dst).name == refused and not Path(src).name.endswith(".old"):
+            raise PermissionError(1, "Operation not permitted")
+        return replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(report.os, "replace", refusing)
+    with pytest.raises(report.ReportNotWritten, match=f"cannot write .*{refused}: "):
+        report.write_reports(_raw(), tmp_path / "bench.json")
+    monkeypatch.undo()
+    assert _contents(tmp_path) == earlier  # every file the earlier run's, and no hidden one left
+
+
 def test_ctrl_c_while_writing_leaves_no_temporary_file(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     earlier = _earlier_report(tmp_path)
