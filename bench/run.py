@@ -471,23 +471,29 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
              f"the runs: the report divides by this figure")
     raw["wall_seconds"] = time.perf_counter() - t_start
     raw["summary"] = summarise(raw)
+    fresh = not args.out  # a default folder (a time stamp): another bench's of the same second is kept
     if interrupted is None:
-        _report(raw, out)
+        _report(raw, out, fresh)
         return 0
     try:
-        _report(raw, out)
+        out = _report(raw, out, fresh)
     except SpeedboardError as exc:
         raise Interrupted(f"{raw['interrupted']}; the partial results were not written: {exc}",
                           _exit_code(interrupted)) from None
     raise Interrupted(f"{raw['interrupted']}; partial results written to {out}", _exit_code(interrupted)) from None
 
 
-def _report(raw: dict, out: Path) -> None:
-    """The table on the terminal first, then the three files in ``out``, all or none (``write_reports``)."""
+def _report(raw: dict, out: Path, fresh: bool = False) -> Path:
+    """The table on the terminal first, then the three files in ``out``, all or none (``write_reports``);
+    returns the folder written. ``fresh``: ``out`` is a default name, and a folder there (another bench of the
+    same second) is never written into: this report takes ``out-2``, ``out-3``, …"""
     from bench.report import markdown, write_reports
 
     _say("\n" + markdown(raw))
-    created = _make_folder(out)
+    if fresh:
+        out, created = _claim_folder(out)
+    else:
+        created = _make_folder(out)
     try:
         written = write_reports(raw, out / "bench.json")
     except BaseException:
@@ -498,6 +504,25 @@ def _report(raw: dict, out: Path) -> None:
     kind = "partial results" if raw.get("interrupted") else "results"
     _say(f"wrote {kind} {written[0]}, {', '.join(p.name for p in written[1:])} "
          f"in {raw['wall_seconds'] / 60:.1f} min")
+    return out
+
+
+def _claim_folder(out: Path) -> tuple[Path, list[Path]]:
+    """A new folder ``out`` (or ``out-2``, ``out-3``, … where one is there): made by this process alone (an
+    exclusive mkdir), so two benches of the same second never share one. Its parents as ``_make_folder``."""
+    created = _make_folder(out.parent)
+    for n in range(1, 1_000):
+        candidate = out if n == 1 else out.with_name(f"{out.name}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        except OSError:
+            _remove_if_empty(created)
+            return out, _make_folder(out)  # said as _make_folder says it
+        return candidate, [*created, candidate]
+    _remove_if_empty(created)
+    return out, _make_folder(out)
 
 
 def _probe_line(kind: str, result: dict) -> str:

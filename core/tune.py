@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import math
 import os
 import statistics
@@ -450,8 +451,10 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
 
 # ----------------------------------------------------------------------------- running
 def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
-             cancelled: Callable[[], bool] | None = None, report_path: str | os.PathLike[str] | None = None) -> dict:
+             cancelled: Callable[[], bool] | None = None, report_path: str | os.PathLike[str] | None = None,
+             keep_existing: bool = False) -> dict:
     """Train every cell of ``plan`` as interleaved trials on this thread; return (and save) the report.
+    ``keep_existing``: ``report_path`` is a default name, and a report there is kept (``save_report``).
 
     ``sink`` receives ``TuneStarted``, then ``TrialStarted``/``TrialFinished`` per trial, then
     ``TuneFinished``; it must return quickly. ``cancelled`` is asked between optimizer steps and
@@ -613,7 +616,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
 
         report["path"] = str(user_path(report_path))
         try:
-            path = str(save_report(report, report_path))
+            path = str(save_report(report, report_path, keep_existing))
+            report["path"] = path
         except ConfigError as exc:  # a disk that filled up during the trials: the caller still has the results
             report["path"] = None
             raise ReportNotSaved(str(exc), report) from None
@@ -815,8 +819,11 @@ def _temp_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.tmp-{os.getpid()}")
 
 
-def save_report(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write the report as JSON, whole or not at all (a temporary file renamed into place)."""
+def save_report(report: dict[str, Any], path: str | os.PathLike[str], keep_existing: bool = False) -> Path:
+    """Write the report as JSON, whole or not at all (a temporary file renamed into place); returns where.
+
+    ``keep_existing``: ``path`` is a default name (a time stamp), and a report found there (another tune started
+    in the same second) is kept: this one takes the next free name, ``-2``, ``-3``, …"""
     from core.paths import not_a_file, user_path, why_write_failed
 
     target = user_path(path)
@@ -825,13 +832,36 @@ def save_report(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     tmp = _temp_path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(finite_json(report, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
+        if keep_existing:
+            target = _write_to_a_free_name(report, tmp, target)
+        else:
+            tmp.write_text(finite_json(report, indent=1) + "\n", encoding="utf-8")
+            os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
         raise ConfigError(f"cannot write the tuning report {target}: {why_write_failed(exc, target)}",
                           "json") from None
     return target
+
+
+def _write_to_a_free_name(report: dict[str, Any], tmp: Path, target: Path) -> Path:
+    """The report at ``target``, or at ``target`` with ``-2``, ``-3``, … where a file is there (its ``path``
+    saying which): a hard link is made only where the name is free, so of two writers each gets its own."""
+    for n in range(1, 1_000):
+        candidate = target if n == 1 else target.with_name(f"{target.stem}-{n}{target.suffix}")
+        report["path"] = str(candidate)
+        tmp.write_text(finite_json(report, indent=1) + "\n", encoding="utf-8")
+        try:
+            os.link(tmp, candidate)
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links on this file system: a look, then a rename (a narrow race)
+            if candidate.exists():
+                continue
+            os.replace(tmp, candidate)
+        tmp.unlink(missing_ok=True)
+        return candidate
+    raise FileExistsError(errno.EEXIST, "every report name of this second is taken", str(target))
 
 
 class ReportNotSaved(ConfigError):

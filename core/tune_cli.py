@@ -153,7 +153,8 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     control = Control()
     try:
         with _interruptible(control):  # Ctrl-C or SIGHUP: stop and report; SIGTERM: end now (143)
-            report = run_tune(plan, console, cancelled=lambda: control.stop_requested, report_path=report_path)
+            report = run_tune(plan, console, cancelled=lambda: control.stop_requested, report_path=report_path,
+                              keep_existing=args.json is None)  # a default name never replaces a report
     except ReportNotSaved as exc:
         # The measurements are shown before the error line: they took the whole budget to make.
         console.say("")

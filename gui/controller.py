@@ -324,7 +324,8 @@ class TorchThread(QThread):
         cancelled = lambda: job.control.stop_requested  # noqa: E731 - asked between measurements and steps
         try:
             plan = plan_tune(job.config, job.options, cancelled=cancelled)
-            run_tune(plan, self.tune_event.emit, cancelled=cancelled, report_path=job.report_path)
+            run_tune(plan, self.tune_event.emit, cancelled=cancelled, report_path=job.report_path,
+                     keep_existing=True)  # the dialog's default name: a report there (the same second) is kept
         except Cancelled:
             pass  # while planning: nothing was measured, no report; ``tune_ended`` says the thread is free
         except Exception as exc:  # trials never raise; this is planning, the data, or writing the report

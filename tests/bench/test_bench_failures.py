@@ -425,3 +425,17 @@ def test_a_partial_report_without_a_measured_run_draws_without_a_warning():
         warnings.simplefilter("error")
         fig = report._figure(raw)
     report._close_figure(fig)
+
+
+def test_a_default_report_folder_of_the_same_second_is_kept_and_the_next_free_one_used(tmp_path):
+    """Two benches started in the same second both said "wrote results …/bench/20261207-061333-tiny-cpu/…";
+    one report survived. A default folder is claimed by one process (an exclusive mkdir); --out is written."""
+    from bench.run import _report
+
+    out = tmp_path / "bench" / "20261207-061333-tiny-cpu"
+    earlier = _earlier_report(out)
+    second = _report(_raw(), out, fresh=True)
+    third = _report(_raw(), out, fresh=True)
+    assert (second.name, third.name) == (f"{out.name}-2", f"{out.name}-3")
+    assert _contents(out) == earlier and (second / "bench.json").is_file() and (third / "bench.md").is_file()
+    assert _report(_raw(), out) == out and _contents(out) != earlier  # --out given: written there, as asked

@@ -755,3 +755,20 @@ def test_an_overrun_budget_says_by_how_much_and_why():
     assert time_taken(report(True)).endswith(
         "18 s over the budget of 1 s: a comparison needs two settings at least")
     assert time_taken(report(False)).endswith("18 s over the budget of 1 s: trials took longer than estimated")
+
+
+def test_a_default_report_name_taken_in_the_same_second_is_kept_and_the_next_free_one_used(tmp_path):
+    """Two tunes started in the same second both said "report: …/20261207-060947-tiny.json"; the later
+    replaced the earlier's report without a word. A --json FILE given is replaced, as asked."""
+    from core.tune import save_report
+
+    target = tmp_path / "20261207-060947-tiny.json"
+    target.write_text('{"earlier": true}\n')
+    second = save_report({"trials": [2]}, target, keep_existing=True)
+    third = save_report({"trials": [3]}, target, keep_existing=True)
+    assert (second.name, third.name) == ("20261207-060947-tiny-2.json", "20261207-060947-tiny-3.json")
+    assert json.loads(target.read_text()) == {"earlier": True}
+    assert json.loads(second.read_text()) == {"trials": [2], "path": str(second)}
+    assert json.loads(third.read_text())["path"] == str(third)
+    assert save_report({"trials": [4]}, target) == target and json.loads(target.read_text()) == {"trials": [4]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, second.name, third.name])
