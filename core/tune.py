@@ -262,6 +262,8 @@ def time_passes(model, seq_len: int, device, precision: str, samples: int) -> tu
 
 
 BUDGET_REASON = "left out to stay within the time budget"
+BUSY_LOAD_PER_CORE = 1.5
+"""A load average above this many per core during the trials: other work ran beside them (said with the pick)."""
 CANCELLED_REASON = "the trials were cancelled first"
 INTERRUPTED_REASON = "the trials were cancelled during its first trial"
 
@@ -785,6 +787,15 @@ def build_report(plan: TunePlan, results: list[TrialResult], elapsed: float, can
     from core.runs import library_versions
 
     summary = summarise(plan, results)
+    load = load_average()
+    rec = summary["recommendation"]
+    cores = os.cpu_count() or 1
+    if rec is not None and load is not None and load[0] > BUSY_LOAD_PER_CORE * cores:
+        # The trials keep the cores busy themselves (a load about their count): well above it, other work ran
+        # beside them, and a margin measured then may not hold on a quiet machine.
+        rec["text"] += (f" The machine was busy during the trials (load average {load[0]:.1f} on {cores} "
+                        f"core{'s' * (cores > 1)}): other work ran beside them, so these margins may not hold; "
+                        f"tune again on a quiet machine to be sure.")
     return {
         "schema": SCHEMA,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -795,7 +806,7 @@ def build_report(plan: TunePlan, results: list[TrialResult], elapsed: float, can
         "elapsed_seconds": elapsed,
         "cancelled": cancelled,
         "skipped": skipped or [],
-        "load_average": list(load) if (load := load_average()) else None,
+        "load_average": list(load) if load else None,
         "versions": library_versions(),
     }
 

@@ -772,3 +772,23 @@ def test_a_default_report_name_taken_in_the_same_second_is_kept_and_the_next_fre
     assert json.loads(third.read_text())["path"] == str(third)
     assert save_report({"trials": [4]}, target) == target and json.loads(target.read_text()) == {"trials": [4]}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, second.name, third.name])
+
+
+def test_a_pick_made_on_a_busy_machine_says_so(micro, monkeypatch):
+    """Trials beside other work (load average 4.9 on 2 cores) were recommended as "above the noise" with no word
+    of the load the report recorded."""
+    import core.device
+    from core.tune import build_report
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=3, repeats=2), cells=EAGER)
+    results = [_trial(name, r, [base * f for f in (0.99, 1.0, 1.01)]) for r in (0, 1)
+               for name, base in (("off-a1-fp32", 100), ("off-a2-fp32", 200), ("off-a1-bf16", 203))]
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr(core.device, "load_average", lambda: (4.9, 4.0, 3.0))
+    busy = build_report(plan, results, 60.0, False)
+    assert busy["recommendation"]["text"].endswith(
+        "The machine was busy during the trials (load average 4.9 on 2 cores): other work ran beside them, so "
+        "these margins may not hold; tune again on a quiet machine to be sure.")
+    assert busy["load_average"] == [4.9, 4.0, 3.0]
+    monkeypatch.setattr(core.device, "load_average", lambda: (2.2, 2.0, 1.0))  # the trials' own two threads
+    assert "busy" not in build_report(plan, results, 60.0, False)["recommendation"]["text"]
