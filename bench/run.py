@@ -510,9 +510,10 @@ def _report(raw: dict, out: Path, fresh: bool = False) -> Path:
 def _claim_folder(out: Path) -> tuple[Path, list[Path]]:
     """A new folder ``out`` (or ``out-2``, ``out-3``, … where one is there): made by this process alone (an
     exclusive mkdir), so two benches of the same second never share one. Its parents as ``_make_folder``."""
+    from core.paths import numbered
+
     created = _make_folder(out.parent)
-    for n in range(1, 1_000):
-        candidate = out if n == 1 else out.with_name(f"{out.name}-{n}")
+    for candidate in numbered(out):
         try:
             candidate.mkdir()
         except FileExistsError:

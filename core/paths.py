@@ -19,7 +19,16 @@ import shutil
 import socket
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+
+def numbered(path: Path, count: int = 999) -> Iterator[Path]:
+    """``path``, then ``path`` with ``-2``, ``-3``, … before its suffix: the names a report of a default (time
+    stamped) name takes where another of the same second has one."""
+    yield path
+    for n in range(2, count + 1):
+        yield path.with_name(f"{path.stem}-{n}{path.suffix}")
 
 
 def user_path(value: str | os.PathLike[str]) -> Path:

@@ -464,12 +464,18 @@ class Trainer:
         after that step."""
         if self.dist.enabled:
             return  # the ranks agree on a stop with a step's loss (see _cancel_if_stopped)
+        self._hold_while_paused(serve_saves=False)
+        self._cancel_if_stopped()
+
+    def _hold_while_paused(self, serve_saves: bool) -> None:
+        """Wait while the run is paused (and not stopped), the time kept out of its clock; ``serve_saves``: a save
+        asked for meanwhile is written (between steps), else it waits for the first step."""
         if self.control.paused and not self.control.stop_requested:
             t = time.perf_counter()
             while not self.control.wait_while_paused(0.1):
-                pass
+                if serve_saves:
+                    self._serve_save_requests()
             self.paused_s += time.perf_counter() - t
-        self._cancel_if_stopped()
 
     def _init_device(self) -> None:
         """``device``, ``dist`` (the torchrun process group, if any) and ``precision``."""
@@ -919,12 +925,11 @@ class Trainer:
         last_val_step = last_sample_step = -1
         stopped = False
 
-        first = True  # _before_first_step has looked at the controls just now
         while self.tokens < self.schedule.end_tokens:
-            if not first and self._between_steps():
+            # Before the first step _before_first_step has looked at the controls just now.
+            if times.count and self._between_steps():
                 stopped = True
                 break
-            first = False
             t_step = time.perf_counter()
             loss, grad_norm, lr = self._optimizer_step_with_fallback(first=times.count == 0)
             step_time = time.perf_counter() - t_step  # after the host sync inside the step: real time
@@ -991,11 +996,7 @@ class Trainer:
         if self.dist.launcher_gone():
             raise JobTerminated("terminated: the launcher (torchrun) is gone")
         self._serve_save_requests()
-        if self.control.paused and not self.control.stop_requested:
-            t = time.perf_counter()
-            while not self.control.wait_while_paused(0.1):
-                self._serve_save_requests()  # saving works while paused
-            self.paused_s += time.perf_counter() - t
+        self._hold_while_paused(serve_saves=True)  # saving works while paused
         self._serve_save_requests()
         return self._stop_agreed if self.dist.enabled else self.control.stop_requested
 

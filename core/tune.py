@@ -554,13 +554,14 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
             # Two settings are the least a comparison needs: the first trials of the first two always run, even
             # where the machine turned out slower than estimated (the report says by how much it overran).
             least = repeat == 0 and len(started) < min(2, len(plan.cells))
-            if results and least and elapsed + need > plan.budget_seconds:
-                forced_past_budget = True  # the closing line says why the budget was overrun
-            if results and not least and elapsed + need > plan.budget_seconds:
-                if cell.name not in spare:  # a spare cell is already listed as left out
-                    skipped.append({"cell": cell.name, "repeat": repeat,
-                                    "reason": "it would not fit in the time budget left"})
-                continue
+            if results and elapsed + need > plan.budget_seconds:
+                if least:
+                    forced_past_budget = True  # run all the same; the closing line says why the budget was overrun
+                else:
+                    if cell.name not in spare:  # a spare cell is already listed as left out
+                        skipped.append({"cell": cell.name, "repeat": repeat,
+                                        "reason": "it would not fit in the time budget left"})
+                    continue
             if repeat == 0:
                 started.append(cell)
                 if cell.name in spare:
@@ -619,7 +620,6 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         report["path"] = str(user_path(report_path))
         try:
             path = str(save_report(report, report_path, keep_existing))
-            report["path"] = path
         except ConfigError as exc:  # a disk that filled up during the trials: the caller still has the results
             report["path"] = None
             raise ReportNotSaved(str(exc), report) from None
@@ -858,8 +858,9 @@ def save_report(report: dict[str, Any], path: str | os.PathLike[str], keep_exist
 def _write_to_a_free_name(report: dict[str, Any], tmp: Path, target: Path) -> Path:
     """The report at ``target``, or at ``target`` with ``-2``, ``-3``, … where a file is there (its ``path``
     saying which): a hard link is made only where the name is free, so of two writers each gets its own."""
-    for n in range(1, 1_000):
-        candidate = target if n == 1 else target.with_name(f"{target.stem}-{n}{target.suffix}")
+    from core.paths import numbered
+
+    for candidate in numbered(target):
         report["path"] = str(candidate)
         tmp.write_text(finite_json(report, indent=1) + "\n", encoding="utf-8")
         try:

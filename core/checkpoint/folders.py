@@ -221,7 +221,6 @@ class AtomicFolder:
         finally:
             os.close(fd)
 
-
     def _move_in(self, name: str) -> None:
         """One staged file into the folder being filled: renamed, or where the folder is a file system of its own
         (an empty volume mounted there, the staging folder beside it on another) copied in under a hidden name

@@ -57,7 +57,9 @@ class ElidedLabel(QLabel):
         """``yielding``: a first part of the text (a run's label) that is cut first, to a third of the width, so
         what follows it (the run's state, its compile time) stays in sight."""
         full = " ".join(text.split())  # one line: a multi-line reason reads as one
-        yielding = " ".join(yielding.split()) if full.startswith(" ".join(yielding.split())) else ""
+        yielding = " ".join(yielding.split())
+        if not full.startswith(yielding):
+            yielding = ""
         if full == self._full and yielding == self._yielding and self.toolTip() == (text if full else ""):
             return  # the same text: no relayout of the bar
         self._full, self._yielding = full, yielding
