@@ -45,7 +45,7 @@ class MemoryEstimate:
     activations: int
     """Of one micro-batch (gradient accumulation does not multiply it)."""
     tables: int = 0
-    """The rotary cos/sin tables, sized by the model's positions (10**12 positions: 4 TB)."""
+    """The rotary cos/sin tables, sized by the model's positions (10**12 positions at tiny's head size: 256 TB)."""
 
     @property
     def states(self) -> int:

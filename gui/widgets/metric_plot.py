@@ -14,6 +14,10 @@ noise from filling the plot (a 60 KB change in memory is not a cliff), and
 ``outlier_series`` (compile warm-up steps) do not set the y range: points beyond
 it are drawn at the edge as triangles.
 
+Hovering over a plot reads out the point nearest the pointer (within
+``HOVER_PX``) among the shown curves: its run, series, x and y, as
+TensorBoard's tooltip does, with a ring on the point.
+
 An empty plot shows a hint of what to do; the legend lives outside the plots
 (``gui/widgets/run_legend.py``).
 """
@@ -46,6 +50,15 @@ DASH_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "do
                "dashdot": Qt.PenStyle.DashDotLine}
 EDGE_SYMBOL = "t1"  # a triangle pointing up: a point above the range, drawn at its edge
 MIN_PLOT_WIDTH, MIN_PLOT_HEIGHT = 150, 110
+HOVER_PX = 24
+"""How far from the pointer (in pixels) a point is still read out."""
+SERIES_WORDS = {"train": "train", "smooth": "smoothed", "val": "validation", "warmup": "warm-up step"}
+"""What the readout calls a series, where its plot has more than one (others: nothing)."""
+
+
+def value_text(value: float) -> str:
+    """A read-out value: four significant digits, whole numbers past ten thousand (tokens/s) without exponent."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
 def _pen(color: str, style: str, dash: str = "solid", width: float = 1.0):
@@ -125,6 +138,7 @@ class MetricPlot(pg.PlotWidget):
         item.layout.setContentsMargins(1, 1, RIGHT_MARGIN_PX, 1)
         self.setMinimumSize(MIN_PLOT_WIDTH, MIN_PLOT_HEIGHT)
         self.title = title
+        self.y_label = y_label
         self.min_y_span = min_y_span
         self.outlier_series = set(outlier_series)
         self._raw: dict[tuple[Hashable, str], tuple[np.ndarray, np.ndarray]] = {}
@@ -152,6 +166,19 @@ class MetricPlot(pg.PlotWidget):
         view.disableAutoRange()
         view.sigRangeChangedManually.connect(self._on_manual_range)
         item.autoBtn.clicked.connect(self._on_auto_button)
+        self._labels: dict[Hashable, str] = {}
+        self._sorted: dict[tuple[Hashable, str], bool] = {}
+        """Per series: its x never decreases, so the readout looks only near the pointer."""
+        self._x_name, self._x_whole = "x", False
+        self.readout = pg.TextItem(anchor=(0, 1), color="#202020", fill=pg.mkBrush(255, 255, 255, 230),
+                                   border=pg.mkPen("#909090"))
+        self.readout.setZValue(100)
+        self.ring = pg.ScatterPlotItem(size=10, pen=pg.mkPen("#202020", width=1.5), brush=None)
+        self.ring.setZValue(99)
+        for mark in (self.readout, self.ring):
+            mark.hide()
+            item.addItem(mark, ignoreBounds=True)
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
 
     # ------------------------------------------------------------------ curves
     def curve(self, key: Hashable, series: str) -> pg.PlotDataItem | None:
@@ -195,6 +222,7 @@ class MetricPlot(pg.PlotWidget):
                 curve.setSymbolPen(None)
             elif not lone and curve.opts["symbol"] is not None:
                 curve.setSymbol(None)
+        self._sorted[(key, series)] = bool(len(x) < 2 or np.all(x[1:] >= x[:-1]))  # False with a NaN
         found = _bounds(x, y)
         if found is None:
             self._bounds.pop((key, series), None)
@@ -210,6 +238,7 @@ class MetricPlot(pg.PlotWidget):
             self._bounds.pop((k, series), None)
             self._raw.pop((k, series), None)
             self._hidden_series.discard((k, series))
+            self._sorted.pop((k, series), None)
             edge = self._edges.pop((k, series), None)
             if edge is not None:
                 item.removeItem(edge)
@@ -217,7 +246,13 @@ class MetricPlot(pg.PlotWidget):
         if region is not None:
             item.removeItem(region)
         self._hidden.discard(key)
+        self._labels.pop(key, None)
+        self.hide_readout()
         self.hint.setVisible(not self._curves and bool(self.hint.text()))
+
+    def set_run_label(self, key: Hashable, label: str) -> None:
+        """What the readout calls run ``key``."""
+        self._labels[key] = label
 
     def set_hint(self, text: str) -> None:
         """What the plot says while it has no curves."""
@@ -232,6 +267,8 @@ class MetricPlot(pg.PlotWidget):
     def hide_series(self, key: Hashable, series: str, hidden: bool) -> None:
         (self._hidden_series.add if hidden else self._hidden_series.discard)((key, series))
         self._update_visibility(key, series)
+        if hidden:
+            self.hide_readout()
 
     def _shown(self, key: Hashable, series: str) -> bool:
         return key not in self._hidden and (key, series) not in self._hidden_series
@@ -268,6 +305,8 @@ class MetricPlot(pg.PlotWidget):
 
     def set_run_visible(self, key: Hashable, visible: bool) -> None:
         (self._hidden.discard if visible else self._hidden.add)(key)
+        if not visible:
+            self.hide_readout()
         for k, series in list(self._curves):
             if k == key:
                 self._update_visibility(k, series)
@@ -284,6 +323,8 @@ class MetricPlot(pg.PlotWidget):
     def set_titles(self, title: str, y_label: str, hint: str) -> None:
         """What the plot shows: its title, its y axis, and its hint while it has no curves."""
         self.title = title
+        self.y_label = y_label
+        self.hide_readout()
         item = self.getPlotItem()
         item.setTitle(title, size="10pt")
         item.setLabel("left", y_label)
@@ -291,6 +332,8 @@ class MetricPlot(pg.PlotWidget):
 
     def set_x_label(self, text: str, whole: bool = False) -> None:
         """The x axis' name; ``whole``: it counts something that has no fractions (optimizer steps)."""
+        self._x_name, self._x_whole = text, whole
+        self.hide_readout()
         axis = self.getPlotItem().getAxis("bottom")
         axis.whole = whole
         axis.picture = None  # ticks chosen afresh
@@ -299,6 +342,7 @@ class MetricPlot(pg.PlotWidget):
 
     def set_log_y(self, log: bool) -> None:
         self._log_y = log
+        self.hide_readout()
         self.getPlotItem().setLogMode(y=log)
         self.refit(force=True, tight=self._tight)
 
@@ -389,6 +433,86 @@ class MetricPlot(pg.PlotWidget):
             return 0
         lo, hi = self._range[2:]
         return int(((raw[1] > hi) | (raw[1] < lo)).sum())
+
+    # ------------------------------------------------------------------ readout
+    def nearest(self, x: float, y: float) -> tuple[Hashable, str, float, float, float] | None:
+        """The shown point drawn nearest view point (``x``, ``y``) within ``HOVER_PX`` pixels: its run, series,
+        value (x, y) and drawn height (log10 of y on a log scale; an outlier beyond the range at its edge)."""
+        pw, ph = self.getPlotItem().vb.viewPixelSize()
+        if not (pw > 0 and ph > 0):
+            return None
+        reach = HOVER_PX * pw
+        best, best_d2 = None, float(HOVER_PX**2)
+        for (key, series) in self._curves:
+            found = self.data(key, series)
+            if not self._shown(key, series) or found is None or found[0] is None or not len(found[0]):
+                continue
+            xs, ys = np.asarray(found[0], dtype=float), np.asarray(found[1], dtype=float)
+            start, stop = 0, len(xs)
+            if self._sorted.get((key, series), False):  # only the points within reach along x
+                start, stop = (int(i) for i in np.searchsorted(xs, [x - reach, x + reach], side="left"))
+                stop = min(len(xs), stop + 1)
+            xs, ys = xs[start:stop], ys[start:stop]
+            if not len(xs):
+                continue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                drawn = np.where(ys > 0, np.log10(ys), np.nan) if self._log_y else ys.copy()
+            if series in self.outlier_series and self._range is not None and not self._log_y:
+                lo, hi = self._range[2:]
+                inset = (hi - lo) * 0.03
+                beyond = (ys > hi) | (ys < lo)
+                drawn[beyond] = np.clip(ys[beyond], lo + inset, hi - inset)
+            d2 = ((xs - x) / pw) ** 2 + ((drawn - y) / ph) ** 2
+            d2 = np.where(np.isfinite(d2), d2, np.inf)
+            i = int(np.argmin(d2))
+            if d2[i] <= best_d2:
+                best, best_d2 = (key, series, float(xs[i]), float(ys[i]), float(drawn[i])), float(d2[i])
+        return best
+
+    def readout_text(self, key: Hashable, series: str, x: float, y: float) -> str:
+        word = SERIES_WORDS.get(series)
+        name = self._labels.get(key, str(key))
+        x_text = f"{x:,.0f}" if self._x_whole else count_text(x)
+        head = f"{name} ({word})" if word else name
+        return f"{head}\n{self.y_label}: {value_text(y)}\n{self._x_name}: {x_text}"
+
+    def show_readout_at(self, x: float, y: float) -> bool:
+        """Read out the point nearest view point (``x``, ``y``); False (and nothing shown) where none is near."""
+        found = self.nearest(x, y)
+        if found is None:
+            self.hide_readout()
+            return False
+        key, series, px, py, drawn = found
+        self.readout.setText(self.readout_text(key, series, px, py))
+        (x0, x1), (y0, y1) = self.getPlotItem().vb.viewRange()
+        # The text on the side of the point with more room, so it stays inside the plot.
+        self.readout.setAnchor((1 if px > (x0 + x1) / 2 else 0, 0 if drawn > (y0 + y1) / 2 else 1))
+        self.readout.setPos(px, drawn)
+        self.ring.setData([px], [drawn])
+        self.readout.show()
+        self.ring.show()
+        return True
+
+    def hide_readout(self) -> None:
+        for mark in (self.__dict__.get("readout"), self.__dict__.get("ring")):
+            if mark is not None:
+                mark.hide()
+
+    def shown_readout(self) -> str | None:
+        """The readout's text while it is shown."""
+        return self.readout.textItem.toPlainText() if self.readout.isVisible() else None
+
+    def _on_mouse_moved(self, pos) -> None:
+        view = self.getPlotItem().vb
+        if not view.sceneBoundingRect().contains(pos):
+            self.hide_readout()
+            return
+        point = view.mapSceneToView(pos)
+        self.show_readout_at(point.x(), point.y())
+
+    def leaveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().leaveEvent(event)
+        self.hide_readout()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)

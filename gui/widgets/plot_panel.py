@@ -167,6 +167,7 @@ class PlotPanel(QWidget):
         self._runs[key] = (color, dash, label)
         self.legend.set_run(key, color, dash, label, visible=key not in self._hidden)
         for plot in self.plots:
+            plot.set_run_label(key, label)
             self._drawn.pop((plot.objectName(), key), None)
 
     def remove_run(self, key: Hashable) -> None:

@@ -143,6 +143,22 @@ def test_legend_table_selection_and_every_plot_share_one_visibility(window, tmp_
     assert legend.is_checked(first.key) and legend.is_checked(second.key)
 
 
+def test_hovering_any_plot_reads_out_a_point_with_its_runs_legend_label(window, tmp_path):
+    """The readout names a run as the legend does, and follows the x axis chosen."""
+    (record,) = open_runs(window, tmp_path, 1)
+    label = child(window, "runLegend").item_of(record.key).text()
+    window.plots.fit_tight()
+    loss, memory = child(window, "lossPlot"), child(window, "memoryPlot")
+    assert loss.show_readout_at(3.0, 4.7)
+    assert loss.shown_readout() == f"{label} (train)\nloss: 4.7\noptimizer step: 3"
+    assert memory.show_readout_at(2.0, 0.1)  # 0.6 GiB above a 0.5 GiB baseline
+    assert memory.shown_readout() == f"{label}\nGiB: 0.1\noptimizer step: 2"
+    window.plots.set_x_axis("tokens")
+    window.plots.fit_tight()
+    assert loss.show_readout_at(384.0, 4.7)
+    assert loss.shown_readout().endswith("\ntokens seen: 384")
+
+
 # --------------------------------------------------------------------------- bug 3: 20 runs told apart
 def test_twenty_runs_are_distinguishable_and_failed_runs_give_their_colour_back(window, tmp_path):
     records = open_runs(window, tmp_path, 3)

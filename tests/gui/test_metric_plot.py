@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication
 
 from gui.widgets.metric_plot import MetricPlot
 
@@ -155,3 +157,76 @@ def test_the_x_axis_last_label_has_room_right_of_the_data_area(qtbot):
     label = plot.fontMetrics().horizontalAdvance("30")
     room = plot.width() - (view.right() + 1)  # QRect.right() is its last pixel
     assert room >= label / 2 + 2 and room >= RIGHT_MARGIN_PX - 2
+
+
+def _hover(plot, x: float, y: float) -> None:
+    """The pointer moves over view point (x, y) of the plot, as its scene reports it (QTest's pointer lands
+    some pixels off on the offscreen platform, which draws no window frame but counts one)."""
+    from PySide6.QtCore import QPointF
+
+    plot.scene().sigMouseMoved.emit(plot.getPlotItem().vb.mapViewToScene(QPointF(x, y)))
+
+
+def _shown_plot(qtbot, **kwargs) -> MetricPlot:
+    plot = MetricPlot("lossPlot", "Loss", "loss", **kwargs)
+    qtbot.addWidget(plot)
+    plot.resize(420, 260)
+    plot.show()
+    qtbot.waitExposed(plot)
+    plot.set_x_label("optimizer step", whole=True)
+    return plot
+
+
+def test_hovering_reads_out_the_nearest_shown_point_of_its_run(qtbot):
+    plot = _shown_plot(qtbot)
+    steps = np.arange(1.0, 101.0)
+    plot.set_run_label(1, "#1 eager ×1")
+    plot.set_run_label(2, "#2 default ×4")
+    plot.set_curve(1, "train", steps, 5.0 - steps / 50, color="#1f77b4")
+    plot.set_curve(2, "train", steps, 9.0 - steps / 50, color="#d62728")
+    plot.set_curve(2, "val", np.array([50.0]), np.array([7.25]), color="#d62728", style="marked")
+    plot.refit(force=True, tight=True)
+
+    _hover(plot, 40.0, 5.0 - 40 / 50)  # on run 1's step 40 (to the pixel)
+    assert plot.shown_readout() == "#1 eager ×1 (train)\nloss: 4.2\noptimizer step: 40"
+    assert list(plot.ring.getData()[0]) == [40.0]
+
+    _hover(plot, 50.0, 7.26)
+    assert plot.shown_readout().startswith("#2 default ×4 (validation)\nloss: 7.25")
+
+    _hover(plot, 60.0, 5.8)  # halfway between the two curves: nothing within reach
+    assert plot.shown_readout() is None
+    _hover(plot, 40.0, 4.2)
+    QApplication.sendEvent(plot, QEvent(QEvent.Type.Leave))  # the pointer leaves the plot
+    assert plot.shown_readout() is None
+
+    plot.set_run_visible(2, False)  # a hidden run is never read out
+    assert plot.nearest(50.0, 7.25) is None
+    assert plot.nearest(20.0, 4.6)[0] == 1
+
+
+def test_the_readout_gives_real_values_on_a_log_axis_and_at_the_edge(qtbot):
+    plot = _shown_plot(qtbot, outlier_series=("warmup",))
+    plot.set_curve(1, "train", np.arange(1.0, 11.0), np.geomspace(100.0, 1.0, 10), color="#1f77b4")
+    plot.set_log_y(True)
+    plot.refit(force=True, tight=True)
+    key, series, x, y, drawn = plot.nearest(1.0, 2.0)  # log10(100): the view's coordinates
+    assert (key, series, x, y) == (1, "train", 1.0, 100.0) and drawn == 2.0
+
+    edge = _shown_plot(qtbot, outlier_series=("warmup",))
+    edge.set_curve(1, "steady", np.arange(4.0, 21.0), np.full(17, 4000.0), color="#1f77b4")
+    edge.set_curve(1, "warmup", np.arange(1.0, 4.0), np.array([15_320.0, 4100.0, 3990.0]), color="#1f77b4",
+                   style="points")
+    edge.refit(force=True, tight=True)
+    top = edge.getPlotItem().vb.viewRange()[1][1]
+    assert edge.show_readout_at(1.0, top)  # the triangle drawn at the top edge reads its own value
+    assert edge.shown_readout() == "1 (warm-up step)\nloss: 15,320\noptimizer step: 1"
+
+
+def test_the_readout_goes_when_the_pointer_leaves_or_the_run_goes(qtbot):
+    plot = _shown_plot(qtbot)
+    plot.set_curve(1, "train", np.arange(1.0, 11.0), np.arange(1.0, 11.0), color="#1f77b4")
+    plot.refit(force=True, tight=True)
+    assert plot.show_readout_at(5.0, 5.0)
+    plot.remove_run(1)
+    assert plot.shown_readout() is None and plot.nearest(5.0, 5.0) is None
