@@ -15,6 +15,7 @@ from PySide6.QtCore import QRect, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QMainWindow,
+    QPlainTextEdit,
     QScrollArea,
     QSplitter,
     QTabWidget,
@@ -37,7 +38,7 @@ from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions, RecentFolders
 from gui.redraw_pacer import RedrawPacer
 from gui.run_actions import RunActions
-from gui.run_folders import RunFolders
+from gui.run_folders import RunFolders, dropped_folders
 from gui.run_record import RunRecord, describe
 from gui.screen_fit import fit_within
 from gui.session import RunSession
@@ -95,6 +96,7 @@ class MainWindow(QMainWindow):
         self._connect()
         self._restore_settings()
         self.run_folders.reopen_last_session(self.settings)
+        self._accept_dropped_folders()
 
         self._refresh_timer = QTimer(self)
         self._refresh_timer.setInterval(1000 // REFRESH_HZ)
@@ -407,6 +409,29 @@ class MainWindow(QMainWindow):
     def open_run_folders(self, folders: list[str] | None = None) -> list[RunRecord]:
         """Show several run folders (a runs folder opens all inside); without ``folders``, those picked."""
         return self.run_folders.open(folders)
+
+    # ------------------------------------------------------------------ drag and drop
+    def _accept_dropped_folders(self) -> None:
+        """Run folders dropped anywhere on the window open as File ▸ Open run folders opens them. The plots and the
+        read-only texts take drops of their own by default, so Qt gave a drop on them (most of the window) to them
+        first; they take none now, and Qt looks no further than the window. The Data field takes a corpus."""
+        self.setAcceptDrops(True)
+        texts = [t for t in self.findChildren(QPlainTextEdit) if t.isReadOnly()]
+        for widget in (*self.plots.plots, *texts):
+            widget.setAcceptDrops(False)
+            widget.viewport().setAcceptDrops(False)
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if dropped_folders(event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        folders = dropped_folders(event.mimeData().urls())
+        if not folders:
+            return
+        event.acceptProposedAction()
+        # Opened once the drop has returned: a message box inside it would hold the file manager's drag.
+        QTimer.singleShot(0, self, lambda: self.open_run_folders(folders))
 
     # ------------------------------------------------------------------ periodic refresh
     def _on_tick(self) -> None:

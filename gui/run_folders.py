@@ -20,6 +20,19 @@ from gui.widgets.log_view import LogView
 from gui.widgets.plot_panel import PlotPanel
 from gui.widgets.status_bar import StatusBar
 
+
+def dropped_folders(urls) -> list[str]:
+    """The folders that dropped ``urls`` (QUrl) name: local ones, a dropped ``metrics.jsonl`` standing for its run
+    folder (what a file manager shows inside a run)."""
+    folders = []
+    for url in urls:
+        if not url.isLocalFile():
+            continue
+        path = Path(url.toLocalFile())
+        folders.append(str(path.parent if path.name == "metrics.jsonl" and path.is_file() else path))
+    return folders
+
+
 MAX_REOPENED = 50
 """Runs of the last session shown again at start (the newest)."""
 _SESSION_KEY = "session/run_folders"

@@ -152,6 +152,36 @@ class _FolderCheck(QObject):
     done = Signal(int, object, object)  # check number, SourceInfo or None, problem or None
 
 
+class PathDropEdit(QLineEdit):
+    """The read-only Data field, which takes one file or folder dropped on it (a file manager's drag)."""
+
+    path_dropped = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setAcceptDrops(True)  # read-only fields refuse drops of text; this one takes a path
+
+    @staticmethod
+    def _dropped_path(event) -> str | None:
+        urls = event.mimeData().urls()
+        return urls[0].toLocalFile() if len(urls) == 1 and urls[0].isLocalFile() else None
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if self._dropped_path(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        path = self._dropped_path(event)
+        if path:
+            event.acceptProposedAction()
+            self.path_dropped.emit(path)
+
+
 class ConfigPanel(QWidget):
     changed = Signal()
     """Any setting changed; ``config`` and ``error`` are up to date."""
@@ -188,7 +218,7 @@ class ConfigPanel(QWidget):
         self._error_rows: dict[str, tuple[QFormLayout, QLabel]] = {}
 
         self.preset = _combo("presetCombo", {name: name for name in presets})
-        self.source_edit = QLineEdit()
+        self.source_edit = PathDropEdit()
         self.source_edit.setObjectName("dataSourceEdit")
         self.source_edit.setAccessibleName("Data")  # its form label names the row's box of buttons, not the field
         self.source_edit.setReadOnly(True)
@@ -357,6 +387,7 @@ class ConfigPanel(QWidget):
                      self.processes):
             spin.valueChanged.connect(self._on_changed)
         self.lr.valueChanged.connect(self._on_changed)
+        self.source_edit.path_dropped.connect(self._on_path_dropped)
         self.file_button.clicked.connect(self._choose_file)
         self.folder_button.clicked.connect(self._choose_folder)
         self.builtin_button.clicked.connect(lambda: self.set_source(BUILTIN_CORPUS))
@@ -689,6 +720,11 @@ class ConfigPanel(QWidget):
         if path:
             self._data_dir = str(Path(path).parent)
             self.set_source(path)
+
+    def _on_path_dropped(self, path: str) -> None:
+        """A corpus file or folder dropped on the Data field is chosen as File… or Folder… would choose it."""
+        self._data_dir = str(Path(path).parent)
+        self.set_source(path)
 
     def _choose_folder(self) -> None:
         path = QFileDialog.getExistingDirectory(

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QObject, QSettings  # noqa: E402
+from PySide6.QtCore import QObject, QSettings, Qt  # noqa: E402
 from PySide6.QtWidgets import QFileDialog, QMessageBox  # noqa: E402
 
 from tests.conftest import micro_config  # noqa: E402
@@ -169,3 +169,29 @@ def wait_steps(qtbot, window, n: int, timeout: int = RUN_TIMEOUT_MS):
 def read_jsonl(run_dir: str | Path) -> list[dict]:
     with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def drop_paths(widget, paths, *, enter_only: bool = False) -> bool:
+    """Drag ``paths`` (local files or folders, as a file manager drags them) over ``widget`` and drop them there;
+    whether the widget accepted the drag (nothing is dropped where it did not). ``enter_only``: ask the widget
+    alone whether it takes the drag (Qt hands a drag it ignores on to its parents)."""
+    from PySide6.QtCore import QMimeData, QPoint, QPointF, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+    from PySide6.QtWidgets import QApplication
+
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    centre = widget.rect().center()
+    enter = QDragEnterEvent(QPoint(centre), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    enter.ignore()
+    if enter_only:
+        widget.dragEnterEvent(enter)
+        return enter.isAccepted()
+    QApplication.sendEvent(widget, enter)
+    if not enter.isAccepted():
+        return False
+    drop = QDropEvent(QPointF(centre), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(widget, drop)
+    return True

@@ -8,7 +8,7 @@ import threading
 import pytest
 from PySide6.QtWidgets import QFileDialog
 
-from tests.gui.conftest import child, click, wait_idle
+from tests.gui.conftest import child, click, drop_paths, wait_idle
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
 
@@ -406,3 +406,18 @@ def test_the_data_line_judges_tokenized_by_the_loaded_checkpoints_tokenizer(qtbo
     assert f"tokenized: {prepared.store.num_tokens:,} tokens" in info.text(), info.text()
     window.config_panel.clear_start_from()
     assert "tokenized once when a run first starts" in info.text()
+
+
+def test_a_corpus_dropped_on_the_data_field_is_chosen_and_checked(window, dialogs, tmp_path):
+    field = child(window, "dataSourceEdit")
+    (tmp_path / "drop").mkdir()
+    good = _corpus(tmp_path / "drop" / "good.txt")
+    assert drop_paths(field, [good])
+    assert window.config_panel.build_config().data.source == str(good)
+    assert child(window, "startButton").isEnabled()
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("just a few words", encoding="utf-8")
+    assert drop_paths(field, [tiny])
+    assert "too little text" in child(window, "sourceError").text()
+    assert window.config_panel.data_dir == str(tmp_path)  # File… opens where data was last dropped
+    assert not drop_paths(field, [good, tiny], enter_only=True)  # one corpus at a time

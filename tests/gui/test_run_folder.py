@@ -11,7 +11,7 @@ from core.control import Control
 from core.events import RunStarted, StepMetrics
 from core.trainer import Trainer
 from tests.conftest import micro_config
-from tests.gui.conftest import child, read_jsonl
+from tests.gui.conftest import child, drop_paths, read_jsonl
 
 
 def test_open_a_folder_being_written_and_watch_it_grow(qtbot, window, dialogs, tmp_path):
@@ -455,3 +455,20 @@ def test_a_folder_moved_after_its_run_is_shown_and_continued_where_it_is_now(qtb
     continued = window.session.records[-1]
     assert not dialogs.warnings() and continued.state == "finished", continued.message
     assert continued.parent_id == record.run_id and continued.started_from == record.checkpoint
+
+
+def test_run_folders_dropped_on_the_window_open_as_open_run_folders_opens_them(qtbot, window, dialogs, tmp_path):
+    """A drop on the plots, most of the window, reaches it: the plots and read-only texts take no drops."""
+    first, second = _finished_run(tmp_path, "a"), _finished_run(tmp_path, "b")
+    for plot in window.plots.plots:
+        assert not plot.acceptDrops() and not plot.viewport().acceptDrops()
+    assert not window.log.viewport().acceptDrops()
+    assert drop_paths(window, [first, f"{second}/metrics.jsonl"])  # a dropped metrics.jsonl: its run folder
+    qtbot.waitUntil(lambda: len(window.session.records) == 2)
+    assert sorted(r.folder for r in window.session.records) == sorted([first, second])
+
+    (tmp_path / "notes").mkdir()
+    assert drop_paths(window, [tmp_path / "notes"])
+    qtbot.waitUntil(lambda: bool(dialogs.warnings()))
+    assert "no metrics.jsonl" in dialogs.warnings()[0] and len(window.session.records) == 2
+    assert not drop_paths(window, [], enter_only=True)  # a drag of text, not files, is not taken
