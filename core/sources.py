@@ -36,6 +36,8 @@ from core.paths import locale_free, user_path
 from core.tokenizer import piece_end
 
 HUB_PREFIX = "hf:"
+_HUB_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)?")
+"""A hub repository id, by the hub's own rules: a path (``hf:../corpus``) is not one."""
 DEFAULT_TEXT_FIELD = "text"
 """The column or key read when none is named: FineWeb's, and most datasets'."""
 FORMAT_OF_SUFFIX = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl",
@@ -237,6 +239,10 @@ def _resolved(spec: str, text_field: str) -> Source:
         if not parts[0] or len(parts) > 3 or any(c.isspace() for c in spec):
             raise DataError(f"hub dataset {spec!r}: expected hf:NAME[:CONFIG[:SPLIT]], "
                             f"e.g. hf:HuggingFaceFW/fineweb:sample-10BT")
+        if not _HUB_NAME.fullmatch(parts[0]) or ".." in parts[0] or "--" in parts[0] or len(parts[0]) > 96:
+            raise DataError(f"hub dataset {spec!r}: {parts[0]!r} is not a hub dataset name (OWNER/NAME or NAME: "
+                            f"letters, digits, '-', '_' and '.', no '..' or '--', up to 96 characters); for a "
+                            f"folder on this machine leave out hf:")
         name, config, split = parts[0], (parts[1] or None) if len(parts) > 1 else None, \
             (parts[2] if len(parts) > 2 and parts[2] else "train")
         return Source(spec, "hub", f"Hugging Face dataset {spec[len(HUB_PREFIX):]}", text_field=text_field,

@@ -454,6 +454,21 @@ def test_hub_names_without_network_are_one_line(monkeypatch):
     assert "expected hf:NAME" in one_line_error(lambda: resolve_source("hf:"))
 
 
+@pytest.mark.parametrize("name", ["../corpus", "/data/corpus", "a/b/c", "owner/-name", "owner//name", "a..b",
+                                  "a--b", "name.", "x" * 97, "owner/na me!"])
+def test_a_hub_name_that_is_no_repository_id_is_refused_before_any_network(name):
+    """``hf:../corpus`` passed as a name and was sent to the hub (or said "offline") instead of naming the typo."""
+    message = one_line_error(lambda: resolve_source(f"hf:{name}"))
+    assert "is not a hub dataset name" in message or "expected hf:NAME" in message, message
+
+
+def test_hub_names_of_the_hubs_own_forms_are_taken():
+    for spec, name in (("hf:HuggingFaceFW/fineweb-edu:sample-10BT", "HuggingFaceFW/fineweb-edu"),
+                       ("hf:wikitext:wikitext-103-raw-v1:validation", "wikitext"),
+                       ("hf:roneneldan/TinyStories", "roneneldan/TinyStories"), ("hf:a.b_c/d-1.2", "a.b_c/d-1.2")):
+        assert resolve_source(spec).hub[0] == name
+
+
 def test_hub_rows_skip_nulls_and_refuse_other_values_like_jsonl(monkeypatch):
     """The hub stream is read as a JSONL file is: a null text is no document, a number is refused by row."""
     import core.sources
