@@ -645,7 +645,9 @@ def _stop_on_first_sigint(control, grace_s: float | None = None):
 def _terminable():
     """SIGTERM ends the work now, as an exception (``JobTerminated``) that lets it remove what it had begun to
     write (an export's temporary folder, a tune trial's run folder) and end what it printed (generate's line);
-    ``_run_command`` says so in one line, exit code 143. A second SIGTERM ends the process at once.
+    ``_run_command`` says so in one line, exit code 143. A second SIGTERM ends the process at once. SIGHUP (the
+    terminal closed) does the same with exit code 129 where nothing else answers it (export, generate; prepare
+    and tune stop gently on it, ``_interruptible``): its default killed the process with the folder half written.
 
     Python discards an exception raised while it runs a weakref callback (frequent during torch.compile: the
     work went on, or a tune finished and exited 0): such a discarded ``JobTerminated`` is raised again at once
@@ -658,40 +660,54 @@ def _terminable():
     import threading
 
     from core.errors import Cancelled, JobTerminated
-    from core.stopping import ABORT_GRACE_S, exit_now, leave_workers
+    from core.stopping import ABORT_GRACE_S, HungUp, exit_now, leave_workers
 
     unwound = threading.Event()  # the exception left the work: the caller ends the process itself
     again = DiscardedRaiser(signal.SIGTERM)
 
-    def watchdog():
+    def end_now(exc: JobTerminated) -> None:
+        _error_line(f"speedboard: {exc}")
+        exit_now(_signal_exit_code(exc))
+
+    def watchdog(exc: JobTerminated):
         if not unwound.wait(ABORT_GRACE_S):
-            _error_line("speedboard: terminated (SIGTERM)")
-            exit_now(128 + signal.SIGTERM)
+            end_now(exc)
 
     def terminate(signum, frame):
-        if again.exc is not None:  # a second SIGTERM
-            _error_line("speedboard: terminated (SIGTERM)")
-            exit_now(128 + signal.SIGTERM)
-        threading.Thread(target=watchdog, name="speedboard-term-watchdog", daemon=True).start()
-        exc = JobTerminated("terminated (SIGTERM)")
+        if again.exc is not None:  # a second SIGTERM (or SIGHUP)
+            end_now(again.exc)
+        exc = HungUp("the terminal was closed (SIGHUP)") if signum == _SIGHUP else \
+            JobTerminated("terminated (SIGTERM)")
+        threading.Thread(target=watchdog, args=(exc,), name="speedboard-term-watchdog", daemon=True).start()
         again.arm(exc)
         raise exc
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, terminate)}
+    if _SIGHUP is not None and signal.getsignal(_SIGHUP) is signal.SIG_DFL:  # nohup's SIG_IGN stays
+        previous[_SIGHUP] = signal.signal(_SIGHUP, terminate)
     try:
         yield
         if again.exc is not None:  # discarded where nothing could raise it again: the work must not look finished
             raise again.exc
-    except JobTerminated:
+    except JobTerminated as exc:
         unwound.set()
-        leave_workers(128 + signal.SIGTERM)
+        leave_workers(_signal_exit_code(exc))
         raise
     except (KeyboardInterrupt, Cancelled):  # exit code 130, as ``_run_command`` gives it
         leave_workers(128 + signal.SIGINT)
         raise
     finally:
         again.disarm()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+_SIGHUP = getattr(signal, "SIGHUP", None)
+
+
+def _signal_exit_code(exc: BaseException) -> int:
+    """128 + the signal that ended the work: SIGTERM's 143 unless the exception names another (SIGHUP's 129)."""
+    return getattr(exc, "exit_code", 128 + signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -1284,7 +1300,7 @@ def interrupted(exc: KeyboardInterrupt, say: bool = True) -> int:
     terminated = isinstance(exc, JobTerminated)
     if say:
         _error_line(f"speedboard: {exc}" if terminated else "speedboard: interrupted")
-    return 128 + signal.SIGTERM if terminated else 130
+    return _signal_exit_code(exc) if terminated else 130
 
 
 CONSOLE_ERRORS = "speedboard-console"

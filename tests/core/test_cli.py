@@ -418,10 +418,11 @@ def test_an_error_while_generating_comes_on_a_line_of_its_own(existing_run, caps
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 @pytest.mark.parametrize("signum, code, line", [(signal.SIGINT, 130, "speedboard: interrupted"),
-                                                (signal.SIGTERM, 143, "speedboard: terminated (SIGTERM)")])
+                                                (signal.SIGTERM, 143, "speedboard: terminated (SIGTERM)"),
+                                                (signal.SIGHUP, 129, "speedboard: the terminal was closed (SIGHUP)")])
 def test_a_signal_ends_generate_in_one_line_after_the_text_ends_its_own(existing_run, signum, code, line):
-    """kill -INT: also in a background job, which a shell starts with SIGINT ignored. SIGTERM: said as by every
-    other command, where the process ended silently with its text's line unfinished."""
+    """kill -INT: also in a background job, which a shell starts with SIGINT ignored. SIGTERM and SIGHUP: said as
+    by every other command, where the process ended silently with its text's line unfinished."""
     _, run_dir, _ = existing_run
     proc = subprocess.Popen([sys.executable, "-m", "core.cli", "generate", str(run_dir), "--max-new-tokens",
                              "1000000", "--temperature", "1", "--device", "cpu"], cwd=ROOT, text=True,
@@ -435,6 +436,30 @@ def test_a_signal_ends_generate_in_one_line_after_the_text_ends_its_own(existing
         proc.kill()
     assert proc.returncode == code, err
     assert err.strip() == line and out.endswith("\n"), (err, out[-50:])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+@pytest.mark.parametrize("name, code, line", [("SIGTERM", 143, "speedboard: terminated (SIGTERM)"),
+                                              ("SIGHUP", 129, "speedboard: the terminal was closed (SIGHUP)")])
+def test_a_signal_during_an_export_leaves_no_half_written_folder(existing_run, tmp_path, name, code, line):
+    """A closed terminal (SIGHUP) killed export with its default action: no line, and the hidden folder it was
+    writing (hundreds of MB for a real model) stayed. The signal comes here right after the weights are written."""
+    _, run_dir, _ = existing_run
+    out = tmp_path / "exports" / "model"
+    out.parent.mkdir()
+    script = (f"import os, signal, sys\n"
+              f"import core.checkpoint.save as save\n"
+              f"real = save.save_file\n"
+              f"def save_then_signal(*args, **kwargs):\n"
+              f"    real(*args, **kwargs)\n"
+              f"    os.kill(os.getpid(), signal.{name})\n"
+              f"save.save_file = save_then_signal\n"
+              f"from core.cli import main\n"
+              f"sys.exit(main(['export', {str(run_dir)!r}, {str(out)!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert done.stderr.strip() == line and done.stdout == ""
+    assert list(out.parent.iterdir()) == []  # neither the export nor its hidden temporary folder
 
 
 def test_lr_scales_the_schedule_and_its_floor_keeps_its_ratio(tmp_path):
