@@ -104,8 +104,9 @@ def event_line(event: ev.Event) -> EventLine | None:
     if isinstance(event, ev.DataPrepared):
         where = ("from its token store" if event.from_store
                  else f"prepared in {_duration(event.seconds)}")
+        skipped = f"; not read: {skipped_files(event.skipped)}" if event.skipped and event.from_store else ""
         return EventLine(f"data: {counted(event.documents, 'document')}, {counted(event.tokens, 'token')}, "
-                         f"{where} ({one_line(event.store)})\n"
+                         f"{where} ({one_line(event.store)}){skipped}\n"
                          f"{tokenizer_line(event)}")
     if isinstance(event, ev.RunStarted):
         where = f" from step {event.start_step}" if event.start_step else ""

@@ -121,6 +121,9 @@ class DataPrepared(Event):
     eos: str | None
     pad: str | None
     """The tokens taken as beginning, end of text and padding."""
+    skipped: tuple[str, ...] = ()
+    """Files of a source folder that are not read (as ``DataPreparationStarted.skipped``): said at every start,
+    also from the store, where nothing else says that part of a folder is left out."""
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,8 @@ def _report_prepared(report: _Reporter, source: Source, store: TokenStore, tok: 
                      from_store: bool, seconds: float) -> None:
     report.emit(DataPrepared, source=source.spec, documents=store.num_documents, tokens=store.num_tokens,
                 from_store=from_store, store=str(store.path), seconds=seconds, tokenizer=origin,
-                vocab_size=tok.vocab_size, bos=tok.bos_token, eos=tok.eos_token, pad=tok.pad_token)
+                vocab_size=tok.vocab_size, bos=tok.bos_token, eos=tok.eos_token, pad=tok.pad_token,
+                skipped=source.ignored)
 
 
 # ----------------------------------------------------------------------------- for a data picker

@@ -64,16 +64,18 @@ MAX_PARAGRAPH_CHARS = 8 << 20
 """A longer run of text without a blank line is handed on in parts (``Continued``): memory stays bounded on any
 file, and the parts make one document."""
 _SAMPLE_BLOCKS, _SAMPLE_BLOCK = 16, 16 << 10
+"""The fingerprint hashes 16 blocks of 16 KiB of a large file: first, last and evenly spaced between."""
 _SAMPLED_FILES = 64
 """Files of a source whose content the fingerprint samples (evenly spread): its cost stays bounded for a
 folder of a million small files, which every start would otherwise read whole."""
 # The split names of the Hugging Face hub's file layout (datasets' data-files patterns): a word of a file's
-# or a folder's name, between ``-._``, spaces or digits.
+# or a folder's name, between ``-._``, spaces or digits, first in it or last (``_split_of``).
 _SPLIT_WORDS = {"train": "train", "training": "train", "validation": "validation", "valid": "validation",
                 "val": "validation", "dev": "validation", "test": "test", "testing": "test", "eval": "test",
                 "evaluation": "test"}
 _NAME_WORDS = re.compile(r"[-._ 0-9]+")
-"""The fingerprint hashes 16 blocks of 16 KiB of a large file: first, last and evenly spaced between."""
+_SHARD_WORDS = {"of", "txt", "md", "jsonl", "json", "gz", "zst", "parquet", "arrow"}
+"""What may follow a split word that ends a name: ``-00000-of-00002`` and the suffixes (digits separate words)."""
 
 
 class Continued(str):
@@ -415,10 +417,14 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
 
 def _split_of(rel: str) -> str | None:
     """The split a file belongs to by the hub's naming (``data/train-00000-of-00002.parquet``,
-    ``validation/part-0.jsonl``, ``test.txt``): its file name first, then its folders, innermost first."""
+    ``validation/part-0.jsonl``, ``test.txt``, ``TinyStories-valid.txt``, ``c4-train.00000-of-01024.json.gz``):
+    its file name first, then its folders, innermost first. A split word counts where such names put it: first,
+    or last but for the shard's numbering and the suffixes; inside a name ("the_test_of_time.txt") it is a word
+    of a title."""
     for part in reversed(rel.split("/")):
-        for word in _NAME_WORDS.split(part.lower()):
-            if word in _SPLIT_WORDS:
+        words = [w for w in _NAME_WORDS.split(part.lower()) if w]
+        for i, word in enumerate(words):
+            if word in _SPLIT_WORDS and (i == 0 or all(w in _SHARD_WORDS for w in words[i + 1:])):
                 return _SPLIT_WORDS[word]
     return None
 

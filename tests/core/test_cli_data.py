@@ -107,6 +107,20 @@ def test_prepare_names_the_files_of_a_folder_it_does_not_read(tmp_path, cache, c
     assert first.startswith(f"preparing {folder} (text, 1 file,") and "not read: logo.png" in first, first
 
 
+def test_every_start_from_the_store_names_the_files_of_a_folder_it_does_not_read(tmp_path, cache, capsys):
+    """Held-out splits left out of a folder were said in the preparation's first line only: a later start, from
+    the store, said nothing of them."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "train.txt").write_text(open(text_corpus(tmp_path)).read())
+    (folder / "test.txt").write_text("held out")
+    assert main(["prepare", str(folder), "--vocab-size", "300", "--no-progress"]) == 0
+    assert "not read: test.txt (test)" in capsys.readouterr().out.splitlines()[0]
+    assert main(["prepare", str(folder), "--vocab-size", "300", "--no-progress"]) == 0
+    data = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("data:"))
+    assert "from its token store" in data and data.endswith("; not read: test.txt (test)"), data
+
+
 def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
     data = tmp_path / "c.jsonl"
     data.write_text("".join(json.dumps({"body": f"document {i} " * 20, "text": "x"}) + "\n" for i in range(30)))

@@ -442,6 +442,39 @@ def test_a_folder_in_the_hubs_split_layout_reads_its_train_split_only(tmp_path):
     assert len(resolve_source(str(notes)).files) == 2 and resolve_source(str(notes)).ignored == ()
 
 
+def test_a_folder_of_books_whose_titles_hold_split_words_is_read_whole(tmp_path):
+    """"training_day.txt" beside "the_test_of_time.txt" made a folder of books a hub split layout: three of its four
+    books were left out, said once in the first line of a preparation and never again."""
+    books = tmp_path / "books"
+    books.mkdir()
+    names = ["moby_dick.txt", "pride_and_prejudice.txt", "the_test_of_time.txt", "training_day.txt",
+             "attest.txt", "training-notes.txt", "a_dev_diary.txt"]
+    for name in names:
+        (books / name).write_text(f"a paragraph of {name}\n")
+    source = resolve_source(str(books))
+    assert sorted(f.rel for f in source.files) == sorted(names) and source.ignored == ()
+
+
+@pytest.mark.parametrize("layout, read", [
+    ({"TinyStories-train.txt": "t", "TinyStories-valid.txt": "v", "README.md": "r"}, ["TinyStories-train.txt"]),
+    ({"en/c4-train.00000-of-00002.jsonl.gz": "t", "en/c4-train.00001-of-00002.jsonl.gz": "t",
+      "en/c4-validation.00000-of-00001.jsonl.gz": "v"},
+     ["en/c4-train.00000-of-00002.jsonl.gz", "en/c4-train.00001-of-00002.jsonl.gz"]),
+    ({"train_data.jsonl": "t", "test_data.jsonl": "v"}, ["train_data.jsonl"]),
+    ({"wiki.train.txt": "t", "wiki.test.txt": "v", "wiki.valid.txt": "v"}, ["wiki.train.txt"]),
+])
+def test_split_words_first_or_last_in_a_name_mark_the_hubs_layouts(tmp_path, layout, read):
+    folder = tmp_path / "corpus"
+    for rel, text in layout.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps({"text": text}) + "\n").encode() if ".jsonl" in rel else text.encode()
+        path.write_bytes(gzip.compress(line) if rel.endswith(".gz") else line)
+    source = resolve_source(str(folder))
+    assert [f.rel for f in source.files] == read
+    assert len(source.ignored) == len(layout) - len(read)
+
+
 def test_hub_names_without_network_are_one_line(monkeypatch):
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
