@@ -440,9 +440,21 @@ def preparations_of(location: str | None) -> list[str]:
             label = entry.read_bytes().decode("utf-8", "surrogateescape")
         except OSError:  # let go of and deleted meanwhile
             continue
-        if label and (location is None or locale_free(label) == locale_free(location)):
+        if label and (location is None or _same_place(label, location)):
             found.append(entry.name[len(_LOCK):])
     return sorted(found)
+
+
+def _same_place(label: str, location: str) -> bool:
+    """Two locations of one corpus: the same text, or paths that lead to the same file through symbolic links (a
+    preparation started through a link to the corpus' folder was not waited for by a removal of its real path)."""
+    if locale_free(label) == locale_free(location):
+        return True
+    if not (os.path.isabs(label) and os.path.isabs(location)):  # builtin, hf:NAME
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        return os.path.realpath(label) == os.path.realpath(location)
+    return False
 
 
 def _names_this_file(path: Path, fd: int) -> bool:

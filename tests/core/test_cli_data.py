@@ -348,9 +348,11 @@ def test_prepare_refuses_an_empty_data_argument_as_train_does(cache, capsys, arg
     assert one_line(capsys, main(["prepare", *argv])) == "speedboard: error: data source is empty"
 
 
-def test_remove_waits_for_a_preparation_of_the_corpus_running_now(tmp_path, cache, capsys, monkeypatch):
+@pytest.mark.parametrize("linked", [False, True])
+def test_remove_waits_for_a_preparation_of_the_corpus_running_now(tmp_path, cache, capsys, monkeypatch, linked):
     """`prepare --remove DATA` said "removed" at once, and the preparation running meanwhile then put its store in
-    place: DATA had a store again moments after its removal."""
+    place: DATA had a store again moments after its removal. ``linked``: the preparation named the corpus
+    through a symbolic link to its folder, and the removal by its real path did not wait for it."""
     import dataclasses
     import threading
 
@@ -361,6 +363,10 @@ def test_remove_waits_for_a_preparation_of_the_corpus_running_now(tmp_path, cach
     from core.token_store import preparation_lock
 
     data = text_corpus(tmp_path)
+    typed = data
+    if linked:
+        (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
+        typed = str(tmp_path / "link" / Path(data).name)
     assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
     with open(data, "a") as f:  # a new version of the corpus: a store of its own
         f.write("\n\none more paragraph")
@@ -375,10 +381,10 @@ def test_remove_waits_for_a_preparation_of_the_corpus_running_now(tmp_path, cach
     monkeypatch.setattr(token_store.time, "sleep", sleep)
 
     def another_preparer():  # holds a lock of this corpus, and prepares its new version under it
-        with preparation_lock("f" * 32, location=source_location(data)):
+        with preparation_lock("f" * 32, location=source_location(typed)):
             holding.set()
             remover_waits.wait(timeout=20)
-            prepare_corpus(dataclasses.replace(config_from_preset("tiny").data, source=data, vocab_size=300))
+            prepare_corpus(dataclasses.replace(config_from_preset("tiny").data, source=typed, vocab_size=300))
         done.set()
 
     thread = threading.Thread(target=another_preparer)
