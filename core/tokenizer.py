@@ -65,6 +65,12 @@ def _why_not_a_tokenizer(text: str, exc: Exception) -> str:
     return str(exc).splitlines()[0]
 
 
+MAX_TOKEN_ID = (1 << 22) - 1
+"""The highest token id a tokenizer file may use (4,194,303): the largest vocabularies in use hold about 256k
+tokens, and every id up to the highest needs an embedding row. A file with one id of four billion (a damaged
+or hand-edited file) was tokenized for minutes and gigabytes before the model it asked for was refused."""
+
+
 class BPETokenizer:
     """A thin wrapper that knows the special tokens' ids."""
 
@@ -175,6 +181,12 @@ class BPETokenizer:
             tok = Tokenizer.from_str(text)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise CheckpointError(f"cannot read tokenizer {file}: {_why_not_a_tokenizer(text, exc)}") from None
+        ids = tok.get_vocab(with_added_tokens=True)
+        top = max(ids.values(), default=-1)
+        if top > MAX_TOKEN_ID:
+            raise CheckpointError(f"cannot use tokenizer {file}: its highest token id is {top:,} (for "
+                                  f"{len(ids):,} tokens), and a model needs an embedding row for every id up to "
+                                  f"it; token ids end at {MAX_TOKEN_ID:,} here")
         special: dict[str, str | None] = {}
         cfg_file = folder / "tokenizer_config.json"
         if cfg_file.is_file():

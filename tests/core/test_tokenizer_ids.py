@@ -59,6 +59,22 @@ def test_an_embedding_of_as_many_rows_as_entries_is_too_small_for_ids_with_holes
     check_tokenizer_fits(holed, micro_model_config(vocab_size=300))
 
 
+def test_a_tokenizer_whose_ids_reach_past_any_vocabulary_is_refused_before_any_work(tmp_path, cache, tok, capsys):
+    """One id of four billion in a hand-edited file: prepare tokenized for minutes and gigabytes into a uint32
+    store, and train then refused the 15,000 GiB model it asked for."""
+    from core.tokenizer import MAX_TOKEN_ID
+
+    at_the_end = holed_tokenizer(tok, tmp_path / "ok.json", shift=MAX_TOKEN_ID - (tok.vocab_size - 1))
+    assert BPETokenizer.load(at_the_end).vocab_size == MAX_TOKEN_ID + 1  # the last id allowed
+    beyond = holed_tokenizer(tok, tmp_path / "far.json", shift=4_000_000_000)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("some text to prepare\n\n" * 50, encoding="utf-8")
+    assert main(["prepare", str(corpus), "--tokenizer", str(beyond), "--no-progress"]) == 2
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "its highest token id is 4,000,000,299 (for 298 tokens)" in err, err
+    assert not (cache / "stores").exists() or not any((cache / "stores").iterdir())
+
+
 def test_a_tokenizer_with_holes_trains_on_its_top_ids(tmp_path, cache, tok):
     """Its top ids used to index past an embedding sized by the number of entries (IndexError mid-run)."""
     tok_file = holed_tokenizer(tok, tmp_path / "tok.json")
