@@ -532,8 +532,9 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
     step): they end cleanly and torchrun with them, as after a run that reached
     its budget (exit 0); before, it ends the job as below (set-up has no step to
     stop after, and a worker still starting Python would print a traceback). A
-    second one or a SIGTERM goes to torchrun as SIGTERM, which it passes on to
-    every worker (end now); once they have ended, the launcher says so in one
+    second one goes to the workers as well: they abort, as one process does on a
+    second Ctrl-C, and record that. A third or a SIGTERM goes to torchrun as
+    SIGTERM, which it passes on to every worker (end now); once they have ended, the launcher says so in one
     line and exits with 128 + the signal's number (130 Ctrl-C, 143 SIGTERM),
     as a single process does. So does a signal that ends the job before its run
     could stop cleanly (during set-up).
@@ -592,17 +593,27 @@ class _Job:
         self.proc: subprocess.Popen | None = None
         self.output: TorchrunOutput | None = None
         self._passed_on = False
+        self._stopping = False
+        """The workers were asked to stop (the first Ctrl-C): a second one goes to them too."""
 
     def on_signal(self, signum, frame) -> None:
-        """The launcher's handler: the first SIGINT/SIGHUP to the workers as SIGINT, any other to torchrun as
-        SIGTERM. Before torchrun has started, it only counts (``run`` then starts nothing, or ends it)."""
+        """The launcher's handler: the first SIGINT/SIGHUP to the workers as SIGINT (stop after this step), a second
+        one to the workers as itself (they abort as one process does on a second Ctrl-C, and record it as such),
+        any other to torchrun as SIGTERM. Before torchrun has started, it only counts (``run`` then starts nothing,
+        or ends it)."""
         # The first Ctrl-C: rank 0 says it is stopping. Before the run began (its workers starting Python, its set-up)
         # there is no step to stop after: the job ends, as one process aborts its set-up; a SIGINT to a worker still
         # starting printed a KeyboardInterrupt traceback from its interpreter's start-up.
-        stop = signum in _STOPS and not self.received and self.began()
+        if signum in _STOPS and not self.received and self.began():
+            to_workers = signal.SIGINT
+        elif signum in _STOPS and self._stopping and len(self.received) == 1:
+            # Not to torchrun as SIGTERM: the run recorded "terminated (SIGTERM)" for a second Ctrl-C.
+            to_workers = signum
+        else:
+            to_workers = None
         self.received.append(signum)
         if self.proc is not None:
-            self._pass_on(stop)
+            self._pass_on(to_workers)
 
     def began(self) -> bool:
         """Rank 0 has announced the run (``run_started`` in its metrics.jsonl): its workers handle a stop."""
@@ -614,12 +625,14 @@ class _Job:
                 pass
         return self._began or self.run_dir is None
 
-    def _pass_on(self, stop: bool) -> None:
+    def _pass_on(self, to_workers: int | None) -> None:
+        """``to_workers``: the signal for torchrun's workers themselves; None: SIGTERM to torchrun, which ends them."""
         self._passed_on = True
-        targets = (_children(self.proc.pid) if stop else []) or [self.proc.pid]
+        self._stopping = to_workers is not None
+        targets = (_children(self.proc.pid) if to_workers is not None else []) or [self.proc.pid]
         for pid in targets:
             try:
-                os.kill(pid, signal.SIGINT if stop else signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM if to_workers is None else to_workers)
             except ProcessLookupError:
                 pass
 
@@ -661,7 +674,7 @@ class _Job:
                 self.output = TorchrunOutput(read_fd)
             self.proc = proc  # from here on, on_signal passes signals on
             if self.received and not self._passed_on:  # one came while torchrun was being started: end it
-                self._pass_on(stop=False)
+                self._pass_on(None)
             code = proc.wait()
             if code < 0 and adopting:  # killed before its workers, which are this launcher's now
                 _end_orphans(known | {proc.pid})

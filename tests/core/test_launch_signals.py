@@ -187,15 +187,45 @@ def test_a_first_ctrl_c_before_the_run_began_ends_the_job_and_after_it_stops_it(
     run_dir = tmp_path / "job"
     run_dir.mkdir()
 
-    def first_ctrl_c() -> list[bool]:
+    def first_ctrl_c() -> list[int | None]:
         job, passed = _Job(2, [], {}, run_dir), []
         job.proc, job._pass_on = object(), passed.append  # torchrun is running
         job.on_signal(signal.SIGINT, None)
         return passed
 
-    assert first_ctrl_c() == [False]  # no metrics.jsonl yet: torchrun is ended (SIGTERM)
+    assert first_ctrl_c() == [None]  # no metrics.jsonl yet: torchrun is ended (SIGTERM)
     (run_dir / "metrics.jsonl").write_text('{"event": "data_prepared", "run_id": "job"}\n')
-    assert first_ctrl_c() == [False]  # set-up
+    assert first_ctrl_c() == [None]  # set-up
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write('{"event": "run_started", "run_id": "job"}\n')
-    assert first_ctrl_c() == [True]  # the workers stop after their step
+    assert first_ctrl_c() == [signal.SIGINT]  # the workers stop after their step
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGHUP])
+def test_a_second_ctrl_c_reaches_the_workers_as_itself_and_a_third_ends_torchrun(tmp_path, monkeypatch, second):
+    """A second Ctrl-C went to torchrun as SIGTERM: the run's recorded ending said "terminated (SIGTERM): the job
+    was ended, by its launcher when another process failed, or by the user" for what the user knew as Ctrl-C.
+    The workers now abort on it as one process does on a second Ctrl-C (or a second SIGHUP), and record that."""
+    import core.launch
+    from core.launch import _Job
+
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"event": "run_started", "run_id": "job"}\n')
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(core.launch, "_children", lambda pid: [11, 12])
+    monkeypatch.setattr(core.launch.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    job = _Job(2, [], {}, run_dir)
+    job.proc = type("Torchrun", (), {"pid": 10})()
+    job.on_signal(signal.SIGINT, None)
+    job.on_signal(second, None)
+    job.on_signal(signal.SIGINT, None)
+    assert sent == [(11, signal.SIGINT), (12, signal.SIGINT), (11, second), (12, second), (10, signal.SIGTERM)]
+    assert job.ending(stopped_cleanly=False) == second  # said "interrupted" (or the SIGHUP's line), 128 + it
+
+    sent.clear()
+    job = _Job(2, [], {}, run_dir)
+    job.proc = type("Torchrun", (), {"pid": 10})()
+    job.on_signal(signal.SIGINT, None)
+    job.on_signal(signal.SIGTERM, None)  # a SIGTERM ends the job through torchrun, whatever came before
+    assert sent[-1] == (10, signal.SIGTERM)
