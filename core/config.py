@@ -402,7 +402,7 @@ PRESETS: dict[str, Preset] = {
     "small": Preset(ModelConfig(vocab_size=8192, hidden_size=512, num_layers=6, num_heads=8, num_kv_heads=2,
                                 intermediate_size=1408, max_position_embeddings=1024),
                     seq_len=256, vocab_size=8192, micro_batch=8, lr=1e-3, steps=500),
-    # The reference configuration of the article series (≈ 160M parameters at 50k vocabulary).
+    # The reference configuration of the article series (179M parameters at 50k vocabulary, embeddings untied).
     "base": Preset(ModelConfig(vocab_size=50_000, hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=3,
                                intermediate_size=3072, max_position_embeddings=2048),
                    seq_len=1024, vocab_size=50_000, micro_batch=8, lr=6e-4, steps=2000),
