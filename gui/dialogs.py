@@ -43,7 +43,8 @@ def confirm_stop_and_close(parent: QWidget | None, compiling: bool = False, sett
     built): stopping keeps nothing, and there is no run folder or checkpoint to promise."""
     if setting_up:
         return _yes(parent, "Stop the run and quit?",
-                    "A run is being set up (its data prepared, its model built). Stop it and close Speedboard?\n\n"
+                    "A run is being set up (its data prepared, its model built), or paused before its first step. "
+                    "Stop it and close Speedboard?\n\n"
                     "It has not trained a step yet: nothing of it is kept.")
     wait = ("\n\nIt is compiling: torch.compile cannot be cut short, so the window stays until the compile is "
             "done (seconds to minutes, more for a large model or max-autotune)." if compiling else "")

@@ -124,7 +124,7 @@ class RunActions(QObject):
         key = active.key if active is not None else None
         setting_up = active is not None and active.before_training  # set-up ends, nothing is kept
         self.session.stop()
-        self.status.showMessage("Stopping its set-up: nothing is kept …" if setting_up else
+        self.status.showMessage("Stopping before its first step: nothing is kept …" if setting_up else
                                 "Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
                                 until=lambda r: r.key != key or r.ended)
         self._update_controls()
@@ -137,10 +137,11 @@ class RunActions(QObject):
             active = self.session.active
             key = active.key if active is not None else None
             if active is not None and active.before_training:  # stopped now, it would leave nothing to go on from
+                paused_before = " (paused before its first step)" if active.state == "paused" else ""
                 dialogs.show_error(self._window, "Cannot continue",
-                                   f"{active.label} is still being set up: it has trained no step, so there is "
-                                   f"nothing to continue from yet. Wait for its first step, or stop it and start "
-                                   f"again.")
+                                   f"{active.label} is still being set up{paused_before}: it has trained no step, "
+                                   f"so there is nothing to continue from yet. Wait for its first step, or stop it "
+                                   f"and start again.")
                 return
             if active is not None:
                 # Judged before the run is stopped: a budget it has already passed stops nothing.

@@ -173,6 +173,9 @@ class RunRecord:
     """How long its last validation took (from the step before it to its result): the ETA counts those to come."""
     _last_step_at: float | None = field(default=None, repr=False)
     _before_pause: str = field(default="training", repr=False)
+    _held_before_first_step: bool = field(default=False, repr=False)
+    """Paused where the trainer waits before its first step (``Trainer._before_first_step``): a stop there keeps
+    nothing, as one during set-up."""
     _stopped_compiling: bool = field(default=False, repr=False)
     """Asked to stop while it compiled, and no step has ended since: the stop waits for the compile."""
 
@@ -256,9 +259,10 @@ class RunRecord:
 
     @property
     def before_training(self) -> bool:
-        """In set-up: its ``RunStarted`` (which names its run id) has not come, so it has trained no step, and a
-        stop keeps nothing."""
-        return not self.run_id
+        """It has trained no step and none is under way, so a stop keeps nothing: in set-up (its ``RunStarted``,
+        which names its run id, has not come), or paused before its first step (after ``RunStarted``: a run paused
+        then ended "failed" after the window said a final checkpoint would be saved)."""
+        return not self.run_id or self._held_before_first_step
 
     def apply(self, event: Event | RunNote) -> bool:
         """Update from one event or note; True when something the run table shows (other than progress) changed."""
@@ -272,9 +276,13 @@ class RunRecord:
             before = self.state
             if self._set_state("paused", when=("starting", "compiling", "training")):
                 self._before_pause = before
+                # Paused with no step recorded: the trainer waits before its first (the step's metrics come before
+                # the pause that follows a step, from the same thread).
+                self._held_before_first_step = self.step == self.start_step
                 return True
             return False
         if isinstance(event, TrainingResumed):
+            self._held_before_first_step = False  # on into its first step: a stop now is one after that step
             return self._set_state(self._before_pause, when=("paused",))
         if isinstance(event, WriterGone):
             self.message = event.message

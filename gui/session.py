@@ -205,8 +205,8 @@ class RunSession(QObject):
         last = self._active or next((r for r in reversed(self.records) if r.origin == "live"), None)
         if last is None or not last.run_id:
             return "speedboard-checkpoint"
-        if self.controller.running and last.state != "paused":
-            return f"{last.run_id}-checkpoint"
+        if self.controller.running and (last.state != "paused" or last.before_training):
+            return f"{last.run_id}-checkpoint"  # (paused before its first step: written after that step)
         return f"{last.run_id}-step{last.step}"
 
     # ------------------------------------------------------------------ commands

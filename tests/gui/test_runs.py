@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
@@ -425,6 +427,49 @@ def test_the_run_training_here_is_not_removed_and_the_status_says_to_stop_it(qtb
     wait_idle(qtbot, window)
 
 
+def test_a_run_paused_before_its_first_step_is_still_in_set_up_for_stop_continue_save_and_close(
+        qtbot, make_window, dialogs):
+    """Paused as it came out of set-up (its RunStarted, and so its run id, already there), a run was taken for a
+    trained one: Stop said a final checkpoint would be saved and the run ended *failed*; Continue stopped it and
+    then found nothing to continue from; Save offered "RUN-step0" for what is written after step 1; closing
+    promised a final checkpoint and deleted the run folder."""
+    window = make_window(**LONG)
+    click(window, "startButton")
+    click(window, "pauseButton")  # asked in set-up: the trainer holds before its first step
+    record = window.session.records[-1]
+    qtbot.waitUntil(lambda: record.state == "paused" and bool(record.run_id))
+    assert record.step == 0 and record.before_training
+    assert window.session.save_name() == f"{record.run_id}-checkpoint"  # written after the first step
+
+    click(window, "continueButton")
+    (warning,) = dialogs.warnings()
+    assert "is still being set up (paused before its first step)" in warning
+    assert record.state == "paused"  # left as it was, not stopped
+
+    window.close()
+    (question,) = dialogs.questions()
+    assert "paused before its first step" in question and "nothing of it is kept" in question
+    wait_idle(qtbot, window)
+    assert record.state == "stopped" and "nothing was kept" in record.message
+    assert not Path(record.folder).exists()  # the trainer removes what it had begun: no step, no folder
+    assert not any(f"{record.label}: failed" in line for line in window.log.messages())
+
+
+def test_a_run_resumed_from_a_pause_before_its_first_step_stops_after_a_step(qtbot, make_window):
+    window = make_window(**LONG)
+    click(window, "startButton")
+    click(window, "pauseButton")
+    record = window.session.records[-1]
+    qtbot.waitUntil(lambda: record.state == "paused" and bool(record.run_id))
+    click(window, "pauseButton")  # Resume: on into its first step
+    qtbot.waitUntil(lambda: record.state != "paused")
+    assert not record.before_training
+    click(window, "stopButton")
+    assert window.status.currentMessage().startswith("Stopping at the next optimizer step")
+    wait_idle(qtbot, window)
+    assert record.state == "stopped" and record.step >= 1 and record.checkpoint is not None
+
+
 def test_stop_before_the_first_step_keeps_nothing_as_it_says(qtbot, make_window, tmp_path):
     """Stop right after Start said "nothing to save yet", then the run validated at step 0, saved a step-0
     checkpoint and offered Continue from it."""
@@ -436,7 +481,7 @@ def test_stop_before_the_first_step_keeps_nothing_as_it_says(qtbot, make_window,
     click(window, "startButton")
     click(window, "stopButton")  # before the torch thread's first event reaches the window: in set-up
     assert any("nothing to save yet" in line for line in window.log.messages())
-    assert window.status.currentMessage() == "Stopping its set-up: nothing is kept …"
+    assert window.status.currentMessage() == "Stopping before its first step: nothing is kept …"
     window.status.show_run(window.session.records[-1], None)  # as the refresh timer shows the run in focus
     assert child(window, "stateLabel").full_text().endswith("stopping… (its set-up: nothing is kept)")
     wait_idle(qtbot, window)
