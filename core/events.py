@@ -65,6 +65,9 @@ class RunStarted(Event):
     mem_baseline_gib: float = 0.0
     """Memory in use before the model existed (CUDA allocated, or the process's resident set on CPU);
     memory figures minus this are the training's own, as ``speedboard bench`` reports them."""
+    warmup_end_tokens: int | None = None
+    """Token position where its schedule's learning-rate warmup ends (the lineage's, on resume): a continued
+    run's new total must lie past it. None from writers before it was recorded."""
 
 
 @dataclass(frozen=True)

@@ -805,7 +805,8 @@ class Trainer:
             tokens_per_step=self.tokens_per_step, budget_tokens=self.schedule.end_tokens,
             total_steps=self.total_steps, start_step=self.step, start_tokens=self.tokens,
             start_time=self.start_time, parent=self.parent, world_size=self.dist.world_size,
-            versions=library_versions(), mem_baseline_gib=self.mem_baseline))
+            versions=library_versions(), mem_baseline_gib=self.mem_baseline,
+            warmup_end_tokens=self.schedule.start_tokens + self.schedule.warmup_tokens))
         for change in self.split_changes:  # chosen before the run folder existed
             self.emit(MicroBatchChanged(self.run_id, self.now(), **{k: v for k, v in change.items() if k != "time"}))
         if tc.fsdp and not self.dist.enabled:

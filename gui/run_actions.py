@@ -227,9 +227,12 @@ def continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tup
         return "", (f"a budget of {budget} is already used up: {parent.label} {where} {parent.tokens:,} tokens "
                     f"(step {parent.step:,}); give a larger budget (the tokens in all, counted from its start)")
     # A new total inside the warmup the lineage keeps is refused by the run (core.schedule): said here, before the
-    # run is stopped, for a parent that started its own schedule (a resumed one's warmup is its lineage's).
-    if not parent.config.get("resume") and tc.budget_kind in ("steps", "tokens"):
+    # run is stopped. Where the warmup ends is the parent's own record (its lineage's, for a continued one); a
+    # folder of an older writer that did not record it: its own warmup, unless it was itself continued.
+    warmed = parent.warmup_end_tokens
+    if warmed is None and not parent.config.get("resume"):
         warmed = int(float(theirs.get("warmup_ratio") or 0.0) * parent.budget_tokens)
+    if warmed is not None and tc.budget_kind in ("steps", "tokens"):
         end = (parent.tokens + (int(tc.budget) - parent.step) * per_step if tc.budget_kind == "steps"
                else int(tc.budget))
         if end <= warmed:

@@ -129,6 +129,8 @@ class RunRecord:
     total_steps: int = 0
     budget_tokens: int = 0
     """The lineage's budget in tokens, its schedule's horizon (``RunStarted``; 0 before it started)."""
+    warmup_end_tokens: int | None = None
+    """Where its schedule's warmup ends, in tokens (``RunStarted``; None before, or from an older writer)."""
     step: int = 0
     tokens: int = 0
     last_loss: float | None = None
@@ -319,6 +321,7 @@ class RunRecord:
             self.start_step = self.step = event.start_step
             self.tokens = event.start_tokens
             self.total_steps, self.budget_tokens = event.total_steps, event.budget_tokens
+            self.warmup_end_tokens = event.warmup_end_tokens
             self.mem_baseline_gib = event.mem_baseline_gib
             source = self.config.get("resume") or self.config.get("init_from")
             self.started_from = str(source) if source else ""

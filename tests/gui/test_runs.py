@@ -239,6 +239,30 @@ def test_continue_to_a_total_inside_the_warmup_is_a_dialog_not_a_failed_row(qtbo
     assert len(window.session.records) == 1  # nothing started, no failed row
 
 
+def test_continue_of_a_continued_run_to_a_total_inside_the_lineages_warmup_is_a_dialog(qtbot, make_window, dialogs):
+    """The check was skipped for a parent that was itself continued (its warmup is its lineage's): the new run
+    started and failed, and one continued from a running run stopped it first."""
+    window = make_window(**LONG)  # 5% of a million steps of warmup
+    click(window, "startButton")
+    first = wait_steps(qtbot, window, 2)
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    click(window, "continueButton")  # the same budget: on along the lineage's schedule, still warming up
+    second = window.session.records[-1]
+    qtbot.waitUntil(lambda: second.step >= first.step + 2)
+    assert second.warmup_end_tokens == first.warmup_end_tokens > second.tokens
+    window.config_panel.budget.setValue(second.step + 50)
+    click(window, "continueButton")  # while it trains: refused, and it trains on
+    (warning,) = dialogs.warnings()
+    assert f"ends inside {second.label}'s learning-rate warmup" in warning
+    assert second.state == "training" and len(window.session.records) == 2
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    window.config_panel.budget.setValue(second.step + 2)
+    click(window, "continueButton")
+    assert len(dialogs.warnings()) == 2 and len(window.session.records) == 2  # nothing started, no failed row
+
+
 def test_continue_counts_the_steps_of_its_token_horizon_and_refuses_tokens_already_trained(qtbot, make_window,
                                                                                            dialogs):
     """The budget is kept in tokens: with twice the accumulation, the steps left are half as many, and the plan
