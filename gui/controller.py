@@ -529,12 +529,14 @@ class Controller(QObject):
 
     def _on_checkpoint_read(self, summary: CheckpointSummary) -> None:
         self._inspecting = False
-        self.checkpoint_read.emit(summary)
+        if not self._shut_down:  # read for a window that has closed since: no question to ask after it
+            self.checkpoint_read.emit(summary)
 
     def _on_job_failed(self, failed: JobFailed) -> None:
         if failed.job == "inspect":
             self._inspecting = False
-            self.load_failed.emit(failed.path, failed.message)
+            if not self._shut_down:
+                self.load_failed.emit(failed.path, failed.message)
         elif failed.job == "save":
             self._run_saves.discard(_same_path(failed.path))  # answered: not asked again when the run has ended
             self.save_failed.emit(failed.path, failed.message)

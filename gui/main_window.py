@@ -59,6 +59,7 @@ REFRESH_HZ = 10
 PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the GUI thread long
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
 CHECKING_DATA = "the data folder is still being checked (Start waits for its check)"
+LOADING = "Waits for the weights being read (Load weights…) and the question that follows them"
 TUNING = ("Waits for the speed advisor's trials (Find fastest settings…), which hold the torch thread: cancel them "
           "there, or wait for their end")
 
@@ -243,6 +244,9 @@ class MainWindow(QMainWindow):
         s.running_changed.connect(self._on_running_changed)
         s.job_failed.connect(self._on_job_failed)
         s.record_removed.connect(self._on_record_removed)
+        # After the checkpoint actions' own slots (connected first): Start waited for the weights being read.
+        s.checkpoint_read.connect(self._update_controls)
+        s.load_failed.connect(self._update_controls)
         self.plots.visibility_changed.connect(self.table.set_hidden)
         self.table.remove_requested.connect(self._remove_runs)
         self.config_panel.changed.connect(self._update_controls)
@@ -475,13 +479,18 @@ class MainWindow(QMainWindow):
             running or session.continue_source(self.table.selected_keys()) is not None)
         # The advisor's trials hold the torch thread, which saves and loads: both would wait for them unseen.
         # A torchrun job's weights are in its processes, never in this one: it saves its own checkpoints.
-        self.controls.set_state(running=running, paused=session.paused, can_start=valid and not session.tuning,
-                                can_continue=can_continue, stopping=session.stopping or session.ending,
-                                can_save=session.can_save and not session.tuning and not session.in_processes,
-                                can_load=not session.tuning,
+        # Weights being read (Load): the run they are for waits for them and for the question that follows; a Start
+        # meanwhile trained without them, and the question then came during its run.
+        loading = session.inspecting
+        self.controls.set_state(running=running, paused=session.paused,
+                                can_start=valid and not session.tuning and not loading,
+                                can_continue=can_continue and not loading, stopping=session.stopping or session.ending,
+                                can_save=session.can_save and not session.tuning and not session.in_processes
+                                and not loading,
+                                can_load=not session.tuning and not loading,
                                 invalid="" if valid else CHECKING_DATA if checking else self.config_panel.error,
                                 in_processes=session.in_processes,
-                                busy=TUNING if session.tuning else "")
+                                busy=TUNING if session.tuning else LOADING if loading else "")
         self.tune_action.setEnabled(not running)
         # The Run menu offers what the buttons offer, enabled alike.
         for text, button in (("Start", self.controls.start), ("Pause", self.controls.pause),

@@ -592,3 +592,53 @@ def test_a_save_asked_for_once_the_model_is_built_then_stop_writes_no_untrained_
     record = window.session.records[-1]
     assert record.state == "stopped" and record.folder is None and "nothing was kept" in record.message
     assert not child(window, "saveButton").isEnabled()  # no model to save afterwards either
+
+
+def _held_reads(monkeypatch):
+    """The torch thread's reading of a checkpoint waits for the event returned (a large file's checksums)."""
+    import threading
+
+    from gui.controller import TorchThread
+
+    held, real = threading.Event(), TorchThread._inspect
+
+    def slow_inspect(self, *args, **kwargs):
+        held.wait(timeout=60)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TorchThread, "_inspect", slow_inspect)
+    return held
+
+
+def test_start_waits_for_weights_being_read_and_their_question(qtbot, window, dialogs, monkeypatch):
+    """Start stayed enabled while Load read its file: the run started without the weights, the Load question then
+    came during that run, and its answer changed the settings under it."""
+    first = run_once(qtbot, window)
+    held = _held_reads(monkeypatch)
+    dialogs.files["getOpenFileName"] = str(first.folder + "/metrics.jsonl")
+    dialogs.load_mode = "resume"
+    click(window, "loadButton")
+    for name in ("startButton", "continueButton", "loadButton", "saveButton"):
+        assert not child(window, name).isEnabled(), name
+    assert "weights being read" in child(window, "startButton").toolTip()
+    held.set()
+    qtbot.waitUntil(lambda: window.config_panel.start_from is not None)
+    assert child(window, "startButton").isEnabled() and child(window, "loadButton").isEnabled()
+    second = run_once(qtbot, window)
+    assert second.start_step == first.step  # it started from the weights read
+
+
+def test_a_read_that_ends_after_the_window_closed_asks_nothing(qtbot, make_window, dialogs, monkeypatch):
+    import threading
+
+    from PySide6.QtCore import QCoreApplication
+
+    window = make_window()
+    first = run_once(qtbot, window)
+    held = _held_reads(monkeypatch)
+    dialogs.files["getOpenFileName"] = str(first.folder + "/metrics.jsonl")
+    click(window, "loadButton")
+    threading.Timer(0.3, held.set).start()  # the close waits for the torch thread, which reads meanwhile
+    window.close()
+    QCoreApplication.processEvents()  # the read's answer, queued before the thread ended
+    assert dialogs.load_questions == [] and not dialogs.messages
