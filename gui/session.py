@@ -40,6 +40,9 @@ from gui.window_words import in_window_words
 
 TAIL_INTERVAL_MS = 500
 TAIL_CHUNK_BYTES = 128 * 1024
+FIRST_EVENT_BYTES = 8 << 20
+"""How far into a metrics.jsonl an opened folder's first event is looked for, on the window's thread (about 0.1 s):
+a run writes one as its first line, however long (a folder's skipped files listed in it)."""
 """A followed folder's metrics.jsonl is read this much at a time: a long one (100,000 steps, 37 MB) was read
 whole on the GUI thread, which froze the window for seconds. About 350 step lines, 10-20 ms to read and show."""
 TAIL_BUDGET_S = 0.04
@@ -312,8 +315,14 @@ class RunSession(QObject):
         writer has yet to write its first one."""
         tail = EventTail(folder)
         events = tail.poll(TAIL_CHUNK_BYTES)  # its first event names the run; the rest comes a piece per tick
+        searched = TAIL_CHUNK_BYTES
         while not events and tail.behind:  # a first line longer than a piece
+            if searched >= FIRST_EVENT_BYTES:
+                # A run's first line is its first event: 150 MB of another tool's lines held the window 7 s.
+                raise SpeedboardError(f"no event a Speedboard run writes in the first {FIRST_EVENT_BYTES >> 20} MiB "
+                                      f"of its {METRICS_FILE} (a run's first line is one)")
             events = tail.poll(TAIL_CHUNK_BYTES)
+            searched += TAIL_CHUNK_BYTES
         if not events:
             _check_events_to_come(folder)
         started = next((e for e in events if isinstance(e, RunStarted)), None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -360,7 +362,10 @@ def test_a_folder_being_written_is_removable_once_its_writer_is_gone(qtbot, wind
     (b"", "is empty and no process writes this run"),
     (b"\x7fELF\x02\x01\x01\x00" * 64, "holds binary data"),
     (b'not json\n{"event": "weird"}\nstep 3 loss 2.1\n', "no line of metrics.jsonl is an event"),
-], ids=["empty", "binary", "not-events"])
+    # Another tool's log, long: read whole on the window's thread before it was refused (7 s for 150 MB).
+    ((b'{"event": "train_log", "loss": 2.5, "note": "' + b"x" * 200 + b'"}\n') * 70_000,
+     "no event a Speedboard run writes in the first 8 MiB of its metrics.jsonl"),
+], ids=["empty", "binary", "not-events", "long-foreign"])
 def test_a_folder_whose_metrics_hold_no_event_is_refused_with_a_message(window, dialogs, tmp_path, content, why):
     """Nothing to show and nothing to come: refused in a message box naming the file and why, as a folder
     without metrics.jsonl is; the other folders picked with it still open."""
@@ -373,6 +378,22 @@ def test_a_folder_whose_metrics_hold_no_event_is_refused_with_a_message(window, 
     assert record.folder == good and len(window.session.records) == 1
     (message,) = dialogs.warnings()
     assert message.startswith(f"Cannot open run folder: {bad}: ") and why in message
+
+
+def test_a_run_whose_first_event_is_a_long_line_still_opens(window, dialogs, tmp_path):
+    """A first event longer than the window's piece of reading (its data's skipped files listed in it) is read
+    whole to find the run."""
+    from core.events import DataPreparationStarted
+
+    folder = Path(_finished_run(tmp_path, "run"))
+    first = DataPreparationStarted("x", 0.0, source="corpus", source_kind="text", files=1, bytes_total=10,
+                                   documents_total=None, train_tokenizer=False,
+                                   skipped=tuple(f"image_{i:06d}.png" for i in range(60_000)))
+    metrics = folder / "metrics.jsonl"
+    metrics.write_text(json.dumps(first.to_dict()) + "\n" + metrics.read_text())
+    assert metrics.stat().st_size > 1 << 20
+    record = window.open_run_folder(str(folder))
+    assert record is not None and not dialogs.warnings()
 
 
 def test_an_empty_metrics_file_of_a_live_writer_is_followed(qtbot, window, dialogs, tmp_path):
