@@ -17,6 +17,7 @@ records no ending and no process writes it any more (killed).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -302,7 +303,9 @@ class RunRecord:
             # The training's own memory, never below zero (the CLI's lines and RunFinished clamp it too).
             self.mem_gib = max(0.0, event.mem_gib - self.mem_baseline_gib)
             self.peak_mem_gib = max(0.0, event.peak_mem_gib - self.mem_baseline_gib)
-            if not event.warmup:
+            # A step time of 0 (a hand-edited or foreign folder: a well-typed float) measures no speed; the
+            # speedup's division by it raised in every refresh.
+            if not event.warmup and event.step_time > 0 and math.isfinite(event.step_time):
                 self.step_seconds.append(event.step_time)
                 self.step_rates.append(event.tokens_per_s)
             if self.state in ("starting", "compiling") and not event.warmup:

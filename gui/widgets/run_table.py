@@ -78,7 +78,7 @@ def speedup_range(record: RunRecord, base: RunRecord) -> tuple[float, float] | N
     """Speedup with each run's step time at its 25th and 75th percentile (slow vs fast and fast vs slow):
     the spread of the two measurements, not a confidence interval."""
     mine, theirs = _quartiles(record.step_seconds), _quartiles(base.step_seconds)
-    if mine is None or theirs is None or not record.tokens_per_step or not base.tokens_per_step:
+    if mine is None or theirs is None or not record.tokens_per_step or not base.tokens_per_step or mine[0] <= 0:
         return None
     ratio = record.tokens_per_step / base.tokens_per_step  # tokens/s = tokens per step / step time
     return ratio * theirs[0] / mine[1], ratio * theirs[1] / mine[0]

@@ -266,6 +266,27 @@ def test_lines_with_values_of_the_wrong_type_are_skipped_not_a_traceback_per_ref
     assert len(window.session.store.run(record.key).steps) == len(steps) - 2  # the two damaged steps are not shown
 
 
+def test_steps_that_took_no_time_measure_no_speed_not_a_division_by_zero(window, tmp_path):
+    """A folder whose steady steps record a step time of 0.0 (well-typed, so read) raised ZeroDivisionError in the
+    speedup column on opening and in every refresh."""
+    import shutil
+
+    base = Path(_finished_run(tmp_path, "base"))
+    odd = tmp_path / "odd"
+    shutil.copytree(base, odd)
+    lines = [json.loads(line) for line in (odd / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["event"] == "step" and not line["warmup"]:
+            line["step_time"] = 0.0
+        if line["event"] == "run_started":
+            line["run_id"] = "odd"
+    (odd / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second = window.open_run_folders([str(base), str(odd)])
+    window._on_tick()
+    assert second.step == first.step and second.step_seconds == []  # its losses shown, no speed from its steps
+    window.table.item(window.table.row_of(second.key), window.table.column("Speedup")).text()  # drawn, no raise
+
+
 # --------------------------------------------------------------------------- writers gone, folders without events
 def _strip_ending(folder: str) -> None:
     """Take the recorded ending out of a run folder's metrics.jsonl, as a kill -9 leaves it."""
