@@ -162,7 +162,7 @@ def peer_failure_message(exc: BaseException, ctx: DistContext) -> str:
     detail = detail.split(". This is typically")[0][:200]
     return (f"rank {ctx.rank}: another process of this job failed or stopped, so this one cannot continue "
             f"(the first failure is said by the process that failed, or, for one killed without a word, by "
-            f"`speedboard train --nproc` once the job has ended; {detail})")
+            f"the job's launcher once the job has ended; {detail})")
 
 
 # --------------------------------------------------------------------------- FSDP2

@@ -433,6 +433,10 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+FAILURE_SUMMARY = re.compile(r"^speedboard: rank \d+ (died|exited)")
+"""The launcher's line on the ranks that failed (``failure_summary``), among the job's other output."""
+
+
 def failure_summary(report: str) -> str | None:
     """One line for torchrun's report of failed workers (``ChildFailedError``): each rank that failed, and how.
 

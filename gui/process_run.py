@@ -17,7 +17,7 @@ import contextlib
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from core.launch import LaunchSpec, event_from_line, stop_launch
+from core.launch import FAILURE_SUMMARY, LaunchSpec, event_from_line, stop_launch
 from core.runs import EventTail
 
 POLL_MS = 100
@@ -85,9 +85,14 @@ class ProcessRun(QObject):
         del self.output[:-200]  # keep the tail: enough for the last error line
 
     def error_line(self) -> str:
-        """The launcher's last word: a refusal (``speedboard: error: …``), else its own line on how the job
-        ended (which ranks died and how, a signal), else nothing."""
+        """The launcher's last word: its line on which ranks failed and how, else a refusal (``speedboard:
+        error: …``), else its own line on how the job ended (a signal), else nothing. A rank's own error line
+        (rank 0's "another process of this job failed") is not preferred to the launcher's naming of the rank
+        that died: the window repeated rank 0's line, and never said rank 1 was killed."""
         lines = [line for line in self.output if line.startswith("speedboard: ")]
+        summary = next((line for line in reversed(lines) if FAILURE_SUMMARY.match(line)), None)
+        if summary is not None:
+            return summary.removeprefix("speedboard: ").strip()
         for line in reversed(lines):
             if line.startswith("speedboard: error:"):
                 return line.removeprefix("speedboard: error:").strip()

@@ -81,6 +81,10 @@ class ElidedLabel(QLabel):
         super().setText(metrics.elidedText(text, Qt.TextElideMode.ElideRight, width))
 
 
+PROGRESS_PARTS = 2**31 - 1
+"""The most steps the progress bar counts one by one (its range is a C int)."""
+
+
 class StatusBar(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -168,8 +172,11 @@ class StatusBar(QStatusBar):
             self.memory.setText("")
             return
         done, span = max(0, step - record.start_step), max(1, total - record.start_step)
-        self.progress.setRange(0, span)
-        self.progress.setValue(min(done, span))
+        # QProgressBar counts in a C int: a budget of 5e9 steps raised OverflowError at every refresh. Past it,
+        # the bar counts in parts of its span (the text keeps the exact steps).
+        parts = min(span, PROGRESS_PARTS)
+        self.progress.setRange(0, parts)
+        self.progress.setValue(min(done, span) * parts // span)
         self.progress.setFormat(f"step {step:,} / {total:,}")
         live = record.state in ("training", "compiling", "following")
         eta = record.seconds_left(step_time) if live and step_time and total else None

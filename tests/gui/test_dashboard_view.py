@@ -390,6 +390,18 @@ def test_status_bar_follows_the_run_in_focus_and_says_stopping(qtbot, make_windo
     assert child(window, "progressBar").format() == f"step {record.step:,} / {record.total_steps:,}"
 
 
+def test_the_progress_of_a_budget_past_a_c_int_of_steps_is_shown(window, tmp_path):
+    """A budget of 5e9 steps (accepted, as the README says) raised OverflowError in the progress bar's range at
+    every refresh of the status bar, which then showed neither progress nor ETA."""
+    (record,) = open_runs(window, tmp_path, 1)
+    record.total_steps = 5_000_000_000
+    record.step = 2_500_000_000
+    window.status.show_run(record, 0.1)
+    bar = child(window, "progressBar")
+    assert bar.format() == "step 2,500,000,000 / 5,000,000,000"
+    assert bar.maximum() == 2**31 - 1 and abs(bar.value() / bar.maximum() - 0.5) < 1e-9
+
+
 # --------------------------------------------------------------------------- expected, and missing
 def test_empty_plots_say_what_to_do(window, tmp_path):
     hint = child(window, "lossPlotHint")

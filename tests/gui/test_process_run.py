@@ -41,3 +41,18 @@ def test_two_processes_follow_live_and_stop_every_rank(qtbot, tmp_path):
     assert [e.to_dict() for e in read_events(run.spec.run_dir)] == [e.to_dict() for e in seen[len(launcher):]]
     assert not any("speedboard-event" in line for line in run.output)
     assert not run.spec.config_file.exists() and not run.running
+
+
+def test_the_launchers_line_on_the_rank_that_died_is_the_jobs_last_word(tmp_path):
+    """A rank killed with SIGKILL: rank 0's own error line ("another process of this job failed") was preferred
+    to the launcher's, and the window never said which rank died, nor how."""
+    run = ProcessRun(prepare_launch(micro_config(tmp_path), 2))
+    run.output = ["step 3 | loss 5.1",
+                  "speedboard: error: another process of this job failed (rank 1 of 2 went away at step 3)",
+                  "speedboard: rank 1 died (signal 9, SIGKILL); rank 0 exited with code 1"]
+    assert run.error_line() == "rank 1 died (signal 9, SIGKILL); rank 0 exited with code 1"
+    run.output = ["speedboard: error: --nproc 2 needs 2 CPU cores"]  # a refusal before any rank ran
+    assert run.error_line() == "--nproc 2 needs 2 CPU cores"
+    run.output = ["speedboard: interrupted"]
+    assert run.error_line() == "interrupted"
+    run.process.deleteLater()
