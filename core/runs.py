@@ -476,7 +476,11 @@ def is_run_dir(path: str | Path) -> bool:
     """A folder a run wrote: it has a metrics.jsonl or a checkpoints folder, or the heartbeat of a run still
     setting up (its first event not yet written)."""
     path = Path(path)
-    return any((path / name).is_file() for name in (METRICS_FILE, HEARTBEAT_FILE)) or (path / CHECKPOINTS_DIR).is_dir()
+    try:
+        return any((path / name).is_file() for name in (METRICS_FILE, HEARTBEAT_FILE)) or \
+            (path / CHECKPOINTS_DIR).is_dir()
+    except OSError:  # a name too long for the system (pathlib passes ENAMETOOLONG on): no run's folder
+        return False
 
 
 # ----------------------------------------------------------------------------- liveness

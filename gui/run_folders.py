@@ -52,17 +52,21 @@ class RunFolders:
         if folders is None:
             start = str(default_out_dir()) if default_out_dir().is_dir() else self.folders.last()
             folders = dialogs.pick_run_folders(self._window, start)
-        runs, refused = [], []
+        runs, refused, unreadable = [], [], []
         for folder in folders:
-            if is_run_dir(folder):
-                runs.append(folder)
+            try:
+                if is_run_dir(folder):
+                    runs.append(folder)
+                    continue
+                inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
+                    if Path(folder).is_dir() else []
+            except OSError as exc:  # a name too long for the system, a folder that cannot be listed
+                unreadable.append(f"{folder}: {exc.strerror or exc}")
                 continue
-            inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
-                if Path(folder).is_dir() else []
             (runs.extend if inside else refused.append)(inside or folder)
         if runs:
             self.folders.remember(str(Path(runs[-1]).parent))
-        records, unreadable = [], []
+        records = []
         for folder in runs:
             try:
                 records.append(self._open_one(folder))

@@ -266,6 +266,24 @@ def test_lines_with_values_of_the_wrong_type_are_skipped_not_a_traceback_per_ref
     assert len(window.session.store.run(record.key).steps) == len(steps) - 2  # the two damaged steps are not shown
 
 
+def test_a_folder_whose_path_is_too_long_for_the_system_is_a_message(qtbot, window, dialogs, tmp_path):
+    """A dropped (or picked) folder whose path nears PATH_MAX (4,096 bytes: its metrics.jsonl's path is past it)
+    raised "File name too long" out of the drop's slot: no message, and the other folders dropped did not open."""
+    import os
+
+    deep = tmp_path
+    while len(str(deep)) < 3800:
+        deep = deep / ("d" * 200)
+    deep = deep / ("e" * (4088 - len(str(deep)) - 1))
+    os.makedirs(deep)
+    good = _finished_run(tmp_path, "good")
+    assert drop_paths(window, [deep, good])
+    qtbot.waitUntil(lambda: bool(dialogs.warnings()))
+    assert [r.folder for r in window.session.records] == [good]
+    (message,) = dialogs.warnings()
+    assert "File name too long" in message or "no metrics.jsonl" in message, message
+
+
 def test_steps_that_took_no_time_measure_no_speed_not_a_division_by_zero(window, tmp_path):
     """A folder whose steady steps record a step time of 0.0 (well-typed, so read) raised ZeroDivisionError in the
     speedup column on opening and in every refresh."""
