@@ -4,6 +4,7 @@ session's runs brought back at start (their folders are remembered in the settin
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
@@ -57,6 +58,9 @@ class RunFolders:
             try:
                 if is_run_dir(folder):
                     runs.append(folder)
+                    continue
+                if not os.path.lexists(folder):  # dropped or picked, then moved or deleted
+                    unreadable.append(f"{folder}: it does not exist (moved or deleted)")
                     continue
                 inside = sorted(str(p) for p in Path(folder).iterdir() if p.is_dir() and is_run_dir(p)) \
                     if Path(folder).is_dir() else []

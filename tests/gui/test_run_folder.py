@@ -283,6 +283,10 @@ def test_a_folder_whose_path_is_too_long_for_the_system_is_a_message(qtbot, wind
     (message,) = dialogs.warnings()
     assert "File name too long" in message or "no metrics.jsonl" in message, message
 
+    gone = tmp_path / "gone"  # dropped, then deleted before the drop was handled
+    window.open_run_folders([str(gone)])
+    assert dialogs.warnings()[-1].endswith(f"{gone}: it does not exist (moved or deleted)")
+
 
 def test_steps_that_took_no_time_measure_no_speed_not_a_division_by_zero(window, tmp_path):
     """A folder whose steady steps record a step time of 0.0 (well-typed, so read) raised ZeroDivisionError in the
