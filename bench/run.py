@@ -16,7 +16,7 @@ Phases:
    ``--out``, all three or none (``bench.report.write_reports``): a report already there survives a
    write that fails.
 
-Ctrl-C (exit code 130) or SIGTERM (143) stops the measurements; the temporary folders and any probe
+Ctrl-C (exit code 130), SIGTERM (143) or SIGHUP (129) stops the measurements; the temporary folders and any probe
 process go, and what was measured is printed and written as partial results (``"interrupted"`` in
 ``bench.json``). A run that wrote nothing leaves no folder behind.
 
@@ -191,6 +191,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised wherever the process is, so that it ends as Ctrl-C does (exit code 143)."""
 
 
+class HungUp(KeyboardInterrupt):
+    """SIGHUP (the terminal closed), as Ctrl-C: what was measured is kept (exit code 129). Its default action
+    killed the bench with no report and its temporary folders left behind."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM during the measurements, once they are cleaned up: what happened to the results."""
 
@@ -200,6 +205,8 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _interruption(exc: KeyboardInterrupt) -> str:
+    if isinstance(exc, HungUp):
+        return "the terminal was closed (SIGHUP)"
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
 
 
@@ -207,6 +214,8 @@ def _exit_code(exc: KeyboardInterrupt) -> int:
     """130 for Ctrl-C, 143 for SIGTERM: 128 + the signal, as a shell reports a process the signal ended."""
     if isinstance(exc, Interrupted):
         return exc.exit_code
+    if isinstance(exc, HungUp):
+        return 128 + signal.SIGHUP
     return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
 
@@ -541,22 +550,31 @@ def _probe_line(kind: str, result: dict) -> str:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """While the benchmark runs, SIGTERM raises ``Terminated`` (a KeyboardInterrupt), as Ctrl-C does:
-    probes stopped, temporary folders removed, what was measured kept. The previous handler is back after."""
+def _signals_as_interrupts():
+    """While the benchmark runs, SIGTERM raises ``Terminated`` and SIGHUP ``HungUp`` (KeyboardInterrupts), as
+    Ctrl-C does: probes stopped, temporary folders removed, what was measured kept. A SIGHUP that nohup set to
+    be ignored stays ignored. The previous handlers are back after."""
 
     def terminate(signum, frame):
         raise Terminated()
 
+    def hang_up(signum, frame):
+        raise HungUp()
+
+    handlers = {signal.SIGTERM: terminate}
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
+        handlers[hangup] = hang_up
     try:
-        previous = signal.signal(signal.SIGTERM, terminate)
+        previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     except ValueError:  # not the main thread: signals are not ours to handle
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -567,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     console_writes_every_line()
     try:
         args = build_parser().parse_args(argv)
-        with _sigterm_as_interrupt():
+        with _signals_as_interrupts():
             return run(args, argv)
     except SpeedboardError as exc:
         print(f"speedboard bench: error: {exc}", file=sys.stderr)

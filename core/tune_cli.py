@@ -97,7 +97,7 @@ class TuneConsole:
                      f"  (about {event.eta_seconds / 60:.1f} min left)")
 
 
-def _planned(config, options, plan_tune):
+def _planned(config, options, plan_tune, cancelled):
     """``plan_tune``, said on a terminal while it runs (and erased after): it prepares the corpus and measures the
     machine (matmul peaks, auto's probe, a few passes), seconds to minutes with nothing else on the screen."""
     import sys
@@ -108,7 +108,7 @@ def _planned(config, options, plan_tune):
                          "machine …")
         sys.stderr.flush()
     try:
-        return plan_tune(config, options)
+        return plan_tune(config, options, cancelled=cancelled)
     finally:
         if shown:
             sys.stderr.write("\r\033[K")  # the line goes: the plan, or the one error line, takes its place
@@ -141,25 +141,27 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
             report_path = check_report_path(default_report_path(config), flag=None)
         except ConfigError as exc:
             raise ConfigError(f"{exc}; give --json FILE to write it elsewhere", "json") from None
-    plan = _planned(config, options, plan_tune)
-    console = TuneConsole()
-    console.say(f"speedboard tune: {config.preset} on {plan.device_name}, effective batch "
-                f"{config.train.micro_batch * config.train.accum_steps} × {config.data.seq_len} tokens; "
-                f"{plan.describe()}")
-    left_out = not_tried(plan.to_dict())
-    if left_out:
-        console.say(f"not tried: {', '.join(x['cell'] + ' (' + x['reason'] + ')' for x in left_out[:3])}"
-                    + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else ""))
     control = Control()
-    try:
-        with _interruptible(control):  # Ctrl-C or SIGHUP: stop and report; SIGTERM: end now (143)
+    console = TuneConsole()
+    # Ctrl-C or SIGHUP: stop (while planning: nothing measured, nothing kept; in the trials: report what was
+    # measured); SIGTERM: end now (143). Planning too: a closed terminal killed it with a token store half written.
+    with _interruptible(control):
+        plan = _planned(config, options, plan_tune, cancelled=lambda: control.stop_requested)
+        console.say(f"speedboard tune: {config.preset} on {plan.device_name}, effective batch "
+                    f"{config.train.micro_batch * config.train.accum_steps} × {config.data.seq_len} tokens; "
+                    f"{plan.describe()}")
+        left_out = not_tried(plan.to_dict())
+        if left_out:
+            console.say(f"not tried: {', '.join(x['cell'] + ' (' + x['reason'] + ')' for x in left_out[:3])}"
+                        + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else ""))
+        try:
             report = run_tune(plan, console, cancelled=lambda: control.stop_requested, report_path=report_path,
                               keep_existing=args.json is None)  # a default name never replaces a report
-    except ReportNotSaved as exc:
-        # The measurements are shown before the error line: they took the whole budget to make.
-        console.say("")
-        console.say(format_report(exc.report))
-        raise
+        except ReportNotSaved as exc:
+            # The measurements are shown before the error line: they took the whole budget to make.
+            console.say("")
+            console.say(format_report(exc.report))
+            raise
     console.say("")
     console.say(format_report(report))
     console.say(f"report: {report['path']}")

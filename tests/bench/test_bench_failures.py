@@ -394,6 +394,17 @@ def test_ctrl_c_keeps_what_was_measured_as_partial_results(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_closed_terminal_keeps_what_was_measured_and_leaves_nothing(tmp_path):
+    """SIGHUP: its default action killed the bench with no report, its temporary folders left in TMPDIR."""
+    code, err, out, tmp = _interrupt(tmp_path, signal.SIGHUP, "[1/", TINY)
+    assert code == 129 and "Traceback" not in err
+    line, = err.strip().splitlines()
+    assert line.startswith("speedboard bench: the terminal was closed (SIGHUP) after ")
+    assert json.loads((out / "bench.json").read_text())["interrupted"].startswith("the terminal was closed")
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.slow
 def test_sigterm_during_a_probe_stops_it_and_leaves_nothing(tmp_path):
     # With probes: the first cell's memory probe is a process of its own, running when the peak is out.
     options = [o for o in TINY if o != "--no-probes"]

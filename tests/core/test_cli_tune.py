@@ -201,6 +201,35 @@ def test_sigterm_ends_a_tune_in_one_line_and_sighup_stops_it_like_ctrl_c(signum,
     assert not [p for p in tmp.iterdir() if p.name.startswith("speedboard-trial-")]
 
 
+@pytest.mark.slow
+def test_a_closed_terminal_while_a_tune_plans_stops_it_and_keeps_no_half_store(micro_file, tmp_path):
+    """SIGHUP while the tune prepared its corpus (planning): its default action killed the process silently, with a
+    half-written token store and its lock left in the cache."""
+    import random
+
+    rng = random.Random(1)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(3000)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + "\n" for _ in range(150_000)))
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "SPEEDBOARD_CACHE_DIR": str(cache)}
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "tune", "--config", micro_file, "--data", str(corpus),
+                             "--cells", "off-*", "--json", str(tmp_path / "tune.json")], cwd=ROOT, env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stores = cache / "stores"
+        while not (stores.is_dir() and any(p.name.startswith(".tmp-") for p in stores.iterdir())):
+            assert proc.poll() is None, proc.stderr.read()  # its tokens are being written: planning
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert len(err.strip().splitlines()) == 1 and "nothing was kept" in err, err
+    assert [p.name for p in stores.iterdir()] == [] and not (tmp_path / "tune.json").exists()
+
+
 def _special_files(tmp_path) -> list[Path]:
     """A named pipe, and a character device (root only) as ``mknod c 1 3`` makes one: /dev/null's numbers."""
     pipe = tmp_path / "pipe"
@@ -294,7 +323,8 @@ def test_planning_is_said_on_a_terminal_and_erased_after_it(monkeypatch, fails):
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
 
-    def plan(config, options):
+    def plan(config, options, cancelled):
+        assert cancelled() is False
         assert "planning: checking the settings, preparing the corpus, measuring this machine" in terminal.getvalue()
         if fails:
             raise ConfigError("bad")
@@ -302,7 +332,7 @@ def test_planning_is_said_on_a_terminal_and_erased_after_it(monkeypatch, fails):
 
     if fails:
         with pytest.raises(ConfigError):
-            _planned(None, None, plan)
+            _planned(None, None, plan, lambda: False)
     else:
-        assert _planned(None, None, plan) == "the plan"
+        assert _planned(None, None, plan, lambda: False) == "the plan"
     assert terminal.getvalue().endswith("\r\033[K")
