@@ -202,26 +202,42 @@ def _shard_path(folder: Path, index: Path, shard: Any) -> Path:
     return folder / relative
 
 
-def _hf_weight_files(folder: Path) -> list[Path]:
-    """The files that hold a Hugging Face folder's weights: one file, or every shard its index lists."""
+def _hf_weight_files(folder: Path) -> list[tuple[Path, set[str] | None]]:
+    """The files that hold a Hugging Face folder's weights: one file, or every shard its index lists, each with the
+    keys the index puts in it (None for a folder of one file)."""
     if (folder / WEIGHTS_FILE).is_file():
-        return [folder / WEIGHTS_FILE]
+        return [(folder / WEIGHTS_FILE, None)]
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = folder / index_name
         if index.is_file():
             weight_map = _read_json(index).get("weight_map", {})
             if not isinstance(weight_map, dict):
                 raise CheckpointError(f"{index} has no weight_map object")
-            shards = sorted({_shard_path(folder, index, s) for s in weight_map.values()})
-            if not shards:
+            placed: dict[Path, set[str]] = {}
+            for key, shard in weight_map.items():
+                placed.setdefault(_shard_path(folder, index, shard), set()).add(key)
+            if not placed:
                 raise CheckpointError(f"{index} lists no weight files")
-            for shard in shards:
+            for shard in placed:
                 if not shard.is_file():
                     raise CheckpointError(f"{folder} is missing shard {shard.relative_to(folder)}")
-            return shards
+            return sorted(placed.items())
     if (folder / "pytorch_model.bin").is_file():
-        return [folder / "pytorch_model.bin"]
+        return [(folder / "pytorch_model.bin", None)]
     raise CheckpointError(f"{folder} has no weights (model.safetensors or pytorch_model.bin)")
+
+
+def _check_shard(path: Path, keys, listed: set[str] | None) -> None:
+    """A shard holds the keys its index puts in it, no more, no fewer: one key in two shards was read from the
+    last one, whatever the index said (a tensor of zeros loaded without a word)."""
+    if listed is None:
+        return
+    keys = set(keys)
+    if extra := sorted(keys - listed):
+        raise CheckpointError(f"{path.name} holds {extra[0]}, which the folder's index does not place in it (it "
+                              f"lists another shard for it, or none): the shards and the index disagree")
+    if missing := sorted(listed - keys):
+        raise CheckpointError(f"the folder's index places {missing[0]} in {path.name}, which does not hold it")
 
 
 def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
@@ -232,8 +248,10 @@ def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
 
 def _read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
-    for path in _hf_weight_files(folder):
-        state.update(_read_weights_file(path))
+    for path, listed in _hf_weight_files(folder):
+        tensors = _read_weights_file(path)
+        _check_shard(path, tensors, listed)
+        state.update(tensors)
     return state
 
 
@@ -560,14 +578,16 @@ def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
         kind, _ = _model_config_of(path, _read_json(path / CONFIG_FILE))
         if kind == "speedboard" and not (path / WEIGHTS_FILE).is_file():
             raise CheckpointError(f"checkpoint {path} is incomplete: {WEIGHTS_FILE} is missing")
-        files = [path / WEIGHTS_FILE] if kind == "speedboard" else _hf_weight_files(path)
+        files = [(path / WEIGHTS_FILE, None)] if kind == "speedboard" else _hf_weight_files(path)
     elif path.suffix.lower() == ".safetensors" or path.suffix.lower() in PICKLE_SUFFIXES:
-        files = [path]
+        files = [(path, None)]
     else:
         raise _unsupported(path)
     shapes: dict[str, tuple[int, ...]] = {}
-    for file in files:
-        shapes.update(_file_shapes(file))
+    for file, listed in files:
+        found = _file_shapes(file)
+        _check_shard(file, found, listed)
+        shapes.update(found)
     return clean_state_dict(shapes, path.name)  # keys only: it renames and drops entries, whatever their values
 
 

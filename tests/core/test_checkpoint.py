@@ -537,6 +537,25 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         weight_map = {k: shard for k in make_model(7).state_dict()}
         (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
         return folder
+    if kind in ("hf_shard_key_twice", "hf_shard_key_missing"):
+        # Two shards; the index places every key once. "twice": the second shard also holds the first key (zeros),
+        # which was read last and loaded without a word; "missing": the first shard lacks a key placed in it.
+        folder = tmp_path / "hf_sharded"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(make_model(0).config.to_hf_dict()))
+        state = make_model(7).state_dict()
+        keys = list(state)
+        first, second = {k: state[k] for k in keys[:10]}, {k: state[k] for k in keys[10:]}
+        if kind == "hf_shard_key_twice":
+            second[keys[0]] = torch.zeros_like(state[keys[0]])
+        else:
+            del first[keys[1]]
+        save_file(first, str(folder / "model-00001-of-00002.safetensors"))
+        save_file(second, str(folder / "model-00002-of-00002.safetensors"))
+        weight_map = {k: "model-00001-of-00002.safetensors" if i < 10 else "model-00002-of-00002.safetensors"
+                      for i, k in enumerate(keys)}
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        return folder
     raise AssertionError(kind)
 
 
@@ -580,6 +599,10 @@ BAD_CASES = {
     "raw_pickle": r"weights\.pt is not a PyTorch weights file.*\(a plain pickle, not a file written by torch\.save\)",
     "hf_index_outside": r"points outside its folder \('\.\./elsewhere\.safetensors'\): refused",
     "hf_index_absolute": r"points outside its folder \('/.*elsewhere\.safetensors'\): refused",
+    "hf_shard_key_twice": r"model-00002-of-00002\.safetensors holds model\.embed_tokens\.weight, which the "
+                          r"folder's index does not place in it",
+    "hf_shard_key_missing": r"the folder's index places .* in model-00001-of-00002\.safetensors, which does not "
+                            r"hold it",
     # The last tensor is one no weight can be copied from: 38 of 39 weights were overwritten before it raised.
     "meta_tensor_pt": r"last\.pt holds a tensor no weight can be loaded from: model\.norm\.weight is on the meta "
                       r"device",
