@@ -888,7 +888,7 @@ def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json")
     """Before any trial: the report can be written there (not a folder, a device, a named pipe or a socket;
     its folder a writable folder or creatable, and where it exists, the temporary file ``save_report`` writes
     can be created in it). ``flag`` names how the user gave the path; None for a default location."""
-    from core.paths import not_a_file, user_path, why_not_writable, why_write_failed
+    from core.paths import control_character, not_a_file, unnameable, user_path, why_not_writable, why_write_failed
 
     target = user_path(path)
     lead = f"{flag} {target}" if flag else f"cannot write the tuning report {target}"
@@ -896,7 +896,8 @@ def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json")
         raise ConfigError(f"{flag} {target} is a folder; name a file" if flag else f"{lead}: it is a folder", "json")
     if (what := not_a_file(target)) is not None:
         raise ConfigError(f"{lead}: it is {what}, not a file; name a file", "json")
-    reason = why_not_writable(target.parent)
+    # The file's own name too (a line break in it split the closing "report: …" line in two), as for folders.
+    reason = unnameable(target) or control_character(target) or why_not_writable(target.parent)
     if reason:
         raise ConfigError(f"{lead}: {reason}", "json")
     if target.parent.is_dir():

@@ -66,6 +66,11 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_any_trial(micro_
     blocker.write_text("")
     assert main(["tune", "--config", micro_file, "--json", str(blocker / "r.json")]) == 2
     assert "is a file" in capsys.readouterr().err
+    # A line break in the report's own name split the closing "report: …" line in two (folders were refused).
+    assert main(["tune", "--config", micro_file, "--json", str(tmp_path / "a\nb.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a control character ('\\n')" in err, err
+    assert not (tmp_path / "a\nb.json").exists()
 
 
 def _no_trials(monkeypatch) -> None:
