@@ -301,8 +301,15 @@ class TrialResult:
         """Tokens/s of each timed step."""
         return [self.tokens_per_step / t for t in self.step_seconds if t > 0]
 
+    @property
+    def median_tokens_per_s(self) -> float | None:
+        """Its median timed step's tokens/s: the figure its line and the tables give (a slow first step inside the
+        window moves ``tokens_per_s``, not this); in its JSON beside ``tokens_per_s``."""
+        rates = self.step_rates
+        return statistics.median(rates) if rates else self.tokens_per_s
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "median_tokens_per_s": self.median_tokens_per_s}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrialResult:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 from collections.abc import Callable
 
 
@@ -91,8 +90,7 @@ class TuneConsole:
             extra = f", compile {compile_s:.1f} s" if compile_s else ""
             # The median step, as the table counts it: the whole window's mean would carry a first trial's
             # one-time set-up (a 7 s step among 0.6 s ones) and disagree with the table's row.
-            rates = [r["tokens_per_step"] / t for t in r["step_seconds"] if t > 0]
-            rate = statistics.median(rates) if rates else r["tokens_per_s"]
+            rate = r["median_tokens_per_s"]
             self.say(f"{where}: {rate:,.0f} tok/s (median step), loss {r['losses'][-1]:.4f}{extra}"
                      f"  (about {event.eta_seconds / 60:.1f} min left)")
 

@@ -168,6 +168,21 @@ def _raw(steps: int = 1, repeats: int = 1, precision: str = "fp32") -> dict:
     return raw
 
 
+def test_the_back_to_back_range_is_of_median_steps_as_the_ratio_beside_it():
+    """The headline "trainer ÷ bare" divides median steps, its bracketed range divided window throughputs: a slow
+    first timed step put a 1.024 headline beside a range of 0.94–0.97."""
+    raw = _raw(steps=3, repeats=2)
+    for run in raw["runs"]:
+        if run["runner"] == "speedboard":  # one slow step in each window: 750 tokens/s over it, 1,000 a median step
+            run["step_seconds"], run["tokens_per_s"] = [0.256, 0.128, 0.128], 3 * 128 / 0.512
+        else:
+            run["step_seconds"], run["tokens_per_s"] = [0.128] * 3, 1000.0
+    row = report.summarise(raw)["cells"]["off-a1-fp32"]
+    assert row["trainer_vs_bare"] == pytest.approx(1.0)
+    paired = row["trainer_vs_bare_paired"]
+    assert paired["min"] == pytest.approx(1.0) and paired["max"] == pytest.approx(1.0)
+
+
 @contextlib.contextmanager
 def _file_size_limit(limit: int):
     """A real full-disk condition for this process: writes past ``limit`` bytes fail with EFBIG."""

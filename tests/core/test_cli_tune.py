@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import stat
+import statistics
 import subprocess
 import sys
 import time
@@ -162,6 +163,10 @@ def test_a_tiny_tune_end_to_end(micro_file, tmp_path, capsys):
     assert "recommendation:" in out and f"report: {report_path}" in out
     report = load_report(report_path)
     assert set(report["summary"]["rows"]) == {"off-a1-fp32", "off-a2-fp32", "off-a1-bf16"}
+    for trial in report["trials"]:  # the JSON holds the figure each trial's line printed (a median step)
+        rates = [trial["tokens_per_step"] / t for t in trial["step_seconds"]]
+        assert trial["median_tokens_per_s"] == pytest.approx(statistics.median(rates))
+        assert f"{trial['median_tokens_per_s']:,.0f} tok/s (median step)" in out
     # No run folder is left where runs go (the config's output folder): only the report.
     assert not (tmp_path / "runs").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["micro.json", "tune.json"]
