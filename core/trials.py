@@ -22,12 +22,15 @@ from __future__ import annotations
 import fnmatch
 import gc
 import math
+import os
+import secrets
 import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -353,6 +356,16 @@ def _out_of_memory(exc: BaseException) -> bool:
     return is_out_of_memory(exc) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
+def _remove_whatever_comes(folder: str) -> None:
+    """Remove ``folder``, also when a signal's exception (a SIGTERM raised again after Python discarded it) cuts
+    the first removal short: it is removed again, then the exception goes on."""
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
 def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,
               cancelled: Callable[[], bool] | None = None) -> TrialResult:
     """Train ``cell`` for ``total_steps`` optimizer steps with the Trainer; time the steps after warm-up.
@@ -365,35 +378,35 @@ def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,
     t0 = time.perf_counter()
     counts_before = _cache_counts()  # (its first call imports torch._dynamo: seconds, before any folder exists)
     sink = TimingSink(stop_after=total_steps, cancelled=cancelled)
-    out = tempfile.mkdtemp(prefix="speedboard-trial-")
+    # Named before it exists, and made inside the block that removes it: a SIGTERM landing in mkdtemp's own Python,
+    # after its mkdir, raised with the folder made and its name not yet known, and the folder stayed.
+    out = str(Path(tempfile.gettempdir()) / f"speedboard-trial-{secrets.token_hex(6)}")
+    result = TrialResult(cell=cell.name, runner="speedboard", repeat=repeat)
     try:
-        config = cell_config(base, cell, total_steps, out)
-    except BaseException:  # a signal's exception included: the folder goes with it
-        shutil.rmtree(out, ignore_errors=True)
-        raise
-    result = TrialResult(cell=cell.name, runner="speedboard", repeat=repeat,
-                         tokens_per_step=config.tokens_per_step())
-    try:
-        device = resolve_device(config.train.device)
-        result.mem_before_gib = memory_gib(device)
-        trainer = Trainer(config, Control(), sink)
-        trainer.check_peak = False  # a measurement between two steps would count in this trial's step times
-        trainer.run()
-        result.error = "the run ended before its last step"  # not reached: the sink ends it
-    except MeasurementDone:
-        pass
-    except (TrialCancelled, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # a failing cell is a row with its reason, never the end of the trials
-        result.error = f"out of memory ({first_line(exc)})" if _out_of_memory(exc) else describe_exception(exc)
+        os.mkdir(out, 0o700)
+        config = cell_config(base, cell, total_steps, out)  # a setting it refuses is the caller's to say
+        result.tokens_per_step = config.tokens_per_step()
+        try:
+            device = resolve_device(config.train.device)
+            result.mem_before_gib = memory_gib(device)
+            trainer = Trainer(config, Control(), sink)
+            trainer.check_peak = False  # a measurement between two steps would count in this trial's step times
+            trainer.run()
+            result.error = "the run ended before its last step"  # not reached: the sink ends it
+        except MeasurementDone:
+            pass
+        except (TrialCancelled, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a failing cell is a row with its reason, never the end of the trials
+            result.error = f"out of memory ({first_line(exc)})" if _out_of_memory(exc) else describe_exception(exc)
     finally:
+        _remove_whatever_comes(out)  # the run folder (and any checkpoint), first
         if cell.compiled:
             result.compiler_seconds = compiler_seconds()
             counts_after = _cache_counts()
             if counts_before is not None and counts_after is not None:
                 result.compile_cache_hits = counts_after[0] - counts_before[0]
                 result.compile_cache_misses = counts_after[1] - counts_before[1]
-        shutil.rmtree(out, ignore_errors=True)  # the run folder (and any checkpoint)
         release()
         result.wall_seconds = time.perf_counter() - t0
     result.warnings = sink.warnings

@@ -118,6 +118,39 @@ def test_an_abort_during_a_cancelled_trial_stays_an_abort(micro, monkeypatch, pr
     assert list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.parametrize("when", ["made", "removing"])
+def test_a_signal_as_the_trial_folder_is_made_or_removed_leaves_no_folder(micro, monkeypatch, private_tmp, when):
+    """SIGTERM sent as the trial folder appeared (a busy CI machine): it landed in mkdtemp's own Python, after its
+    mkdir, and the folder stayed. "removing": the signal, raised again after Python discarded it, cuts the
+    removal short."""
+    import shutil
+
+    import core.trials
+    from core.errors import JobTerminated
+
+    if when == "made":
+        real_mkdir = core.trials.os.mkdir
+
+        def mkdir_then_signal(path, mode=0o777):
+            real_mkdir(path, mode)
+            raise JobTerminated("terminated (SIGTERM)")
+
+        monkeypatch.setattr(core.trials.os, "mkdir", mkdir_then_signal)
+    else:
+        real_rmtree, calls = shutil.rmtree, []
+
+        def rmtree_cut_short(path, ignore_errors=False):
+            calls.append(path)
+            if len(calls) == 1:
+                raise JobTerminated("terminated (SIGTERM)")
+            real_rmtree(path, ignore_errors=ignore_errors)
+
+        monkeypatch.setattr(core.trials.shutil, "rmtree", rmtree_cut_short)
+    with pytest.raises(JobTerminated):
+        run_trial(micro(), Cell("off", "model", 1, 4), total_steps=2)
+    assert list(private_tmp.iterdir()) == []
+
+
 def _trial(cell: str, repeat: int, rates: list[float]) -> TrialResult:
     tokens = 1000
     return TrialResult(cell=cell, runner="speedboard", repeat=repeat, tokens_per_s=statistics.median(rates),
