@@ -35,7 +35,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -289,7 +288,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     )
     from core.errors import SpeedboardError
     from core.event_text import counted
-    from core.paths import not_a_file, why_not_writable
+    from core.paths import not_a_file, remove_tree, temp_folder_name, why_not_writable
     from core.precision import cached_peak, matmul_peak, measure_gemm_peak
     from core.runs import default_out_dir
     from core.trials import loss_tolerance
@@ -397,11 +396,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
          f"{', '.join(precisions)}, {counted(len(cells), 'cell')} × {counted(repeats, 'repeat')}, "
          f"{counted(total_steps, 'step')} per run ({steps:,} timed), {tokens_per_step:,} tokens/step → {out}")
     saved_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    scratch = Path(tempfile.mkdtemp(prefix="speedboard-bench-"))
+    scratch = temp_folder_name("speedboard-bench-")  # made inside the block that removes it
     matrix_cache = scratch / "inductor-matrix"
     interrupted: KeyboardInterrupt | None = None
     peaks: dict[str, float] = {}
     try:
+        scratch.mkdir(mode=0o700)
         measure_peak()
         # The denominator of MFU is the machine's highest figure, not this one measurement (at --quick's
         # 512 × 512 GEMMs, well below it): both are said, the denominator first.
@@ -464,7 +464,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
         else:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved_cache
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
 
     if interrupted is not None:
         done = len(raw["runs"])

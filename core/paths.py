@@ -342,3 +342,25 @@ def why_write_failed(exc: BaseException, where: str | os.PathLike[str]) -> str:
     from core.errors import first_line
 
     return f"{type(exc).__name__}: {first_line(exc, 160)}"
+
+
+# ----------------------------------------------------------------------------- private temporary folders
+def temp_folder_name(prefix: str) -> Path:
+    """A name for a private temporary folder, chosen before the folder exists: made with ``mkdir`` inside the block
+    that removes it (``remove_tree``), no signal can leave it behind. ``tempfile.mkdtemp`` makes it in its own
+    Python, where a SIGTERM landing after its mkdir raised with the folder made and its name not yet known."""
+    import secrets
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(6)}"
+
+
+def remove_tree(folder: str | os.PathLike[str]) -> None:
+    """Remove ``folder`` and what it holds, also when a signal's exception (a SIGTERM raised again after Python
+    discarded it) cuts the first removal short: it is removed again, then the exception goes on."""
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+

@@ -23,14 +23,10 @@ import fnmatch
 import gc
 import math
 import os
-import secrets
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -40,6 +36,7 @@ from core.control import Control
 from core.device import release_freed_memory
 from core.errors import SpeedboardError, describe_exception, first_line
 from core.events import CompileFinished, Event, RunFailed, RunFinished, RunStarted, StepMetrics, WarningRaised
+from core.paths import remove_tree, temp_folder_name
 from core.trainer import COMPILE_WARMUP_STEPS, Trainer
 
 LOSS_TOLERANCE = {"fp32": 2e-3, "bf16": 3e-2, "fp16": 3e-2}
@@ -356,16 +353,6 @@ def _out_of_memory(exc: BaseException) -> bool:
     return is_out_of_memory(exc) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
-def _remove_whatever_comes(folder: str) -> None:
-    """Remove ``folder``, also when a signal's exception (a SIGTERM raised again after Python discarded it) cuts
-    the first removal short: it is removed again, then the exception goes on."""
-    try:
-        shutil.rmtree(folder, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-
-
 def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,
               cancelled: Callable[[], bool] | None = None) -> TrialResult:
     """Train ``cell`` for ``total_steps`` optimizer steps with the Trainer; time the steps after warm-up.
@@ -378,9 +365,7 @@ def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,
     t0 = time.perf_counter()
     counts_before = _cache_counts()  # (its first call imports torch._dynamo: seconds, before any folder exists)
     sink = TimingSink(stop_after=total_steps, cancelled=cancelled)
-    # Named before it exists, and made inside the block that removes it: a SIGTERM landing in mkdtemp's own Python,
-    # after its mkdir, raised with the folder made and its name not yet known, and the folder stayed.
-    out = str(Path(tempfile.gettempdir()) / f"speedboard-trial-{secrets.token_hex(6)}")
+    out = str(temp_folder_name("speedboard-trial-"))  # made inside the block that removes it
     result = TrialResult(cell=cell.name, runner="speedboard", repeat=repeat)
     try:
         os.mkdir(out, 0o700)
@@ -400,7 +385,7 @@ def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,
         except Exception as exc:  # a failing cell is a row with its reason, never the end of the trials
             result.error = f"out of memory ({first_line(exc)})" if _out_of_memory(exc) else describe_exception(exc)
     finally:
-        _remove_whatever_comes(out)  # the run folder (and any checkpoint), first
+        remove_tree(out)  # the run folder (and any checkpoint), first
         if cell.compiled:
             result.compiler_seconds = compiler_seconds()
             counts_after = _cache_counts()

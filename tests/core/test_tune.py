@@ -145,7 +145,7 @@ def test_a_signal_as_the_trial_folder_is_made_or_removed_leaves_no_folder(micro,
                 raise JobTerminated("terminated (SIGTERM)")
             real_rmtree(path, ignore_errors=ignore_errors)
 
-        monkeypatch.setattr(core.trials.shutil, "rmtree", rmtree_cut_short)
+        monkeypatch.setattr(shutil, "rmtree", rmtree_cut_short)
     with pytest.raises(JobTerminated):
         run_trial(micro(), Cell("off", "model", 1, 4), total_steps=2)
     assert list(private_tmp.iterdir()) == []
