@@ -528,11 +528,10 @@ def _claim_folder(out: Path) -> tuple[Path, list[Path]]:
         except FileExistsError:
             continue
         except OSError:
-            _remove_if_empty(created)
-            return out, _make_folder(out)  # said as _make_folder says it
+            break
         return candidate, [*created, candidate]
     _remove_if_empty(created)
-    return out, _make_folder(out)
+    return out, _make_folder(out)  # said as _make_folder says it
 
 
 def _probe_line(kind: str, result: dict) -> str:

@@ -197,11 +197,10 @@ class BPETokenizer:
                                       "tokenizer_config") from None
             if not isinstance(cfg, dict):
                 raise CheckpointError(f"{cfg_file} holds no object of settings", "tokenizer_config")
-            vocab = tok.get_vocab(with_added_tokens=True)
             for role in ("bos", "eos", "pad"):
                 value = cfg.get(f"{role}_token")
                 name = value.get("content") if isinstance(value, dict) else value
-                if name is not None and (not isinstance(name, str) or name not in vocab):
+                if name is not None and (not isinstance(name, str) or name not in ids):
                     # Named, so not guessed from the usual names: "<|im_start|>" absent gave [BOT] without a word.
                     raise CheckpointError(f"{cfg_file} names {name!r} as its {role}_token, which {file.name} does "
                                           f"not hold", "tokenizer_config")

@@ -495,13 +495,10 @@ def compare(candidate: list[TrialResult], baseline: list[TrialResult]) -> Compar
     base = [t for t in baseline if t.ok and t.tokens_per_s]
     if not cand or not base:
         return None
-    def rate(t: TrialResult) -> float:
-        # The trial's median step, as the table shows it: a slow first step (the process's first
-        # trials pay one-time set-up inside their timed window) does not move it, as it would the mean.
-        return statistics.median(t.step_rates) if t.step_rates else t.tokens_per_s
-
-    by_repeat = {t.repeat: rate(t) for t in base}
-    paired = [rate(t) / by_repeat[t.repeat] for t in cand if t.repeat in by_repeat]
+    # Each trial's median step, as the table shows it: a slow first step (the process's first trials pay one-time
+    # set-up inside their timed window) does not move it, as it would the mean.
+    by_repeat = {t.repeat: t.median_tokens_per_s for t in base}
+    paired = [t.median_tokens_per_s / by_repeat[t.repeat] for t in cand if t.repeat in by_repeat]
     cand_rates = [r for t in cand for r in t.step_rates]
     base_rates = [r for t in base for r in t.step_rates]
     if paired:

@@ -40,11 +40,11 @@ from gui.window_words import in_window_words
 
 TAIL_INTERVAL_MS = 500
 TAIL_CHUNK_BYTES = 128 * 1024
+"""A followed folder's metrics.jsonl is read this much at a time: a long one (100,000 steps, 37 MB) was read
+whole on the GUI thread, which froze the window for seconds. About 350 step lines, 10-20 ms to read and show."""
 FIRST_EVENT_BYTES = 8 << 20
 """How far into a metrics.jsonl an opened folder's first event is looked for, on the window's thread (about 0.1 s):
 a run writes one as its first line, however long (a folder's skipped files listed in it)."""
-"""A followed folder's metrics.jsonl is read this much at a time: a long one (100,000 steps, 37 MB) was read
-whole on the GUI thread, which froze the window for seconds. About 350 step lines, 10-20 ms to read and show."""
 TAIL_BUDGET_S = 0.04
 """The most one tick of the followers reads for; what is left is read at the next turn of the event loop."""
 LIVENESS_EVERY = 10

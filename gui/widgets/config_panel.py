@@ -387,7 +387,7 @@ class ConfigPanel(QWidget):
                      self.processes):
             spin.valueChanged.connect(self._on_changed)
         self.lr.valueChanged.connect(self._on_changed)
-        self.source_edit.path_dropped.connect(self._on_path_dropped)
+        self.source_edit.path_dropped.connect(self._choose)
         self.file_button.clicked.connect(self._choose_file)
         self.folder_button.clicked.connect(self._choose_folder)
         self.builtin_button.clicked.connect(lambda: self.set_source(BUILTIN_CORPUS))
@@ -718,11 +718,11 @@ class ConfigPanel(QWidget):
                                               "Corpora (*.txt *.md *.jsonl *.jsonl.gz *.jsonl.zst *.parquet *.arrow);;"
                                               "All files (*)")
         if path:
-            self._data_dir = str(Path(path).parent)
-            self.set_source(path)
+            self._choose(path)
 
-    def _on_path_dropped(self, path: str) -> None:
-        """A corpus file or folder dropped on the Data field is chosen as File… or Folder… would choose it."""
+    def _choose(self, path: str) -> None:
+        """A corpus file or folder chosen (File…, Folder…, or dropped on the Data field); the dialogs open where
+        it lies next time."""
         self._data_dir = str(Path(path).parent)
         self.set_source(path)
 
@@ -731,8 +731,7 @@ class ConfigPanel(QWidget):
             self, "Folder of .txt/.md, .jsonl, Parquet or Arrow files, or a Hugging Face dataset folder",
             self.data_dir)
         if path:
-            self._data_dir = str(Path(path).parent)
-            self.set_source(path)
+            self._choose(path)
 
     def build_config(self) -> RunConfig:
         """The config the controls describe; raises ConfigError (a ValueError) when invalid."""

@@ -73,6 +73,14 @@ def _pen(color: str, style: str, dash: str = "solid", width: float = 1.0):
     return pen
 
 
+def _at_edge(y: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``y`` lie beyond ``[lo, hi]``, and where those are drawn: just inside the edge, so the marker is
+    not cut in half."""
+    inset = (hi - lo) * 0.03
+    beyond = (y > hi) | (y < lo)
+    return beyond, np.clip(y[beyond], lo + inset, hi - inset)
+
+
 def _bounds(x: np.ndarray, y: np.ndarray) -> tuple[Bounds, float] | None:
     """(xmin, xmax, ymin, ymax) of the finite points, and the smallest positive y (for log scale)."""
     ok = np.isfinite(x) & np.isfinite(y)
@@ -168,7 +176,8 @@ class MetricPlot(pg.PlotWidget):
         item.autoBtn.clicked.connect(self._on_auto_button)
         self._labels: dict[Hashable, str] = {}
         self._sorted: dict[tuple[Hashable, str], bool] = {}
-        """Per series: its x never decreases, so the readout looks only near the pointer."""
+        """Per series: its x never decreases, so the readout looks only near the pointer (found at the first
+        readout after its points changed, not in every redraw)."""
         self._x_name, self._x_whole = "x", False
         self.readout = pg.TextItem(anchor=(0, 1), color="#202020", fill=pg.mkBrush(255, 255, 255, 230),
                                    border=pg.mkPen("#909090"))
@@ -222,7 +231,7 @@ class MetricPlot(pg.PlotWidget):
                 curve.setSymbolPen(None)
             elif not lone and curve.opts["symbol"] is not None:
                 curve.setSymbol(None)
-        self._sorted[(key, series)] = bool(len(x) < 2 or np.all(x[1:] >= x[:-1]))  # False with a NaN
+        self._sorted.pop((key, series), None)  # new points: looked at again by the next readout
         found = _bounds(x, y)
         if found is None:
             self._bounds.pop((key, series), None)
@@ -399,8 +408,7 @@ class MetricPlot(pg.PlotWidget):
             if edge is not None:
                 edge.setData([], [])
             return
-        lo, hi = self._range[2:]
-        beyond = (y > hi) | (y < lo)
+        beyond, at_edge = _at_edge(y, *self._range[2:])
         curve.setData(x[~beyond], y[~beyond])
         if edge is None:
             if not beyond.any():
@@ -412,8 +420,7 @@ class MetricPlot(pg.PlotWidget):
             self.getPlotItem().addItem(edge)
             edge.setVisible(self._shown(key, series))
             self._edges[(key, series)] = edge
-        inset = (hi - lo) * 0.03  # just inside, so the marker is not cut in half
-        edge.setData(x[beyond], np.clip(y[beyond], lo + inset, hi - inset))
+        edge.setData(x[beyond], at_edge)
 
     def data(self, key: Hashable, series: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The points handed in for ``series`` (an outlier series draws some of them at the edge)."""
@@ -449,7 +456,10 @@ class MetricPlot(pg.PlotWidget):
                 continue
             xs, ys = np.asarray(found[0], dtype=float), np.asarray(found[1], dtype=float)
             start, stop = 0, len(xs)
-            if self._sorted.get((key, series), False):  # only the points within reach along x
+            ordered = self._sorted.get((key, series))
+            if ordered is None:
+                ordered = self._sorted[(key, series)] = bool(len(xs) < 2 or np.all(xs[1:] >= xs[:-1]))  # NaN: False
+            if ordered:  # only the points within reach along x
                 start, stop = (int(i) for i in np.searchsorted(xs, [x - reach, x + reach], side="left"))
                 stop = min(len(xs), stop + 1)
             xs, ys = xs[start:stop], ys[start:stop]
@@ -458,10 +468,8 @@ class MetricPlot(pg.PlotWidget):
             with np.errstate(divide="ignore", invalid="ignore"):
                 drawn = np.where(ys > 0, np.log10(ys), np.nan) if self._log_y else ys.copy()
             if series in self.outlier_series and self._range is not None and not self._log_y:
-                lo, hi = self._range[2:]
-                inset = (hi - lo) * 0.03
-                beyond = (ys > hi) | (ys < lo)
-                drawn[beyond] = np.clip(ys[beyond], lo + inset, hi - inset)
+                beyond, at_edge = _at_edge(ys, *self._range[2:])
+                drawn[beyond] = at_edge
             d2 = ((xs - x) / pw) ** 2 + ((drawn - y) / ph) ** 2
             d2 = np.where(np.isfinite(d2), d2, np.inf)
             i = int(np.argmin(d2))

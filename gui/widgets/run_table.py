@@ -65,7 +65,7 @@ def comparison_keys(record: RunRecord) -> dict[str, str]:
             "model": ", ".join(words.format(model[key]) for key, words in _SIZES if key in model),
             "seq_len": str(cfg.get("data", {}).get("seq_len", "")),
             "layout": str(cfg.get("data", {}).get("layout", "packed")),
-            "vocab_size": str(cfg.get("model", {}).get("vocab_size", ""))}
+            "vocab_size": str(model.get("vocab_size", ""))}
 
 
 def not_comparable(record: RunRecord, base: RunRecord) -> list[str]:
