@@ -440,6 +440,11 @@ class Controller(QObject):
         """A tune was submitted and the torch thread has not yet left it."""
         return self._tune_control is not None
 
+    @property
+    def tune_cancelling(self) -> bool:
+        """The tune was cancelled and the torch thread has not yet left it (it ends at its next optimizer step)."""
+        return self._tune_control is not None and self._tune_control.stop_requested
+
     # ------------------------------------------------------------------ commands
     def start_run(self, config: RunConfig) -> None:
         if self.running:

@@ -186,6 +186,11 @@ class RunSession(QObject):
         """The speed advisor's trials hold the torch thread."""
         return self.controller.tuning
 
+    @property
+    def tune_cancelling(self) -> bool:
+        """Cancel was asked of the trials; they end at their next optimizer step."""
+        return self.controller.tune_cancelling
+
     def record(self, key: int) -> RunRecord:
         return self.records[key - 1]  # keys are 1, 2, … in order of creation
 

@@ -60,6 +60,7 @@ from gui import dialogs
 RECOMMENDED = QColor("#d8f0d8")
 FAILED = QColor("#b00020")
 CURRENT = QColor("#eeeeee")
+CANCELLING = "Cancelling after the current optimizer step (a compile in progress finishes first) …"
 
 # The config panel's controls, by object name, for each setting Apply writes.
 PANEL_SPINS = {"micro_batch": "microBatchSpin", "accum_steps": "accumStepsSpin"}
@@ -316,11 +317,10 @@ class TuneDialog(QDialog):
         self._update_buttons()
 
     def cancel(self) -> None:
-        if self.tuning:
+        if self.tuning and not self.session.tune_cancelling:
             self.session.cancel_tune()
-            self.progress_label.setText("Cancelling after the current optimizer step (a compile in progress "
-                                        "finishes first) …")
-            self.cancel_button.setEnabled(False)
+            self.progress_label.setText(CANCELLING)
+            self._update_buttons()
 
     def apply(self) -> None:
         rec = self._recommendation()
@@ -402,16 +402,21 @@ class TuneDialog(QDialog):
         if isinstance(event, TuneStarted):
             self._show_plan(event.plan)
         elif isinstance(event, TrialStarted):
-            self.progress_label.setText(f"Trial {event.index} of {event.total}: {event.label} (repeat "
-                                        f"{event.repeat + 1}) … about {_minutes(event.eta_seconds)} left")
+            self._progress(f"Trial {event.index} of {event.total}: {event.label} (repeat {event.repeat + 1}) … "
+                           f"about {_minutes(event.eta_seconds)} left")
         elif isinstance(event, TrialFinished):
             self.finished_events += 1
             self._show_summary(event.summary)
-            self.progress_label.setText(f"{event.elapsed:.0f} s so far; about {_minutes(event.eta_seconds)} left")
+            self._progress(f"{event.elapsed:.0f} s so far; about {_minutes(event.eta_seconds)} left")
         elif isinstance(event, TuneFinished):
             self._show_plan(event.report["plan"])  # spare settings tried at the end are no longer "not tried"
             self._show_summary(event.report["summary"], event.report)
             self._show_finished(event.report, event.path)
+
+    def _progress(self, text: str) -> None:
+        """The progress line, unless a cancel is pending: the trial cut short still reports, and its "about
+        4 min left" replaced the line saying the trials were ending."""
+        self.progress_label.setText(CANCELLING if self.session.tune_cancelling else text)
 
     def _on_ended(self) -> None:
         if self._awaiting and self.report is None:  # neither a report nor a failure: cancelled while planning
@@ -496,7 +501,8 @@ class TuneDialog(QDialog):
         self.run_button.setEnabled(not tuning and not training)
         self.run_button.setToolTip("A run is training: the trials start once it has ended" if training else "")
         self.budget.setEnabled(not tuning)
-        self.cancel_button.setEnabled(tuning)
+        # Closed and reopened while a cancel is pending, the dialog offered Cancel again as if nothing was asked.
+        self.cancel_button.setEnabled(tuning and not self.session.tune_cancelling)
         self.open_button.setEnabled(not tuning)
         rec = self._recommendation() if not tuning else None
         held = self._panel_holds(rec)

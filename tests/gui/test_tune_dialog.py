@@ -369,3 +369,37 @@ def test_the_dialog_fits_a_laptop_screen(window, monkeypatch):
         button = child(dialog, name)
         corner = button.mapToGlobal(QPoint(button.width() - 1, button.height() - 1))
         assert laptop.contains(corner), (name, corner)
+
+
+def test_a_pending_cancel_is_not_offered_again_when_the_dialog_is_reopened(qtbot, window, monkeypatch):
+    import threading
+
+    import core.device
+    from core.tune import TrialStarted
+
+    planning, released = {"peaks": 0}, threading.Event()
+    real = core.device.measure_matmul_peak
+
+    def measured(device, precision):  # the torch thread waits here while the dialog is closed and reopened
+        planning["peaks"] += 1
+        released.wait(RUN_TIMEOUT_MS / 1000)
+        return real(device, precision)
+
+    monkeypatch.setattr(core.device, "measure_matmul_peak", measured)
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    qtbot.waitUntil(lambda: planning["peaks"] == 1, timeout=RUN_TIMEOUT_MS)
+    try:
+        dialog.close()  # closing cancels the trials
+        assert dialog.tuning and window.session.tune_cancelling
+        assert open_dialog(window) is dialog
+        assert not child(dialog, "tuneCancelButton").isEnabled()  # it was enabled again, as if nothing was asked
+        assert child(dialog, "tuneProgressLabel").text().startswith("Cancelling")
+        # A trial's report that arrives meanwhile leaves the line saying the trials are ending.
+        dialog._on_event(TrialStarted("off-a1-fp32", "off", 0, 1, 6, 1.0, 240.0))
+        assert child(dialog, "tuneProgressLabel").text().startswith("Cancelling")
+    finally:
+        released.set()
+    qtbot.waitUntil(lambda: not dialog.tuning, timeout=RUN_TIMEOUT_MS)
+    assert not window.session.tune_cancelling and not child(dialog, "tuneCancelButton").isEnabled()
+    assert child(dialog, "tuneRunButton").isEnabled()
