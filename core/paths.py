@@ -36,6 +36,12 @@ def user_path(value: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(_expand_home(os.fspath(value))))
 
 
+def written_through(path: Path) -> Path:
+    """Where a file written at ``path`` lands: the file a symbolic link names (its links followed to the end),
+    so a write by rename goes through the link as ``>`` does, instead of replacing the link with a file."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def _expand_home(text: str) -> str:
     """``os.path.expanduser``, except that an empty ``HOME`` is no home: Python's took it for the root (``~/runs``
     was ``/runs``); the account's own home folder is used, as where ``HOME`` is unset."""
@@ -236,7 +242,7 @@ def _read_only(path: Path) -> bool:
 def not_a_file(path: str | os.PathLike[str]) -> str | None:
     """What ``path`` is when it exists and is not a regular file ("a folder", "a named pipe", …): a file written
     there by a rename would replace it, or fail only after the work that made it. None when it is a regular file
-    or absent (a broken link included: the rename replaces the link, not what it named)."""
+    or absent (a broken link included)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:

@@ -835,9 +835,9 @@ def save_report(report: dict[str, Any], path: str | os.PathLike[str], keep_exist
 
     ``keep_existing``: ``path`` is a default name (a time stamp), and a report found there (another tune started
     in the same second) is kept: this one takes the next free name, ``-2``, ``-3``, …"""
-    from core.paths import not_a_file, user_path, why_write_failed
+    from core.paths import not_a_file, user_path, why_write_failed, written_through
 
-    target = user_path(path)
+    target = written_through(user_path(path))
     if (what := not_a_file(target)) is not None:  # it became one during the trials
         raise ConfigError(f"cannot write the tuning report {target}: it is {what}, not a file", "json")
     tmp = _temp_path(target)
@@ -888,9 +888,17 @@ def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json")
     """Before any trial: the report can be written there (not a folder, a device, a named pipe or a socket;
     its folder a writable folder or creatable, and where it exists, the temporary file ``save_report`` writes
     can be created in it). ``flag`` names how the user gave the path; None for a default location."""
-    from core.paths import control_character, not_a_file, unnameable, user_path, why_not_writable, why_write_failed
+    from core.paths import (
+        control_character,
+        not_a_file,
+        unnameable,
+        user_path,
+        why_not_writable,
+        why_write_failed,
+        written_through,
+    )
 
-    target = user_path(path)
+    target = written_through(user_path(path))
     lead = f"{flag} {target}" if flag else f"cannot write the tuning report {target}"
     if target.is_dir():
         raise ConfigError(f"{flag} {target} is a folder; name a file" if flag else f"{lead}: it is a folder", "json")

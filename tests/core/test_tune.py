@@ -807,6 +807,28 @@ def test_a_default_report_name_taken_in_the_same_second_is_kept_and_the_next_fre
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, second.name, third.name])
 
 
+@pytest.mark.skipif(os.name == "nt", reason="POSIX symbolic links")
+def test_a_report_named_by_a_symbolic_link_is_written_where_the_link_points(tmp_path):
+    """--json latest.json, a link to reports/real.json: the link was replaced by a file of its own and the file
+    it named kept the old report, where `>` and every editor write through it. A dangling link makes its file."""
+    from core.tune import check_report_path, save_report
+
+    (tmp_path / "reports").mkdir()
+    real = tmp_path / "reports" / "real.json"
+    real.write_text('{"old": true}\n')
+    link = tmp_path / "latest.json"
+    link.symlink_to(Path("reports") / "real.json")
+    assert check_report_path(link) == real
+    assert save_report({"trials": [1]}, link) == real
+    assert link.is_symlink() and json.loads(real.read_text()) == {"trials": [1]}
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["real.json"]  # no temporary file left
+
+    dangling = tmp_path / "next.json"
+    dangling.symlink_to(Path("reports") / "new.json")
+    assert save_report({"trials": [2]}, check_report_path(dangling)) == tmp_path / "reports" / "new.json"
+    assert dangling.is_symlink() and json.loads(dangling.read_text()) == {"trials": [2]}
+
+
 def test_a_pick_made_on_a_busy_machine_says_so(micro, monkeypatch):
     """Trials beside other work (load average 4.9 on 2 cores) were recommended as "above the noise" with no word
     of the load the report recorded."""
