@@ -37,7 +37,7 @@ from core.events import (
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions, RecentFolders
 from gui.redraw_pacer import RedrawPacer
-from gui.run_actions import RunActions
+from gui.run_actions import RunActions, several_selected
 from gui.run_folders import RunFolders, dropped_folders
 from gui.run_record import RunRecord, describe
 from gui.screen_fit import fit_within
@@ -475,8 +475,13 @@ class MainWindow(QMainWindow):
         # A folder still being checked may yet show a problem under the Data control: Start waits for its check.
         checking = self.config_panel.checking_source
         valid = self.config_panel.config is not None and not checking
-        can_continue = valid and not session.tuning and (
-            running or session.continue_source(self.table.selected_keys()) is not None)
+        # Continue takes the training settings only (the parent keeps its model and data), from one run.
+        selected = self.table.selected_keys()
+        continue_error = self.config_panel.continue_error
+        can_continue = not continue_error and not session.tuning and (
+            running or session.continue_source(selected) is not None)
+        continue_why = (f"Cannot run these settings: {continue_error}" if continue_error
+                        else several_selected(len(selected)) if len(selected) > 1 and not running else "")
         # The advisor's trials hold the torch thread, which saves and loads: both would wait for them unseen.
         # A torchrun job's weights are in its processes, never in this one: it saves its own checkpoints.
         # Weights being read (Load): the run they are for waits for them and for the question that follows; a Start
@@ -489,6 +494,7 @@ class MainWindow(QMainWindow):
                                 and not loading,
                                 can_load=not session.tuning and not loading,
                                 invalid="" if valid else CHECKING_DATA if checking else self.config_panel.error,
+                                continue_why=continue_why,
                                 in_processes=session.in_processes,
                                 busy=TUNING if session.tuning else LOADING if loading else "")
         self.tune_action.setEnabled(not running)

@@ -88,15 +88,15 @@ class RunActions(QObject):
                      f"set to {fit.micro_batch} × {fit.accum_steps}, the same effective batch")
         return self._settings_or_explain()
 
-    def _note_what_continue_keeps(self, parent: RunRecord, settings: RunConfig) -> None:
+    def _note_what_continue_keeps(self, parent: RunRecord) -> None:
         """Continue trains the parent's model on the parent's data with the panel's training settings: where the
         panel shows another preset or other data, the log says which values the continued run keeps."""
-        data = parent.config.get("data", {})
+        data, shown = parent.config.get("data", {}), self.panel.shown_model_and_data()
         kept = [f"{what} {theirs}" for what, theirs, ours in (
-            ("preset", parent.config.get("preset"), settings.preset),
-            ("data", data.get("source"), settings.data.source),
-            ("layout", data.get("layout"), settings.data.layout),
-            ("sequence length", data.get("seq_len"), settings.data.seq_len)) if theirs is not None and theirs != ours]
+            ("preset", parent.config.get("preset"), shown["preset"]),
+            ("data", data.get("source"), shown["source"]),
+            ("layout", data.get("layout"), shown["layout"]),
+            ("sequence length", data.get("seq_len"), shown["seq_len"])) if theirs is not None and theirs != ours]
         if kept:
             self.log.add(f"Continue keeps {parent.label}'s model and data ({', '.join(kept)}); the settings shown "
                          f"for them apply to Start")
@@ -130,8 +130,9 @@ class RunActions(QObject):
         self._update_controls()
 
     def continue_run(self) -> None:
-        settings = self._settings_or_explain()
+        settings = self.panel.committed_continue_config()  # the training settings: the parent keeps its model and data
         if settings is None:
+            dialogs.show_error(self._window, "Invalid settings", self.panel.continue_error)
             return
         if self.session.running:
             active = self.session.active
@@ -149,7 +150,7 @@ class RunActions(QObject):
                 if problem:
                     dialogs.show_error(self._window, "Cannot continue", problem)
                     return
-                self._note_what_continue_keeps(active, settings)
+                self._note_what_continue_keeps(active)
                 self.log.add(plan)
             self.session.stop_then_continue(settings, self.panel.nproc)
             self.status.showMessage("Stopping; the run then continues with these settings …", 10_000,
@@ -157,6 +158,9 @@ class RunActions(QObject):
             self._update_controls()
             return
         selected = self.table.selected_keys()
+        if len(selected) > 1:  # (Continue is greyed then; its shortcut as the selection grows)
+            dialogs.show_error(self._window, "Cannot continue", several_selected(len(selected)))
+            return
         source = self.session.continue_source(selected)
         if len(selected) == 1 and (source is None or source.key not in selected):
             # The run picked cannot be continued: said, not another run's weights taken in its stead.
@@ -181,7 +185,7 @@ class RunActions(QObject):
             dialogs.show_error(self._window, "Nothing to continue", "Finish or stop a run first: Continue starts from "
                                                             "its final checkpoint.")
             return
-        self._note_what_continue_keeps(source, settings)
+        self._note_what_continue_keeps(source)
         plan, problem = continue_plan(source, settings, self.panel.nproc)
         if problem:
             dialogs.show_error(self._window, "Cannot continue", problem)
@@ -191,6 +195,11 @@ class RunActions(QObject):
             self.session.continue_from(source, settings, self.panel.nproc)
         except SpeedboardError as exc:
             dialogs.show_error(self._window, "Cannot continue", str(exc))
+
+
+def several_selected(count: int) -> str:
+    """Why Continue does not start with several runs selected: which of them it would go on from is not said."""
+    return f"{count} runs are selected: select the one to continue, or none to continue the latest"
 
 
 def continue_plan(parent: RunRecord, settings: RunConfig, nproc: int = 1) -> tuple[str, str]:

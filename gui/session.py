@@ -200,7 +200,10 @@ class RunSession(QObject):
         return [self.record(key) for key in sorted(keys)]
 
     def continue_source(self, selected: set[int]) -> RunRecord | None:
-        """The selected run if exactly one is selected and can be continued, else the latest that can."""
+        """The selected run if exactly one is selected and can be continued; with none selected, the latest that
+        can; with several, None (which to go on from is not said: the latest of all was taken, unselected)."""
+        if len(selected) > 1:
+            return None
         candidates = [r for r in self.records if r.ended and r.checkpoint and not r.removed]
         chosen = [r for r in candidates if r.key in selected]
         if len(chosen) == 1:

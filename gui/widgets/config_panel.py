@@ -214,6 +214,8 @@ class ConfigPanel(QWidget):
         self._updating = False
         self._config: RunConfig | None = None
         self._error = ""
+        self._continue_config: RunConfig | None = None
+        self._continue_error = ""
         self._error_field: str | None = None
         self._error_rows: dict[str, tuple[QFormLayout, QLabel]] = {}
 
@@ -403,6 +405,30 @@ class ConfigPanel(QWidget):
     def committed_config(self) -> RunConfig | None:
         """``config`` with the field being typed in taken as if it were left: a command run by its shortcut does
         not leave the field, and while typing its value is the longest prefix in range (2048 reads 204)."""
+        self._commit_typing()
+        return self._config
+
+    @property
+    def continue_config(self) -> RunConfig | None:
+        """The settings Continue takes (see ``build_continue_config``), or None (see ``continue_error``)."""
+        return self._continue_config
+
+    @property
+    def continue_error(self) -> str:
+        """Why the training settings cannot continue a run; "" when they can."""
+        return self._continue_error
+
+    def committed_continue_config(self) -> RunConfig | None:
+        """``continue_config``, with the field being typed in taken as ``committed_config`` takes it."""
+        self._commit_typing()
+        return self._continue_config
+
+    def shown_model_and_data(self) -> dict[str, Any]:
+        """The preset, data, layout and sequence length the panel shows (for Start), valid or not."""
+        return {"preset": self.preset.currentData(), "source": self._source,
+                "layout": self.layout_combo.currentData(), "seq_len": self.seq_len.value()}
+
+    def _commit_typing(self) -> None:
         focused = QApplication.focusWidget()
         if focused is not None and self.isAncestorOf(focused):
             spin = focused if isinstance(focused, QAbstractSpinBox) else focused.parentWidget()
@@ -410,7 +436,6 @@ class ConfigPanel(QWidget):
                 spin.interpretText()  # the bound, or the value before the edit, as leaving the field gives
             elif focused is self.text_field:
                 self._on_text_field()
-        return self._config
 
     @property
     def error(self) -> str:
@@ -733,21 +758,25 @@ class ConfigPanel(QWidget):
         if path:
             self._choose(path)
 
-    def build_config(self) -> RunConfig:
-        """The config the controls describe; raises ConfigError (a ValueError) when invalid."""
-        base = self.preset_config()
+    def _train_fields(self, base: RunConfig) -> dict[str, Any]:
+        """The training settings as the controls show them (the preset's ratio of minimum to peak rate kept)."""
         lr = self.lr.value()
         ratio = base.train.min_lr / base.train.lr if base.train.lr else 0.1
-        data = {"source": self._source, "layout": self.layout_combo.currentData(), "seq_len": self.seq_len.value(),
-                "text_field": self._text_field()}
-        train = {
+        return {
             "micro_batch": self.micro_batch.value(), "accum_steps": self.accum.value(),
             "compile_mode": self.compile_mode.currentData(), "compile_scope": self.compile_scope.currentData(),
             "precision": self.precision.currentData(), "device": self.device.currentData(),
             "lr": lr, "min_lr": lr * ratio, "warmup_ratio": self.warmup.value() / 100,
             "budget_kind": self.budget_kind.currentData(), "budget": self.budget.number(), "seed": self.seed.number(),
         }
-        overrides: dict[str, Any] = {"data": data, "train": train, "init_from": None, "resume": None}
+
+    def build_config(self) -> RunConfig:
+        """The config the controls describe; raises ConfigError (a ValueError) when invalid."""
+        base = self.preset_config()
+        data = {"source": self._source, "layout": self.layout_combo.currentData(), "seq_len": self.seq_len.value(),
+                "text_field": self._text_field()}
+        overrides: dict[str, Any] = {"data": data, "train": self._train_fields(base), "init_from": None,
+                                     "resume": None}
         if self._start_model is not None:
             overrides["model"] = model = ModelConfig.from_dict(self._start_model)  # the checkpoint's architecture
             self._check_preset_fits(model)
@@ -763,6 +792,18 @@ class ConfigPanel(QWidget):
             problem = too_little_text(self._source_info, cfg.data)
             if problem:
                 raise DataError(problem)
+        return self._with_processes(cfg)
+
+    def build_continue_config(self) -> RunConfig:
+        """What Continue takes from the panel: its training settings (batch, accumulation, compile, precision,
+        device, learning rate, budget, seed) and processes, on the preset's own model and data. A continued run
+        keeps its parent's model and data, so a data path, a sequence length or loaded weights that only Start
+        would use do not stop it (they greyed Continue, whose tooltip blamed them). Raises as ``build_config``."""
+        base = self.preset_config()
+        return self._with_processes(base.replace(train=self._train_fields(base), init_from=None, resume=None))
+
+    def _with_processes(self, cfg: RunConfig) -> RunConfig:
+        """``cfg`` checked for this machine's devices and the panel's processes."""
         self._check_device(cfg)
         if self.nproc > 1:
             with _about("nproc"):
@@ -852,6 +893,12 @@ class ConfigPanel(QWidget):
         except (SpeedboardError, ValueError) as exc:
             self._config, self._error = None, str(exc)
             self._error_field = exc.field if isinstance(exc, SpeedboardError) else None
+        self._continue_config, self._continue_error = self._config, ""
+        if self._config is None:
+            try:
+                self._continue_config = self.build_continue_config()
+            except (SpeedboardError, ValueError) as exc:
+                self._continue_error = str(exc)
         self._show_error(self._error, self._error_field)
         self.changed.emit()
 

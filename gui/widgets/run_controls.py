@@ -62,14 +62,18 @@ class RunControls(QWidget):
 
     def set_state(self, *, running: bool, paused: bool, can_start: bool, can_continue: bool,
                   can_save: bool, can_load: bool = True, stopping: bool = False, invalid: str = "",
-                  in_processes: bool = False, busy: str = "") -> None:
+                  in_processes: bool = False, busy: str = "", continue_why: str | None = None) -> None:
         """``invalid``: why the settings cannot run, said in the tooltips of the buttons it greys;
+        ``continue_why``: why Continue cannot, where it differs (it takes the training settings only, from one
+        run); None: as Start;
         ``in_processes``: the run is a torchrun job, whose ranks are stopped, never paused, and save their own
         checkpoints (said in the tooltips of Pause and Save); ``busy``: what holds the torch thread (the speed
         advisor's trials), said in the tooltips of the buttons that wait for it."""
         self._paused = paused
-        for button, tip in ((self.start, self._tips["start"]), (self.continue_, self._tips["continue"])):
-            button.setToolTip(busy or (f"Cannot run these settings: {invalid}" if invalid else tip))
+        self.start.setToolTip(busy or (f"Cannot run these settings: {invalid}" if invalid else self._tips["start"]))
+        if continue_why is None:
+            continue_why = f"Cannot run these settings: {invalid}" if invalid else ""
+        self.continue_.setToolTip(busy or continue_why or self._tips["continue"])
         self.pause.setToolTip("A run in several processes is stopped, never paused" if in_processes else
                               self._tips["pause"])
         self.save.setToolTip(busy or ("A run in several processes saves its own checkpoints (its run folder's "

@@ -152,6 +152,50 @@ def test_continue_with_other_accumulation_starts_where_the_parent_ended(qtbot, w
     assert x_child[0] > x_parent[-1]
 
 
+def test_continue_is_not_stopped_by_model_or_data_settings_it_does_not_use(qtbot, window, dialogs, tmp_path):
+    """Data that does not exist, or a sequence length beyond the preset's positions, greyed Continue ("Cannot run
+    these settings: …") though the continued run keeps its parent's data and sequence length."""
+    parent = run_once(qtbot, window)
+    dialogs.files["getOpenFileName"] = str(tmp_path / "gone.txt")
+    child(window, "dataFileButton").click()
+    child(window, "seqLenSpin").setValue(child(window, "seqLenSpin").maximum())
+    start, cont = child(window, "startButton"), child(window, "continueButton")
+    assert not start.isEnabled() and start.toolTip().startswith("Cannot run these settings")
+    assert cont.isEnabled() and not cont.toolTip().startswith("Cannot")
+    child(window, "accumStepsSpin").setValue(2)
+    click(window, "continueButton")
+    assert any(f"Continue keeps {parent.label}'s model and data (data builtin, sequence length 32)" in line
+               for line in window.log.messages())
+    wait_idle(qtbot, window)
+    continued = window.session.records[-1]
+    assert continued.state == "finished" and continued.parent_id == parent.run_id and not dialogs.messages
+    assert continued.config["data"]["seq_len"] == 32 and continued.config["train"]["accum_steps"] == 2
+    # A training setting it does take greys it, and says which.
+    child(window, "budgetKindCombo").setCurrentIndex(child(window, "budgetKindCombo").findData("steps"))
+    child(window, "budgetSpin").setValue(0)
+    assert not cont.isEnabled() and cont.toolTip().startswith("Cannot run these settings: ")
+    assert "budget" in cont.toolTip()
+
+
+def test_continue_with_several_runs_selected_names_none_of_them(qtbot, window, dialogs):
+    """Two runs selected, Continue went on from a third, the latest, without a word but a log line."""
+    from PySide6.QtCore import QItemSelectionModel
+
+    first, second = run_once(qtbot, window), run_once(qtbot, window)
+    run_once(qtbot, window)
+    table, cont = child(window, "runTable"), child(window, "continueButton")
+    flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
+    for record in (first, second):
+        table.selectionModel().select(table.model().index(table.keys.index(record.key), 1), flags)
+    assert table.selected_keys() == {first.key, second.key}
+    assert not cont.isEnabled()
+    assert cont.toolTip() == "2 runs are selected: select the one to continue, or none to continue the latest"
+    window.runs.continue_run()  # (its shortcut, pressed as the selection grew)
+    assert dialogs.messages[-1][1:] == ("Cannot continue", cont.toolTip()) and len(window.session.records) == 3
+    table.clearSelection()
+    assert cont.isEnabled()
+
+
 def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, make_window):
     window = make_window(**LONG)
     click(window, "startButton")
