@@ -11,7 +11,8 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QWidget
 
 from core.errors import SpeedboardError
-from core.runs import default_out_dir, is_run_dir
+from core.paths import not_a_file
+from core.runs import METRICS_FILE, default_out_dir, is_run_dir
 from gui import dialogs
 from gui.checkpoint_actions import RecentFolders
 from gui.run_record import RunRecord
@@ -37,6 +38,18 @@ def dropped_folders(urls) -> list[str]:
 MAX_REOPENED = 50
 """Runs of the last session shown again at start (the newest)."""
 _SESSION_KEY = "session/run_folders"
+
+
+def _odd_metrics_file(folder: str) -> str | None:
+    """Why a folder whose metrics.jsonl is there but no regular file is not read (a named pipe, a folder, a
+    device, a broken link); None when there is none. Such a folder was said to have no metrics.jsonl at all."""
+    path = Path(folder) / METRICS_FILE
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink() and not path.exists():
+        return f"its {METRICS_FILE} is a broken symbolic link"
+    what = not_a_file(path)
+    return f"its {METRICS_FILE} is {what}, not a file: a run writes its events there as one" if what else None
 
 
 class RunFolders:
@@ -67,7 +80,12 @@ class RunFolders:
             except OSError as exc:  # a name too long for the system, a folder that cannot be listed
                 unreadable.append(f"{folder}: {exc.strerror or exc}")
                 continue
-            (runs.extend if inside else refused.append)(inside or folder)
+            if inside:
+                runs.extend(inside)
+            elif (why := _odd_metrics_file(folder)) is not None:
+                unreadable.append(f"{folder}: {why}")
+            else:
+                refused.append(folder)
         if runs:
             self.folders.remember(str(Path(runs[-1]).parent))
         records = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -421,6 +422,26 @@ def test_a_folder_whose_metrics_hold_no_event_is_refused_with_a_message(window, 
     assert record.folder == good and len(window.session.records) == 1
     (message,) = dialogs.warnings()
     assert message.startswith(f"Cannot open run folder: {bad}: ") and why in message
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX named pipes")
+@pytest.mark.parametrize("kind", ["named pipe", "folder", "device", "broken link"])
+def test_a_metrics_file_that_is_no_file_is_said_as_such_not_as_missing(window, dialogs, tmp_path, kind):
+    """A metrics.jsonl that is a named pipe, a folder, a link to a device or a broken link was refused with
+    "no metrics.jsonl here or in the folders inside", which sent the user looking for a file that is there."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    metrics = bad / "metrics.jsonl"
+    {"named pipe": lambda: os.mkfifo(metrics), "folder": metrics.mkdir,
+     "device": lambda: metrics.symlink_to("/dev/zero"),
+     "broken link": lambda: metrics.symlink_to(tmp_path / "gone")}[kind]()
+    dialogs.files["pick_run_folders"] = [str(bad)]
+    assert window.open_run_folders() == []
+    (message,) = dialogs.warnings()
+    what = {"named pipe": "a named pipe, not a file", "folder": "a folder, not a file",
+            "device": "a character device, not a file", "broken link": "a broken symbolic link"}[kind]
+    assert message.startswith(f"Cannot open run folder: {bad}: its metrics.jsonl is {what}"), message
+    assert "no metrics.jsonl" not in message
 
 
 def test_a_run_whose_first_event_is_a_long_line_still_opens(window, dialogs, tmp_path):
