@@ -388,6 +388,13 @@ def _check_speedboard_meta(path: Path, meta: dict[str, Any], model_cfg: ModelCon
                                   f"it was edited or damaged")
 
 
+def _config_problem(exc: Exception) -> str:
+    """A config's problem in words: a missing key was said as the bare key ("('num_attention_heads')")."""
+    if isinstance(exc, KeyError) and exc.args:
+        return f"it has no {exc.args[0]!r} setting"
+    return str(exc)
+
+
 def _model_config_of(path: Path, meta: dict[str, Any]) -> tuple[str, ModelConfig]:
     if meta.get("format") == FORMAT:
         if not isinstance(meta.get("format_version"), int) or meta["format_version"] > FORMAT_VERSION:
@@ -395,14 +402,16 @@ def _model_config_of(path: Path, meta: dict[str, Any]) -> tuple[str, ModelConfig
         try:
             model_cfg = ModelConfig.from_dict(meta["model"])
         except (KeyError, TypeError, AttributeError, ConfigError) as exc:
-            raise CheckpointError(f"{path / CONFIG_FILE} has an invalid model config ({exc})") from None
+            raise CheckpointError(f"{path / CONFIG_FILE} has an invalid model config ({_config_problem(exc)})") \
+                from None
         _check_speedboard_meta(path, meta, model_cfg)
         return "speedboard", model_cfg
     if meta.get("model_type") == "llama" or "LlamaForCausalLM" in (meta.get("architectures") or []):
         try:
             return "huggingface", ModelConfig.from_hf_dict(meta)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise CheckpointError(f"{path / CONFIG_FILE}: unsupported Hugging Face config ({exc})") from None
+            raise CheckpointError(f"{path / CONFIG_FILE}: unsupported Hugging Face config "
+                                  f"({_config_problem(exc)})") from None
     raise CheckpointError(f"{path} is neither a Speedboard checkpoint nor a Hugging Face Llama folder")
 
 

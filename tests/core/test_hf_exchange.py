@@ -141,6 +141,19 @@ def test_a_scaled_rope_is_refused_in_either_of_transformers_spellings(key, rope,
     assert len(err.splitlines()) == 1 and "is not supported (only plain rotary embeddings)" in err, err
 
 
+def test_a_hugging_face_config_without_a_setting_names_it_in_words(tmp_path, capsys):
+    """{"model_type": "llama", "hidden_size": 32}: "unsupported Hugging Face config ('num_attention_heads')", a
+    bare key in brackets, at Load and on the command line."""
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 32}))
+    with pytest.raises(CheckpointError) as caught:
+        ck.peek_checkpoint(folder)
+    assert str(caught.value).endswith("unsupported Hugging Face config (it has no 'num_attention_heads' setting)")
+    assert main(["generate", str(folder), "--prompt", "x", "--max-new-tokens", "1"]) == 2
+    assert capsys.readouterr().err.strip().endswith("(it has no 'num_attention_heads' setting)")
+
+
 def test_rope_theta_is_read_where_transformers_reads_it():
     base = {"vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
             "intermediate_size": 128}
