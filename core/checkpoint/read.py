@@ -656,6 +656,11 @@ def _check_trainer_state(state: Any, path: Path) -> dict[str, Any]:
             raise bad(f"{name} must be text, got {_short(state[name])}")
     if state.get("train_config") is not None and not isinstance(state["train_config"], dict):
         raise bad(f"train_config must be a dictionary, got {_short(state['train_config'])}")
+    # Counts a resume compares with its own (a batch or a sample stream that changed): "x" was a ValueError
+    # traceback at set-up, -5 a warning of "-5 training samples".
+    for name, least in (("train_samples", 0), ("tokens_per_step", 1)):
+        if state.get(name) is not None and not (_is_int(state[name]) and state[name] >= least):
+            raise bad(f"{name} must be an integer ≥ {least}, got {_short(state[name])}")
     _check_schedule(state["schedule"], bad)
     _check_optimizer(state["optimizer"], bad)
     if not isinstance(state.get("scaler", {}), dict):
@@ -680,23 +685,66 @@ def _check_schedule(schedule: Any, bad: Callable[[str], CheckpointError]) -> Non
                   f"(start_tokens {schedule['start_tokens']})")
 
 
+_ADAMW_MOMENTS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+"""AdamW's per-parameter tensors (the last with amsgrad only); its ``step`` is a count."""
+
+
 def _check_optimizer(optimizer: Any, bad: Callable[[str], CheckpointError]) -> None:
+    """An AdamW state_dict (the only optimizer a run makes): groups listing parameter indices once each, and per
+    listed parameter a step count and dense floating-point moments. ``load_state_dict`` takes anything: a moment
+    that is a number or a sparse tensor failed in the first step's fused kernel (a traceback of every tensor, after
+    the run folder was made), and a state keyed "3" or -1 was dropped in silence, the resume then no longer exact."""
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("state"), dict) \
             or not isinstance(optimizer.get("param_groups"), list):
         raise bad("optimizer must be an optimizer state_dict (state and param_groups)")
+    listed: set[int] = set()
     for group in optimizer["param_groups"]:
         if not isinstance(group, dict) or not isinstance(group.get("params"), list) \
                 or not all(_is_int(p) for p in group["params"]):
             raise bad(f"each optimizer param group must list its parameters by index, got {_short(group)}")
+        if listed.intersection(group["params"]) or len(set(group["params"])) != len(group["params"]):
+            raise bad("an optimizer parameter index is listed twice")
+        listed.update(group["params"])
     for index, entry in optimizer["state"].items():
-        if not isinstance(entry, dict) or not all(isinstance(v, (torch.Tensor, int, float)) for v in entry.values()):
+        if not _is_int(index) or index not in listed:
+            raise bad(f"the optimizer state names parameter {index!r}, which no param group lists")
+        if not isinstance(entry, dict):
             raise bad(f"the optimizer state of parameter {index!r} must map names to tensors or numbers")
         for name, value in entry.items():
+            if name == "step":
+                if not _is_count(value):
+                    raise bad(f"the optimizer step of parameter {index!r} must be a count ≥ 0, got {_short(value)}")
+                continue
+            if name not in _ADAMW_MOMENTS:
+                raise bad(f"the optimizer state of parameter {index!r} holds {name!r}, which AdamW does not keep")
+            if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.layout == torch.strided
+                    and not value.is_meta and not value.is_quantized):
+                raise bad(f"{name} of parameter {index!r} must be a dense floating-point tensor, got "
+                          f"{_short(value) if not isinstance(value, torch.Tensor) else _tensor_kind(value)}")
             # A NaN moment makes the first step's update NaN: the run then fails blaming its learning rate.
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.layout == torch.strided \
-                    and not value.is_meta and not bool(torch.isfinite(value).all()):
+            if not bool(torch.isfinite(value).all()):
                 raise bad(f"the optimizer state of parameter {index!r} is not finite (NaN or inf in {name}): it was "
                           f"saved from a diverged or damaged run; start a new run from its weights with --init-from")
+
+
+def _is_count(value: Any) -> bool:
+    """An optimizer step count: an integer or a whole float ≥ 0, as a number or a one-value tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.layout != torch.strided or value.is_meta or value.is_complex():
+            return False
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and value >= 0 and float(value).is_integer()
+
+
+def _tensor_kind(value: torch.Tensor) -> str:
+    """What a tensor is, where it is not a dense floating-point one."""
+    if value.is_meta:
+        return "a meta tensor (no values)"
+    if value.layout != torch.strided:
+        return f"a {str(value.layout).removeprefix('torch.')} tensor"
+    return f"a {str(value.dtype).removeprefix('torch.')} tensor"
 
 
 def _check_rng(rng: Any, bad: Callable[[str], CheckpointError]) -> None:

@@ -560,6 +560,25 @@ def _craft(state: dict, kind: str) -> None:
     elif kind == "not_a_dict":
         state.clear()
         state["x"] = 1
+    elif kind == "optimizer_moment_a_number":
+        next(iter(state["optimizer"]["state"].values()))["exp_avg"] = 0.5
+    elif kind == "optimizer_moment_sparse":
+        entry = next(iter(state["optimizer"]["state"].values()))
+        entry["exp_avg"] = entry["exp_avg"].to_sparse()
+    elif kind == "optimizer_state_keyed_by_text":
+        moments = state["optimizer"]["state"]
+        moments["0"] = moments.pop(0)
+    elif kind == "optimizer_state_of_no_parameter":
+        moments = state["optimizer"]["state"]
+        moments[-1] = moments.pop(0)
+    elif kind == "optimizer_step_negative":
+        next(iter(state["optimizer"]["state"].values()))["step"] = torch.tensor(-2.0)
+    elif kind == "train_samples_text":
+        state["train_samples"] = "x"
+    elif kind == "train_samples_negative":
+        state["train_samples"] = -5
+    elif kind == "tokens_per_step_zero":
+        state["tokens_per_step"] = 0
     else:
         raise AssertionError(kind)
 
@@ -577,6 +596,17 @@ def _craft(state: dict, kind: str) -> None:
     # Resumed, it trained a step and failed with "loss became nan …; lower the learning rate".
     ("optimizer_moment_nan", "is not finite (NaN or inf in exp_avg_sq): it was saved from a diverged or damaged "
                              "run; start a new run from its weights with --init-from"),
+    # These failed in the first step's fused AdamW (a traceback of every tensor, a run folder left) or at set-up
+    # (a ValueError traceback), or were taken in silence (the moments of parameter "0" dropped, the resume inexact).
+    ("optimizer_moment_a_number", "exp_avg of parameter 0 must be a dense floating-point tensor, got 0.5"),
+    ("optimizer_moment_sparse", "exp_avg of parameter 0 must be a dense floating-point tensor, got a sparse_coo "
+                                "tensor"),
+    ("optimizer_state_keyed_by_text", "the optimizer state names parameter '0', which no param group lists"),
+    ("optimizer_state_of_no_parameter", "the optimizer state names parameter -1, which no param group lists"),
+    ("optimizer_step_negative", "the optimizer step of parameter 0 must be a count ≥ 0"),
+    ("train_samples_text", "train_samples must be an integer ≥ 0, got 'x'"),
+    ("train_samples_negative", "train_samples must be an integer ≥ 0, got -5"),
+    ("tokens_per_step_zero", "tokens_per_step must be an integer ≥ 1, got 0"),
 ])
 def test_a_crafted_trainer_state_with_a_valid_checksum_is_one_line_before_any_folder(kind, message, stopped_parent,
                                                                                      tmp_path, capsys):
