@@ -26,6 +26,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from core.checkpoint import verify_checkpoint
 from core.config import ModelConfig, RunConfig
 from core.errors import CheckpointError, ConfigError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics, WarningRaised
@@ -249,6 +250,9 @@ class RunSession(QObject):
         if not parent.checkpoint or not Path(parent.checkpoint).exists():  # said now, not as a failed row
             raise CheckpointError(f"{parent.label}'s checkpoint {parent.checkpoint} no longer exists (its folder "
                                   f"was moved or deleted): open the run folder where it is now to continue it")
+        # Its files there and whole, said now too (a file deleted or cut short became a failed row); their bytes
+        # are compared with their checksums as the run reads them, off this thread.
+        verify_checkpoint(parent.checkpoint, hash_files=False)
         try:
             base = RunConfig.from_dict(parent.config)
             cfg = base.replace(train=settings.train, resume=parent.checkpoint, init_from=None,

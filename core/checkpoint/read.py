@@ -470,10 +470,12 @@ def peek_checkpoint(path: str | Path) -> CheckpointInfo:
     return _read_newest(user_path(path), peek)
 
 
-def verify_checkpoint(path: str | Path) -> None:
+def verify_checkpoint(path: str | Path, hash_files: bool = True) -> None:
     """Compare a Speedboard checkpoint's files with the sizes and SHA-256 its config.json recorded: every
     byte is read, nothing is loaded. A damaged checkpoint is refused where it is chosen (the dashboard's
-    Load), not when a run starts from it. Other formats record no checksums: nothing to compare."""
+    Load), not when a run starts from it. Other formats record no checksums: nothing to compare.
+    ``hash_files=False``: presence and sizes only, in milliseconds whatever the model's size (a file missing,
+    or cut short by a copy that did not finish), where every byte cannot be read (the window's own thread)."""
 
     def verify(resolved: Path) -> None:
         if resolved.is_file():
@@ -483,13 +485,13 @@ def verify_checkpoint(path: str | Path) -> None:
         if kind != "speedboard":
             return
         _verify_speedboard_files(resolved, _records(meta, resolved), (resolved / STATE_FILE).is_file(),
-                                 hash_state=True)
+                                 hash_state=hash_files, hash_files=hash_files)
 
     _read_newest(user_path(path), verify)
 
 
 def _verify_speedboard_files(path: Path, records: dict[str, dict[str, Any]], has_state: bool,
-                             hash_state: bool) -> None:
+                             hash_state: bool, hash_files: bool = True) -> None:
     """A Speedboard checkpoint folder's files present and as recorded: weights and tokenizer always, every
     other file config.json records (the tokenizer's ``tokenizer_config.json``, whose special tokens the run
     takes), and the trainer state where it is there or recorded (``hash_state=False``: its hash is checked
@@ -506,7 +508,7 @@ def _verify_speedboard_files(path: Path, records: dict[str, dict[str, Any]], has
             raise CheckpointError(f"{path / CONFIG_FILE} records a file outside its folder ({name!r}): refused")
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
-        _verify_file(path / name, record)
+        _verify_file(path / name, record, hash_it=hash_files)
     if has_state:
         _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=hash_state)
 

@@ -196,6 +196,25 @@ def test_continue_with_several_runs_selected_names_none_of_them(qtbot, window, d
     assert cont.isEnabled()
 
 
+@pytest.mark.parametrize("damage", ["state missing", "weights cut short"])
+def test_continue_from_a_checkpoint_with_a_file_missing_or_cut_short_is_a_dialog(qtbot, window, dialogs, damage):
+    """A parent whose trainer_state.pt was deleted, or whose weights a copy left short, became a failed row
+    ("… is incomplete: trainer_state.pt is missing") where a parent's folder that is gone is a dialog."""
+    parent = run_once(qtbot, window)
+    folder = Path(parent.checkpoint)
+    if damage == "state missing":
+        (folder / "trainer_state.pt").unlink()
+        why = f"checkpoint {folder} is incomplete: trainer_state.pt is missing"
+    else:
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-100])
+        why = f"model.safetensors in {folder} is truncated or damaged"
+    click(window, "continueButton")
+    (kind, title, text), = dialogs.messages
+    assert title == "Cannot continue" and why in text, text
+    assert len(window.session.records) == 1 and not window.session.running
+
+
 def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, make_window):
     window = make_window(**LONG)
     click(window, "startButton")
