@@ -247,6 +247,8 @@ class Trainer:
         self.parent: str | None = config.parent
         self.order: SampleOrder | None = None
         self._stream_note = ""  # why a resume cannot continue its parent's sample stream, if it cannot
+        self._prompt: tuple[str, list[int]] | None = None
+        """The samples' prompt and its ids, found at the first sample (``_sample_prompt``)."""
         self._batch_note = ""  # a resume that trains with another effective batch than its parent's
         self._precision_note = ""  # fp16 on a CPU that emulates it
         self.schedule: LRSchedule | None = None
@@ -1217,7 +1219,10 @@ class Trainer:
         if not (self.dist.is_main or self.fsdp):
             return
         tok = self.data.tokenizer
-        ids = [tok.bos_id, *tok.encode(DEFAULT_PROMPT)]
+        if self._prompt is None:
+            self._prompt = self._sample_prompt()
+        prompt, prompt_ids = self._prompt
+        ids = [tok.bos_id, *prompt_ids]
         gen = torch.Generator(device=self.device).manual_seed(self.seed + self.step)
         with autocast(self.device, self.precision):
             out = self.model.generate(torch.tensor([ids], device=self.device), self.cfg.train.sample_tokens,
@@ -1229,7 +1234,18 @@ class Trainer:
         # A sample cut off by its length may end inside a character a byte-level tokenizer spreads over tokens:
         # that half character is left out, not shown as U+FFFD.
         text = tok.decode(new).rstrip("\ufffd")
-        self.emit(SampleGenerated(self.run_id, self.now(), self.step, DEFAULT_PROMPT, text))
+        self.emit(SampleGenerated(self.run_id, self.now(), self.step, prompt, text))
+
+    def _sample_prompt(self) -> tuple[str, list[int]]:
+        """``DEFAULT_PROMPT`` and its ids; where the tokenizer cannot encode it (a Unigram vocabulary without an
+        unknown token, given with --tokenizer), no prompt, said once: the first sample raised the tokenizer's
+        bare Exception, and the run failed with no final checkpoint, its training lost."""
+        try:
+            return DEFAULT_PROMPT, self.data.tokenizer.encode(DEFAULT_PROMPT)
+        except Exception as exc:  # tokenizers raises a bare Exception
+            self.warn(f"the tokenizer cannot encode the samples' prompt {DEFAULT_PROMPT!r} ({first_line(exc)}): "
+                      f"samples start from the beginning-of-text token alone")
+            return "", []
 
     def save(self, path: Path) -> Path | None:
         """Save a checkpoint of the current state to ``path`` (call on the torch thread).

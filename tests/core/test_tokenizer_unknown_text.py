@@ -60,3 +60,24 @@ def test_a_tokenizer_that_drops_unknown_text_is_a_warning(tmp_path, cache):
         messages = [e.message for e in sink.of(WarningRaised)]
         assert messages == (["tokenizer the given one has no unknown token: a character it has no token for is left "
                              "out of the tokens, without a trace"] if warned else [])
+
+
+def test_a_tokenizer_that_cannot_encode_the_samples_prompt_samples_without_one(tmp_path, cache):
+    """The first sample encoded "The" with a Unigram vocabulary of lowercase text and no unknown token: the
+    tokenizer's bare Exception failed the run after its training, with no final checkpoint."""
+    from core.control import Control
+    from core.events import SampleGenerated
+    from core.trainer import Trainer
+    from tests.conftest import micro_config
+
+    data = jsonl(tmp_path / "c.jsonl", ENGLISH * 20)
+    cfg = micro_config(tmp_path, data={"source": str(data), "tokenizer": str(unigram_without_unk(tmp_path)),
+                                       "seq_len": 16}, train={"budget": 2})
+    sink = ListSink()
+    result = Trainer(cfg, Control(), sink).run()
+    assert result.checkpoint is not None and result.step == 2
+    warned = [e.message for e in sink.of(WarningRaised) if "samples' prompt" in e.message]
+    assert len(warned) == 1 and warned[0].startswith("the tokenizer cannot encode the samples' prompt 'The' (")
+    assert warned[0].endswith("): samples start from the beginning-of-text token alone")
+    samples = sink.of(SampleGenerated)
+    assert samples and all(s.prompt == "" for s in samples)
