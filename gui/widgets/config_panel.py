@@ -409,17 +409,13 @@ class ConfigPanel(QWidget):
         return self._config
 
     @property
-    def continue_config(self) -> RunConfig | None:
-        """The settings Continue takes (see ``build_continue_config``), or None (see ``continue_error``)."""
-        return self._continue_config
-
-    @property
     def continue_error(self) -> str:
         """Why the training settings cannot continue a run; "" when they can."""
         return self._continue_error
 
     def committed_continue_config(self) -> RunConfig | None:
-        """``continue_config``, with the field being typed in taken as ``committed_config`` takes it."""
+        """The settings Continue takes (``build_continue_config``), with the field being typed in taken as
+        ``committed_config`` takes it; None while they are invalid (see ``continue_error``)."""
         self._commit_typing()
         return self._continue_config
 

@@ -112,23 +112,30 @@ def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
     assert child(dialog, "tuneRunButton").isEnabled() and child(window, "startButton").isEnabled()
 
 
-def test_cancel_while_planning_ends_at_once_and_says_nothing_was_measured(qtbot, window, monkeypatch):
+def held_in_planning(qtbot, window, monkeypatch):
+    """Start the trials and hold the torch thread in their planning (its first matmul peak) until the returned
+    event is set; returns the dialog, the event and the count of peaks measured."""
     import threading
 
     import core.device
 
-    planning, clicked = {"peaks": 0}, threading.Event()
+    planning, released = {"peaks": 0}, threading.Event()
     real = core.device.measure_matmul_peak
 
-    def measured(device, precision):  # on the torch thread: the dialog's Cancel is clicked meanwhile
+    def measured(device, precision):  # on the torch thread, while the test clicks
         planning["peaks"] += 1
-        clicked.wait(RUN_TIMEOUT_MS / 1000)
+        released.wait(RUN_TIMEOUT_MS / 1000)
         return real(device, precision)
 
     monkeypatch.setattr(core.device, "measure_matmul_peak", measured)
     dialog = open_dialog(window)
     click(dialog, "tuneRunButton")
     qtbot.waitUntil(lambda: planning["peaks"] == 1, timeout=RUN_TIMEOUT_MS)
+    return dialog, released, planning
+
+
+def test_cancel_while_planning_ends_at_once_and_says_nothing_was_measured(qtbot, window, monkeypatch):
+    dialog, clicked, planning = held_in_planning(qtbot, window, monkeypatch)
     click(dialog, "tuneCancelButton")
     clicked.set()
     qtbot.waitUntil(lambda: not dialog.tuning, timeout=RUN_TIMEOUT_MS)
@@ -372,23 +379,9 @@ def test_the_dialog_fits_a_laptop_screen(window, monkeypatch):
 
 
 def test_a_pending_cancel_is_not_offered_again_when_the_dialog_is_reopened(qtbot, window, monkeypatch):
-    import threading
-
-    import core.device
     from core.tune import TrialStarted
 
-    planning, released = {"peaks": 0}, threading.Event()
-    real = core.device.measure_matmul_peak
-
-    def measured(device, precision):  # the torch thread waits here while the dialog is closed and reopened
-        planning["peaks"] += 1
-        released.wait(RUN_TIMEOUT_MS / 1000)
-        return real(device, precision)
-
-    monkeypatch.setattr(core.device, "measure_matmul_peak", measured)
-    dialog = open_dialog(window)
-    click(dialog, "tuneRunButton")
-    qtbot.waitUntil(lambda: planning["peaks"] == 1, timeout=RUN_TIMEOUT_MS)
+    dialog, released, _ = held_in_planning(qtbot, window, monkeypatch)
     try:
         dialog.close()  # closing cancels the trials
         assert dialog.tuning and window.session.tune_cancelling
