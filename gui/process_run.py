@@ -46,6 +46,7 @@ class ProcessRun(QObject):
         self.process.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
         self.process.readyReadStandardOutput.connect(self._read_output)
         self.process.finished.connect(self._on_finished)
+        self.process.errorOccurred.connect(self._on_error)
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.poll)
@@ -97,6 +98,18 @@ class ProcessRun(QObject):
             if line.startswith("speedboard: error:"):
                 return line.removeprefix("speedboard: error:").strip()
         return lines[-1].removeprefix("speedboard: ").strip() if lines else ""
+
+    def _on_error(self, error: QProcess.ProcessError) -> None:
+        """A launcher that never started (its Python gone, or not executable) sends no ``finished``: the job
+        stayed "running" for good, and no run could be started in the window again."""
+        if error != QProcess.ProcessError.FailedToStart:
+            return  # a crash or a lost pipe: ``finished`` follows
+        self.timer.stop()
+        with contextlib.suppress(OSError):
+            self.spec.config_file.unlink()
+        self.output.append(f"speedboard: error: the training processes could not be started ({self.spec.argv[0]}: "
+                           f"{self.process.errorString()})")
+        self.ended.emit(1, self.error_line())
 
     def _on_finished(self, code: int, status: QProcess.ExitStatus) -> None:
         self._read_output(final=True)

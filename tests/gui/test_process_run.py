@@ -56,3 +56,18 @@ def test_the_launchers_line_on_the_rank_that_died_is_the_jobs_last_word(tmp_path
     run.output = ["speedboard: interrupted"]
     assert run.error_line() == "interrupted"
     run.process.deleteLater()
+    run.spec.config_file.unlink()  # (never started: nothing else removes it)
+
+
+def test_a_launcher_that_cannot_start_ends_the_job_with_its_reason(qtbot, tmp_path):
+    """Its Python gone (a virtual environment deleted while the window ran): QProcess sends no ``finished``, and
+    the job stayed "running" for good, no other run could be started."""
+    import dataclasses
+
+    spec = prepare_launch(micro_config(tmp_path), 2)
+    run = ProcessRun(dataclasses.replace(spec, argv=[str(tmp_path / "gone" / "python"), *spec.argv[1:]]))
+    with qtbot.waitSignal(run.ended, timeout=30_000) as ended:
+        run.start()
+    code, message = ended.args
+    assert code == 1 and not run.running and not spec.config_file.exists()
+    assert message.startswith(f"the training processes could not be started ({tmp_path / 'gone' / 'python'}: ")

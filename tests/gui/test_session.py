@@ -461,3 +461,16 @@ def test_a_torchrun_job_stopped_before_any_rank_began_says_so_not_its_exit_code(
     with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
         session.stop()
     assert record.state == "stopped" and record.message == "stopped before its processes had begun"
+
+
+def test_a_torchrun_job_whose_launcher_cannot_start_is_a_failed_row_and_frees_the_session(qtbot, session, tmp_path,
+                                                                                         monkeypatch):
+    config_file = tmp_path / "job-config.json"
+    config_file.write_text("{}")
+    missing = tmp_path / "gone" / "python"
+    monkeypatch.setattr("gui.session.prepare_launch", lambda cfg, nproc: LaunchSpec(
+        [str(missing), "-m", "core.cli"], {}, "job", tmp_path / "runs" / "job", config_file, nproc))
+    record = session.start(micro_config(tmp_path), nproc=2)
+    qtbot.waitUntil(lambda: not session.running, timeout=RUN_TIMEOUT_MS)
+    assert record.state == "failed" and "the training processes could not be started" in record.message
+    assert not config_file.exists()
