@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -14,6 +16,10 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Runs and tokenizer caches of the test session never touch the user's folders.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="speedboard-tests-"))
+_OWNER = os.getpid()
+# Removed when this process ends (each pytest worker makes its own): every session left one in the temporary
+# folder, runs and token stores included. Not by a forked child: the folder is its parent's.
+atexit.register(lambda: shutil.rmtree(_SESSION_HOME, ignore_errors=True) if os.getpid() == _OWNER else None)
 os.environ.setdefault("SPEEDBOARD_HOME", str(_SESSION_HOME / "home"))
 os.environ.setdefault("SPEEDBOARD_CACHE_DIR", str(_SESSION_HOME / "cache"))
 # Inductor's disk cache is shared by the session's compile tests (warm after the first).

@@ -16,10 +16,12 @@ JSON line on stdout.
 from __future__ import annotations
 
 import argparse
+import atexit
 import faulthandler
 import gc
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.dump_traceback_later(args.hang_after, exit=True)  # a hang ends the process with the stacks
 
     home = Path(tempfile.mkdtemp(prefix="speedboard-stress-"))
+    atexit.register(shutil.rmtree, home, True)  # its runs and caches (a hang's forced exit leaves it, for a look)
     os.environ["SPEEDBOARD_HOME"] = str(home / "home")
     os.environ["SPEEDBOARD_CACHE_DIR"] = str(home / "cache")
     import pyqtgraph as pg
