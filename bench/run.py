@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from bench.module_cli import int_at_least
-from core.cli import EXIT_USAGE, OneLineParser, console_writes_every_line, path_arg
+from core.cli import EXIT_USAGE, OneLineParser, console_writes_every_line, path_arg, silence_stream
 from core.interrupts import install_start_handlers
 
 
@@ -182,8 +182,26 @@ def _load() -> float | None:
     return load[0] if load else None
 
 
+_console = {"stdout": True, "stderr": True}
+"""Which streams can still be written: a closed pipe (``| tee`` gone at Ctrl-C) or a closed terminal (EIO)
+silences one for the rest of the bench."""
+
+
 def _say(text: str) -> None:
-    print(text, flush=True)
+    """A line on stdout, best-effort: the table printed before the report's files raised BrokenPipeError or EIO
+    when the reader or the terminal had gone, and the partial results a Ctrl-C or SIGHUP keeps were never written."""
+    _best_effort("stdout", text)
+
+
+def _best_effort(name: str, text: str) -> None:
+    if not _console[name]:
+        return
+    stream = getattr(sys, name)
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        _console[name] = False
+        silence_stream(stream)
 
 
 class Terminated(KeyboardInterrupt):
@@ -582,15 +600,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     install_start_handlers()
     console_writes_every_line()
+    _console.update(stdout=True, stderr=True)
     try:
         args = build_parser().parse_args(argv)
         with _signals_as_interrupts():
             return run(args, argv)
     except SpeedboardError as exc:
-        print(f"speedboard bench: error: {exc}", file=sys.stderr)
+        _best_effort("stderr", f"speedboard bench: error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
-        print(f"speedboard bench: {exc if isinstance(exc, Interrupted) else _interruption(exc)}", file=sys.stderr)
+        _best_effort("stderr", f"speedboard bench: {exc if isinstance(exc, Interrupted) else _interruption(exc)}")
         return _exit_code(exc)
 
 

@@ -392,7 +392,7 @@ def _read_config_data(path: str) -> dict[str, Any]:
     return data
 
 
-def _silence(stream) -> None:
+def silence_stream(stream) -> None:
     """Send what is still buffered for ``stream``, and all it gets later, to the null device.
 
     After a closed pipe Python would otherwise report the failed flush when it exits.
@@ -432,7 +432,7 @@ class ConsoleSink:
                 print(text, flush=True)
         except OSError:  # BrokenPipeError, or EIO from a terminal that is gone
             self.lines_ok = False
-            _silence(sys.stdout)
+            silence_stream(sys.stdout)
 
     def _say(self, line) -> None:
         if line.level == "info":
@@ -457,7 +457,7 @@ class ConsoleSink:
             bar.close()
         except (OSError, ValueError):
             pass
-        _silence(sys.stderr)
+        silence_stream(sys.stderr)
 
     def __call__(self, event) -> None:
         from core import events as ev
@@ -502,7 +502,7 @@ class ConsoleSink:
             try:
                 self.bar.close()
             except OSError:
-                _silence(sys.stderr)
+                silence_stream(sys.stderr)
             self.bar = None
 
     def _data_event(self, event) -> None:
@@ -1268,7 +1268,7 @@ def _run_command(args: argparse.Namespace, argv: list[str]) -> int:
             _flush_and_exit(code)
         return code
     except BrokenPipeError:  # the reader of stdout went away (| head): as quiet as other command-line tools
-        _silence(sys.stdout)
+        silence_stream(sys.stdout)
         return 128 + getattr(signal, "SIGPIPE", 13)
 
 

@@ -7,6 +7,7 @@ report, no temporary folder and no empty output folder behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -340,6 +341,28 @@ def test_a_bench_whose_report_cannot_be_written_prints_it_and_says_why(tmp_path,
     reported = re.search(r"matmul peak \(MFU's denominator, per precision.*?\): fp32 ([\d,.]+) GFLOP/s",
                          captured.out)
     assert said and reported and said[-1] == reported[1]
+
+
+class _GoneTerminal:
+    """A terminal that has closed (or a pipe whose reader went away): every write fails."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    def flush(self) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+
+@pytest.mark.slow
+def test_a_bench_whose_terminal_is_gone_still_writes_its_report(tmp_path, monkeypatch):
+    """Under `| tee` at Ctrl-C (BrokenPipeError) or a closed terminal (EIO), printing the table before the files
+    raised: a traceback, exit code 1, and no report, partial results included."""
+    monkeypatch.setattr(sys, "stdout", _GoneTerminal())
+    monkeypatch.setattr(sys, "stderr", _GoneTerminal())
+    out = tmp_path / "bench"
+    assert main(["bench", *TINY, "--repeats", "1", "--out", str(out)]) == 0
+    assert json.loads((out / "bench.json").read_text())["runs"]
+    assert main(["bench", *TINY, "--cells", "nothing-*", "--out", str(tmp_path / "other")]) == 2  # its error too
 
 
 @pytest.mark.slow
