@@ -66,14 +66,22 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+"""The longest collective timeout taken (30 days): beyond it, no peer's failure would ever be noticed."""
+
+
 def collective_timeout() -> datetime.timedelta:
+    """``SPEEDBOARD_DIST_TIMEOUT`` (seconds, 1 to 30 days), else the default; a ConfigError names a bad value.
+    The launcher reads it before any process starts (``core.launch.check_before_launch``): each rank said it once,
+    NaN and inf were tracebacks, and 1e-9 a page of C++ frames ("timed out after 0ms")."""
     text = os.environ.get(TIMEOUT_ENV, "")
     try:
         seconds = float(text) if text else DEFAULT_TIMEOUT_S
     except ValueError:
         raise ConfigError(f"{TIMEOUT_ENV} must be a number of seconds, got {text!r}") from None
-    if seconds <= 0:
-        raise ConfigError(f"{TIMEOUT_ENV} must be positive, got {text!r}")
+    if not 1.0 <= seconds <= MAX_TIMEOUT_S:  # NaN fails too
+        raise ConfigError(f"{TIMEOUT_ENV} must be between 1 and {MAX_TIMEOUT_S:,.0f} seconds (30 days), "
+                          f"got {text!r}")
     return datetime.timedelta(seconds=seconds)
 
 

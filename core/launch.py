@@ -199,11 +199,13 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     from core.checkpoint import check_tokenizer_fits
     from core.data import build_views, prepare_data
     from core.device import resolve_device, resolve_precision
+    from core.distributed import collective_timeout
     from core.memory_budget import check_fits, fit_split
     from core.schedule import Position, make_schedule
     from core.trainer import Trainer
 
     tc = config.train
+    collective_timeout()  # read by every rank: a bad value is said once, here, before any process starts
     config.check_tokens_per_step(nproc)  # the configuration checked one process's share; the counters hold all
     device = resolve_device(tc.device)
     if tc.precision != "auto":

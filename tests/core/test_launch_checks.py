@@ -259,6 +259,18 @@ def test_the_tokens_of_all_processes_must_fit_the_counters_before_anything_is_re
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "nan", "inf", "1e-9", "1e12"])
+def test_a_bad_collective_timeout_is_one_line_before_any_process_starts(value, tmp_path, capsys, monkeypatch):
+    """Read only by the ranks: each said it (exit code 1), NaN and inf were tracebacks, 1e-9 pages of C++ frames."""
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    monkeypatch.setenv("SPEEDBOARD_DIST_TIMEOUT", value)
+    code = main(["train", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "runs"), "--no-progress"])
+    err = error_line(capsys, code)
+    assert err.endswith(f"SPEEDBOARD_DIST_TIMEOUT must be between 1 and 2,592,000 seconds (30 days), got "
+                        f"{value!r}") or (value == "abc" and err.endswith("must be a number of seconds, got 'abc'"))
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_model_that_does_not_fit_in_so_many_processes_says_so(monkeypatch):
     import torch
 
