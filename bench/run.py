@@ -337,7 +337,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     matrix = cells_mod.build_matrix(effective, accums, precisions, cuda=device.type == "cuda",
                                     modes=args.modes or cells_mod.BENCH_MODES)
-    cells = cells_mod.select_cells(matrix, args.cells or ("off-*" if args.quick else None))
+    # --quick's eager cells are a default like its others: --modes given chose compiled ones, and its filter
+    # refused them in the words of a --cells the user never gave.
+    quick_cells = "off-*" if args.quick and not args.modes else None
+    cells = cells_mod.select_cells(matrix, args.cells or quick_cells)
     extra = cells_mod.memory_cells(cells, effective) if not args.no_probes else []
     total_steps = max(c.warmup_steps for c in cells) + steps
     use_hf = not args.no_hf

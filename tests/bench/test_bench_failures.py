@@ -343,6 +343,23 @@ def test_a_bench_whose_report_cannot_be_written_prints_it_and_says_why(tmp_path,
     assert said and reported and said[-1] == reported[1]
 
 
+def test_quick_takes_the_modes_given(tmp_path, capsys, monkeypatch):
+    """bench --quick --modes default-model: "--cells pattern 'off-*' matches no cell", a flag never given (its
+    eager cells were a filter that beat the --modes given; the help says options given win)."""
+    import bench.runners
+
+    started = []
+
+    def first_run(base, cell, steps, repeat):
+        started.append(cell.name)
+        raise KeyboardInterrupt  # nothing is compiled or trained: the cell chosen is what is asked
+
+    monkeypatch.setattr(bench.runners, "run_speedboard", first_run)
+    code = main(["bench", "--quick", "--modes", "default-model", "--no-hf", "--no-probes", "--precision", "fp32",
+                 "--accum", "1", "--effective-batch", "1", "--matmul-size", "64", "--out", str(tmp_path / "out")])
+    assert code == 130 and started == ["default-model-a1-fp32"], capsys.readouterr().err
+
+
 class _GoneTerminal:
     """A terminal that has closed (or a pipe whose reader went away): every write fails."""
 
