@@ -140,7 +140,10 @@ class MetricPlot(pg.PlotWidget):
         item.getAxis("bottom").enableAutoSIPrefix(False)  # its own k/M/B
         item.setDownsampling(auto=True, mode="peak")
         item.setClipToView(True)
-        item.setMenuEnabled(True)
+        # The view's own menu (View All, each axis' range) stays; pyqtgraph's "Plot Options" goes: its log axes,
+        # FFT, derivative, downsampling and averaging act behind this plot's own range, smoothing and "log loss",
+        # which then framed a log axis with a linear range (empty plots, an axis of 1e-200 to 1e200).
+        item.setMenuEnabled(False, enableViewBoxMenu=True)
         # Room right of the data area: the x axis' last label is centred on its edge, and a plot at the window's
         # right edge cut it in half.
         item.layout.setContentsMargins(1, 1, RIGHT_MARGIN_PX, 1)

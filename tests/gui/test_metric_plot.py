@@ -230,3 +230,13 @@ def test_the_readout_goes_when_the_pointer_leaves_or_the_run_goes(qtbot):
     assert plot.show_readout_at(5.0, 5.0)
     plot.remove_run(1)
     assert plot.shown_readout() is None and plot.nearest(5.0, 5.0) is None
+
+
+def test_the_right_click_menu_offers_the_view_not_pyqtgraphs_transforms(qtbot):
+    """Plot Options ▸ Transforms ▸ Log Y turned the axis to log behind the plot's own range: after the next run the
+    loss plot was empty, the throughput axis ran from 1e-200 to 1e200."""
+    plot = MetricPlot("lossPlot", "Loss", "loss")
+    qtbot.addWidget(plot)
+    item = plot.getPlotItem()
+    assert not item.getContextMenus(None)  # no "Plot Options" (log axes, FFT, dy/dx, downsampling, averaging)
+    assert item.vb.menuEnabled()  # View All and each axis' range stay
