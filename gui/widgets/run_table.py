@@ -148,7 +148,10 @@ class RunTable(QTableWidget):
         self._fit_timer = QTimer(self)  # owned: it dies with the table
         self._fit_timer.setSingleShot(True)
         self._fit_timer.setInterval(0)
-        self._fit_timer.timeout.connect(self.fit_columns)
+        self._fit_timer.timeout.connect(self._fit_and_scroll)
+        self._newest_in_view = False
+        """A row was added since the last fit: the newest is scrolled into view then. Scrolled to as it was
+        inserted, it was one row short of the end (the scroll range had not grown yet) once the table overflowed."""
         header.sectionResized.connect(self._schedule_fit)  # a column grew with its content
         self._fitting = False
         # A hidden section's header reports no size hint, so each column's title width is kept from when
@@ -195,8 +198,8 @@ class RunTable(QTableWidget):
         finally:
             self._filling = False
         self.update_record(record)
+        self._newest_in_view = True  # a new run is in view: after the table's layout has made room for its row
         self.schedule_fit()  # once for all the rows added together (a runs folder of hundreds of runs)
-        self.scrollToItem(self.item(row, 1))  # a new run is in view
 
     def remove_record(self, key: int) -> None:
         selected = key in self.selected_keys()
@@ -334,6 +337,13 @@ class RunTable(QTableWidget):
     def _schedule_fit(self, *_) -> None:
         if not self._fitting:
             self.schedule_fit()
+
+    def _fit_and_scroll(self) -> None:
+        self.fit_columns()
+        if self._newest_in_view and self.rowCount():
+            self._newest_in_view = False
+            self.executeDelayedItemsLayout()  # the rows' geometry, and so the scroll range, as it now is
+            self.scrollToItem(self.item(self.rowCount() - 1, 1))
 
     def schedule_fit(self) -> None:
         """``fit_columns`` once control returns to the event loop: one measure of every row's width for all the

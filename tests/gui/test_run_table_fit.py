@@ -74,3 +74,20 @@ def test_many_rows_are_measured_once_not_once_per_row(qtbot):
     table.update_record(records[5])
     QApplication.processEvents()
     assert fits == [] and [table.item(r, 1).text() for r in range(table.rowCount())] == texts
+
+
+def test_the_newest_run_is_in_view_once_the_table_overflows(qtbot):
+    """From the seventh run at 1024 × 640 the table stopped one row short of the end: the newest run, the one
+    starting or training, was a sliver under its neighbours."""
+    from gui.run_record import RunRecord
+
+    table = RunTable()
+    qtbot.addWidget(table)
+    table.resize(600, 160)
+    table.show()
+    for key in range(1, 16):
+        table.add_record(RunRecord(key=key, number=key, config={"train": {"compile_mode": "off"}}))
+        qtbot.waitUntil(lambda: not table._fit_timer.isActive())
+        newest = table.visualItemRect(table.item(table.rowCount() - 1, 1))
+        assert table.viewport().rect().contains(newest), (key, table.verticalScrollBar().value())
+    assert table.verticalScrollBar().value() == table.verticalScrollBar().maximum() > 0
