@@ -348,10 +348,17 @@ class TuneDialog(QDialog):
         return int(getattr(self._panel, "nproc", 1) or 1)
 
     def _panel_holds(self, rec: dict | None) -> bool:
-        """The settings panel holds the recommendation's settings now (after Apply, or set by hand)."""
+        """The settings panel holds the recommendation's settings now (after Apply, or set by hand). A pick that
+        was the settings measured with is held while the panel shows those as they were given (precision
+        ``auto``, which the trials measured as what it chose)."""
         current = getattr(self._panel, "config", None) if rec else None  # as shown: nothing being typed is taken
-        return current is not None and all(getattr(current.train, key, None) == value
-                                           for key, value in rec["settings"].items())
+        if current is None:
+            return False
+        if all(getattr(current.train, key, None) == value for key, value in rec["settings"].items()):
+            return True
+        measured = ((self.report or {}).get("plan", {}).get("config") or {}).get("train") or {}
+        return bool(rec.get("is_current")) and isinstance(measured, dict) and all(
+            getattr(current.train, key, None) == measured.get(key) for key in rec["settings"])
 
     def open_report(self, path: str | None = None) -> bool:
         """Show a saved report (asks for the file when ``path`` is not given); True when it was shown."""
@@ -506,10 +513,15 @@ class TuneDialog(QDialog):
         self.open_button.setEnabled(not tuning)
         rec = self._recommendation() if not tuning else None
         held = self._panel_holds(rec)
-        self.apply_button.setEnabled(bool(rec) and not rec.get("is_current") and not held)
-        if rec and not rec.get("is_current"):
-            self.recommendation.setText(_readable(rec["text"]) + (" Applied: the settings panel holds it now." if held
-                                                                   else ""))
+        # Offered whenever the panel does not hold the pick: "the current settings" are those the trials were
+        # measured with, which the panel may no longer hold (set by hand since, or a report of another preset):
+        # Apply was greyed, and the text said to keep settings the panel did not have.
+        self.apply_button.setEnabled(bool(rec) and not held)
+        if rec:
+            current = rec.get("is_current")
+            note = (" Applied: the settings panel holds it now." if held and not current else
+                    " The settings panel holds others now: Apply sets these again." if current and not held else "")
+            self.recommendation.setText(_readable(rec["text"]) + note)
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._update_buttons()  # the panel may have changed while the dialog was closed

@@ -396,3 +396,28 @@ def test_a_pending_cancel_is_not_offered_again_when_the_dialog_is_reopened(qtbot
     qtbot.waitUntil(lambda: not dialog.tuning, timeout=RUN_TIMEOUT_MS)
     assert not window.session.tune_cancelling and not child(dialog, "tuneCancelButton").isEnabled()
     assert child(dialog, "tuneRunButton").isEnabled()
+
+
+def test_a_pick_that_was_the_current_settings_can_be_applied_once_the_panel_holds_others(qtbot, window, dialogs,
+                                                                                        tmp_path):
+    """The pick was the settings measured with ("Keep the current settings"); set by hand to 2 × 2 since, the
+    panel could not get it back: Apply was greyed, and the text still said to keep what the panel no longer had."""
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    wait_done(qtbot, dialog)
+    report = dialog.report
+    report["recommendation"] = {**report["recommendation"], "cell": CELLS[0].name, "is_current": True,
+                                "settings": CELLS[0].settings(), "text": "Keep the current settings (eager)."}
+    path = tmp_path / "kept.json"
+    path.write_text(json.dumps(report))
+    panel = window.config_panel
+    child(panel, "microBatchSpin").setValue(2)
+    child(panel, "accumStepsSpin").setValue(2)
+    assert dialog.open_report(str(path))
+    assert child(dialog, "tuneApplyButton").isEnabled()
+    assert child(dialog, "tuneRecommendation").text() == (
+        "Keep the current settings (eager). The settings panel holds others now: Apply sets these again.")
+    click(dialog, "tuneApplyButton")
+    assert (panel.config.train.micro_batch, panel.config.train.accum_steps) == (4, 1)
+    assert not child(dialog, "tuneApplyButton").isEnabled()
+    assert child(dialog, "tuneRecommendation").text() == "Keep the current settings (eager)."
