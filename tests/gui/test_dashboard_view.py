@@ -511,12 +511,13 @@ def test_removing_a_row_before_others_keeps_every_row_its_own_run(qtbot, window,
         [f"{r.final_loss:.4f}" for r in kept]
 
 
-def test_new_rows_scroll_into_view(window, tmp_path):
+def test_new_rows_scroll_into_view(qtbot, window, tmp_path):
     window.resize(1024, 640)
     records = open_runs(window, tmp_path, 25)
     table = window.table
     last = table.item(table.row_of(records[-1].key), 1)
-    assert table.viewport().rect().intersects(table.visualItemRect(last))
+    # Whole, once the table has laid the rows out (it was a sliver: scrolled to before the range had grown).
+    qtbot.waitUntil(lambda: table.viewport().rect().contains(table.visualItemRect(last)))
 
 
 def test_processes_and_started_from_columns(qtbot, window, tmp_path):
