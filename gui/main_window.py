@@ -64,6 +64,19 @@ TUNING = ("Waits for the speed advisor's trials (Find fastest settings…), whic
           "there, or wait for their end")
 
 
+_STANDARD_FALLBACKS = {QKeySequence.StandardKey.Quit: "Ctrl+Q"}
+"""Standard keys a platform may bind to nothing: Quit has no key under X11 without a desktop's theme (KDE,
+GNOME), where File ▸ Quit listed none and Ctrl+Q did nothing."""
+
+
+def _key(shortcut: str | QKeySequence.StandardKey) -> QKeySequence:
+    """``shortcut`` as this platform binds it, or the usual key where it binds a standard one to nothing."""
+    key = QKeySequence(shortcut)
+    if key.isEmpty() and shortcut in _STANDARD_FALLBACKS:
+        key = QKeySequence(_STANDARD_FALLBACKS[shortcut])
+    return key
+
+
 class MainWindow(QMainWindow):
     def __init__(self, *, settings: QSettings | None = None, extra_presets: dict[str, RunConfig] | None = None,
                  out_dir: str | None = None, parent: QWidget | None = None) -> None:
@@ -206,7 +219,7 @@ class MainWindow(QMainWindow):
                     continue
                 text, shortcut, slot = entry
                 action = QAction(text, self)
-                action.setShortcut(QKeySequence(shortcut))
+                action.setShortcut(_key(shortcut))
                 action.triggered.connect(slot)
                 menu.addAction(action)
                 self.actions[text] = action

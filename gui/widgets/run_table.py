@@ -16,7 +16,7 @@ from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidget, QTableWidgetItem, QWidget
 
 from gui.run_record import RunRecord
-from gui.widgets.run_legend import swatch
+from gui.widgets.run_legend import SWATCH, swatch
 
 MARK_ROLE = Qt.ItemDataRole.UserRole + 1
 """The (colour, dash) the Run cell's swatch shows."""
@@ -138,6 +138,9 @@ class RunTable(QTableWidget):
                              "of the batch); its Tokens/s and MFU are the whole job's"}
         for name, tip in tips.items():
             self.horizontalHeaderItem(COLUMNS.index(name)).setToolTip(tip)
+        # The Run cell's swatch at its own size, as the legend draws it: scaled to the default 16 px its dash and
+        # dot read alike and its colour faded.
+        self.setIconSize(SWATCH)
         self._records: list[RunRecord] = []
         self._hidden: set[int] = set()
         self._baseline: int | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from PySide6.QtGui import QKeySequence
+
 from core.config import config_from_preset
 from gui.widgets.config_panel import CPU_TINY_STEPS, first_run_budget, presets_with
 from tests.gui.conftest import child, wait_idle, wait_steps
@@ -63,3 +65,12 @@ def test_speed_settings_say_in_one_line_what_they_do(window):
         assert "memory" in tip and ("math" in tip or "the update" in tip or "rounding" in tip
                                     or "learning rate" in tip), (name, tip)
     assert "minute" in child(window, "budgetSpin").toolTip()
+
+
+def test_every_file_menu_entry_has_a_key_where_the_platform_binds_none(window):
+    """Quit's standard key is empty on X11 without a desktop theme (and offscreen): File ▸ Quit listed no key and
+    Ctrl+Q did nothing."""
+    for text in ("Open run folders…", "Save model…", "Load weights…", "Quit"):
+        assert not window.actions[text].shortcut().isEmpty(), text
+    assert window.actions["Quit"].shortcut().toString() in ("Ctrl+Q", QKeySequence(QKeySequence.StandardKey.Quit)
+                                                            .toString())

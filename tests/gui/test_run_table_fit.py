@@ -91,3 +91,11 @@ def test_the_newest_run_is_in_view_once_the_table_overflows(qtbot):
         newest = table.visualItemRect(table.item(table.rowCount() - 1, 1))
         assert table.viewport().rect().contains(newest), (key, table.verticalScrollBar().value())
     assert table.verticalScrollBar().value() == table.verticalScrollBar().maximum() > 0
+
+
+def test_the_run_cells_swatch_is_drawn_at_the_legends_size():
+    """Scaled to the view's default icon size (16 × 6 px on screen), dash and dot patterns read alike."""
+    from gui.widgets.run_legend import SWATCH
+
+    table = RunTable()
+    assert table.iconSize() == SWATCH
