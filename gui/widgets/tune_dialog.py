@@ -258,8 +258,10 @@ class TuneDialog(QDialog):
         layout.addWidget(self.progress_label)
         # The table over the chart, the divider movable; in a small window the table keeps four rows in sight
         # (the chart gives way first: it repeats the table's figures).
+        # (Its horizontal scroll bar counted too: with many columns it took half of the fourth row.)
         rows = self.table.verticalHeader().defaultSectionSize()
-        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + 4 * rows + 4)
+        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + 4 * rows + 4
+                                    + self.table.horizontalScrollBar().sizeHint().height())
         split = QSplitter(Qt.Orientation.Vertical)
         split.setObjectName("tuneSplitter")
         split.addWidget(self.table)

@@ -421,3 +421,23 @@ def test_a_pick_that_was_the_current_settings_can_be_applied_once_the_panel_hold
     assert (panel.config.train.micro_batch, panel.config.train.accum_steps) == (4, 1)
     assert not child(dialog, "tuneApplyButton").isEnabled()
     assert child(dialog, "tuneRecommendation").text() == "Keep the current settings (eager)."
+
+
+def test_the_table_keeps_four_whole_rows_when_the_dialog_is_made_small(qtbot, window, tmp_path):
+    """At 640 × 420 a report of 30 settings showed three rows and a half: the horizontal scroll bar of its many
+    columns took the rest of the fourth."""
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    wait_done(qtbot, dialog)
+    report = dialog.report
+    row = next(iter(report["summary"]["rows"].values()))
+    report["summary"]["rows"] = {f"cell-{i}": {**row, "name": f"cell-{i}", "current": i == 0} for i in range(30)}
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(report))
+    assert dialog.open_report(str(path))
+    dialog.resize(dialog.minimumSizeHint().width(), 1)  # as small as it goes
+    table = dialog.table
+    qtbot.waitUntil(lambda: table.height() <= table.minimumHeight() + 1)
+    assert table.horizontalScrollBar().isVisible()  # the case: more columns than width
+    fourth = table.visualItemRect(table.item(3, 0))
+    assert table.viewport().rect().contains(fourth), (fourth, table.viewport().rect())
