@@ -307,7 +307,8 @@ class JsonlSink:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # 0o666 under the umask, as every other file of a run (0o644 kept a group-writable umask from it)
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         self._size = os.fstat(self._fd).st_size
         self._lock = threading.Lock()
         self.error: OSError | None = None

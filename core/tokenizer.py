@@ -126,19 +126,23 @@ class BPETokenizer:
     def to_str(self) -> str:
         return self.tok.to_str()
 
-    def save(self, folder: str | Path, for_hf: bool = False) -> Path:
+    def save(self, folder: str | Path, for_hf: bool = False, max_length: int | None = None) -> Path:
         """Write ``tokenizer.json`` (and the HF ``tokenizer_config.json``) into ``folder``.
 
         ``for_hf``: as a Hugging Face model's tokenizer, which puts BOS before a text itself (every training
         sample here begins with one): a post-processor adds it, so ``AutoTokenizer(text)`` gives the ids the
         model was trained on. Speedboard's own files leave it out: the engine adds BOS and EOS itself.
+        ``max_length``: the model's positions, as ``model_max_length`` (without it, transformers' truncation and
+        its too-long warning took a length of 1e30).
         """
         folder = Path(folder)
         path = folder / TOKENIZER_FILE
         adds_bos = for_hf and self.bos_token is not None
         path.write_text(self._with_bos().to_str() if adds_bos else self.to_str(), encoding="utf-8")
-        (folder / "tokenizer_config.json").write_text(json.dumps(self.hf_config(add_bos=adds_bos), indent=2),
-                                                      encoding="utf-8")
+        config = self.hf_config(add_bos=adds_bos)
+        if max_length is not None:
+            config["model_max_length"] = max_length
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         return path
 
     def _with_bos(self) -> Tokenizer:

@@ -157,7 +157,7 @@ def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
                   metadata={"format": "pt"})
         (tmp / CONFIG_FILE).write_text(json.dumps(hf, indent=2), encoding="utf-8")
         (tmp / "generation_config.json").write_text(json.dumps(special_ids, indent=2), encoding="utf-8")
-        tok.save(tmp, for_hf=True)  # its tokenizer puts BOS first, as training did
+        tok.save(tmp, for_hf=True, max_length=cfg.max_position_embeddings)  # BOS first, as training did
         special = {k: v for k, v in tok.hf_config().items() if k in ("bos_token", "eos_token", "pad_token")}
         (tmp / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
     return target

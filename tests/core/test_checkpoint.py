@@ -324,10 +324,11 @@ def test_a_crash_while_filling_an_empty_folder_leaves_no_folder_a_loader_takes(t
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
-@pytest.mark.parametrize("umask", [0o022, 0o027])
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
 def test_every_checkpoint_file_gets_the_same_mode_under_the_umask(micro, tmp_path, tok, umask):
     """model.safetensors was 0600 while the rest was 0644: a checkpoint copied or shared lost its weights.
-    The trainer's checkpoints (what the CLI and the dashboard write), an explicit save and an export alike."""
+    The trainer's checkpoints (what the CLI and the dashboard write), an explicit save and an export alike; and
+    the run folder's own files (metrics.jsonl was 0644 under a group-writable umask)."""
     from core.trainer import train
 
     before = os.umask(umask)
@@ -342,6 +343,8 @@ def test_every_checkpoint_file_gets_the_same_mode_under_the_umask(micro, tmp_pat
         modes = {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()}
         assert "model.safetensors" in modes and set(modes.values()) == {oct(expected)}, (folder, modes)
         assert not (folder / ".mode-probe").exists()
+    run_files = {p.name: oct(p.stat().st_mode & 0o777) for p in result.run_dir.iterdir() if p.is_file()}
+    assert "metrics.jsonl" in run_files and set(run_files.values()) == {oct(expected)}, run_files
 
 
 # --------------------------------------------------------------------------- bad input: all or nothing

@@ -79,6 +79,10 @@ def test_export_loads_in_transformers_with_the_same_logits_and_tokens(arch, micr
     assert (hf_tok.bos_token_id, hf_tok.eos_token_id, hf_tok.pad_token_id) == \
         (loaded.tokenizer.bos_id, loaded.tokenizer.eos_id, loaded.tokenizer.pad_id)
     assert hf.config.tie_word_embeddings == ours.config.tie_word_embeddings
+    # Its length is the model's positions: truncation and transformers' too-long warning took 1e30.
+    positions = ours.config.max_position_embeddings
+    assert hf_tok.model_max_length == positions
+    assert len(hf_tok("x " * (2 * positions), truncation=True)["input_ids"]) == positions
 
 
 def test_export_refuses_what_it_cannot_do_in_one_line(tmp_path, tok, capsys):
