@@ -198,7 +198,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-new-tokens", type=_integer, default=64)
     g.add_argument("--temperature", type=_number, default=0.0, help="0 is greedy")
     g.add_argument("--top-k", type=_integer)
-    g.add_argument("--seed", type=_integer, default=0)
+    g.add_argument("--seed", type=_integer, help="of the sampling (default 0; with --temperature > 0 only)")
     g.add_argument("--device", default="auto")
 
     e = sub.add_parser("export", help="export a checkpoint to another format")
@@ -1123,7 +1123,10 @@ def _generate(args: argparse.Namespace) -> int:
     from core.model import LlamaForCausalLM
 
     settings = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                top_k=args.top_k, seed=args.seed)  # checked before anything is read
+                                top_k=args.top_k, seed=0 if args.seed is None else args.seed)  # before any read
+    if args.seed is not None and settings.temperature == 0:  # every seed gave the same text, and nothing said so
+        raise ConfigError("--seed chooses the samples drawn when sampling: give --temperature > 0 with it (0, the "
+                          "default, is greedy: the same text whatever the seed)", "seed")
     args.prompt = _utf8_prompt(args.prompt)
     if sys.stdout is None:  # `>&-`: the text would go nowhere, and the command said nothing
         raise ConfigError("standard output is closed: there is nowhere to write the generated text")
@@ -1145,6 +1148,7 @@ def _generate(args: argparse.Namespace) -> int:
     load_weights(model, loaded.state_dict, str(loaded.source))
     model.to(device).eval()
     ids = ([tok.bos_id] if tok.bos_id is not None else []) + _prompt_ids(tok, args.prompt)
+    _warn_past_positions(len(ids), settings.max_new_tokens, model_config.max_position_embeddings)
     gen = torch.Generator(device=device).manual_seed(settings.seed)
     stream = _TextStream(tok, ids)  # the text as it grows, not all of it at the end
     try:
@@ -1156,6 +1160,18 @@ def _generate(args: argparse.Namespace) -> int:
     finally:
         stream.close()  # the text ends its line, also when an error line or Ctrl-C's line follows
     return 0
+
+
+def _warn_past_positions(prompt_tokens: int, new_tokens: int, positions: int) -> None:
+    """Said when the model cannot read the whole text: each token is chosen from the last ``positions`` tokens
+    (as nanoGPT's sampler does). A prompt longer than that lost its beginning without a word, and its text
+    differed from the exported model's in transformers."""
+    if prompt_tokens > positions:
+        _error_line(f"warning: the prompt is {prompt_tokens:,} tokens (its BOS included) and the model has "
+                    f"{positions:,} positions: its first {prompt_tokens - positions:,} are not read")
+    elif prompt_tokens + new_tokens > positions + 1:  # the last token is printed, never read
+        _error_line(f"warning: past {positions:,} tokens in all, each new token is chosen from the last "
+                    f"{positions:,} only (the model's positions)")
 
 
 _TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -556,6 +556,10 @@ class GenerationConfig:
         _require(self.temperature >= 0, f"temperature must be ≥ 0 (0 is greedy), got {self.temperature!r}",
                  "temperature")
         _require(self.top_k is None or self.top_k >= 1, f"top-k must be ≥ 1, got {self.top_k!r}", "top_k")
+        # Greedy decoding takes the most likely token whatever top-k says: a top-k given with it was taken and
+        # did nothing (transformers warns of the same with do_sample=False).
+        _require(self.top_k is None or self.temperature > 0, "top-k chooses among the most likely tokens when "
+                 "sampling: give a temperature > 0 with it (0, the default, is greedy)", "top_k")
         _require(0 <= self.seed <= MAX_SEED, f"seed must be between 0 and 2**63 - 1, got {self.seed!r}", "seed")
 
 

@@ -272,6 +272,9 @@ def test_a_config_file_without_a_model_section_takes_its_presets_model():
     (["--top-k", "-1"], "top-k must be ≥ 1, got -1"),
     (["--top-k", "0"], "top-k must be ≥ 1, got 0"),
     (["--seed", str(2**70)], "seed must be between 0 and 2**63 - 1"),
+    # Greedy decoding (the default temperature) ignores both: they were taken and did nothing.
+    (["--top-k", "40"], "top-k chooses among the most likely tokens when sampling: give a temperature > 0 with it"),
+    (["--seed", "3"], "--seed chooses the samples drawn when sampling: give --temperature > 0 with it"),
     (["--max-new-tokens", "-1"], "max new tokens must be ≥ 1, got -1"),
     (["--preset", "tiny", "--config", "{tmp}/config.json"], "--preset and --config each give a bare state dict's"),
 ])
@@ -435,7 +438,9 @@ def test_a_signal_ends_generate_in_one_line_after_the_text_ends_its_own(existing
     finally:
         proc.kill()
     assert proc.returncode == code, err
-    assert err.strip() == line and out.endswith("\n"), (err, out[-50:])
+    # (A million tokens outgrow the model's positions: said first, before any text.)
+    warned, last = err.strip().splitlines()
+    assert warned.startswith("warning: past ") and last == line and out.endswith("\n"), (err, out[-50:])
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
@@ -621,3 +626,21 @@ def test_a_compile_cache_folder_that_cannot_be_made_is_one_line(tmp_path, comman
         f"TORCHINDUCTOR_CACHE_DIR to a folder that can be written")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "t.json").exists()
+
+
+def test_generate_says_when_the_model_cannot_read_the_whole_text(existing_run, capsys):
+    """A prompt longer than the model's positions lost its beginning without a word (its text then differed from
+    the exported model's in transformers); a generation that outgrows them reads a sliding window."""
+    _, run_dir, _ = existing_run
+    positions = json.loads((run_dir / "config.json").read_text())["config"]["model"]["max_position_embeddings"]
+    capsys.readouterr()
+    assert main(["generate", str(run_dir), "--prompt", "word " * (2 * positions), "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("warning: the prompt is ") and err.endswith(" are not read"), err
+    assert f"the model has {positions} positions: its first " in err, err
+    assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", str(positions)]) == 0
+    assert capsys.readouterr().err.strip() == (f"warning: past {positions} tokens in all, each new "
+                                              f"token is chosen from the last {positions} only (the model's "
+                                              f"positions)")
+    assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().err == ""
