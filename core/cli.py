@@ -389,6 +389,13 @@ def _read_config_data(path: str) -> dict[str, Any]:
         data = data["config"]
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a run configuration (a JSON object)")
+    from core.checkpoint import FORMAT
+
+    if data.get("format") == FORMAT:  # was "unknown key 'format' in the configuration"
+        folder = user_path(path).parent
+        raise ConfigError(f"{path} is a checkpoint's config.json, not a run configuration: give the checkpoint "
+                          f"folder itself ({folder}), which brings its model, tokenizer and settings, or its run "
+                          f"folder's config.json", "config")
     return data
 
 

@@ -644,3 +644,18 @@ def test_generate_says_when_the_model_cannot_read_the_whole_text(existing_run, c
                                               f"positions)")
     assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("command", ["generate", "train"])
+def test_a_checkpoints_config_json_given_as_config_says_what_to_give(command, existing_run, capsys):
+    """--config CHECKPOINT/config.json: "unknown key 'format' in the configuration", which named no way out."""
+    _, run_dir, _ = existing_run
+    checkpoint = sorted((run_dir / "checkpoints").iterdir())[-1]
+    args = ([str(checkpoint / "model.safetensors"), "--tokenizer", str(run_dir / "tokenizer.json")]
+            if command == "generate" else ["--steps", "1"])
+    capsys.readouterr()
+    assert main([command, *args, "--config", str(checkpoint / "config.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{checkpoint / 'config.json'} is a checkpoint's config.json, not a run configuration: give "
+                        f"the checkpoint folder itself ({checkpoint}), which brings its model, tokenizer and "
+                        f"settings, or its run folder's config.json"), err
