@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from core.errors import SpeedboardError
 from core.event_text import counted
-from core.mfu import utilization
+from core.mfu import mfu_text, utilization
 
 GIB = 1024**3
 
@@ -446,9 +446,10 @@ def markdown(raw: dict) -> str:
             continue
         compile_s = "–" if row["mode"] == "off" else f"{_f(row['compile_cold_s'], '{:.1f}')} / " \
                                                        f"{_f(row['compile_warm_s'], '{:.1f}')}"
+        mfu = "–" if row.get("mfu") is None else mfu_text(row["mfu"])
         lines.append(
             f"| {row['name']} | {row['micro_batch']} × {row['accum']} | {_range(row['speedboard'])} | "
-            f"{_f(row.get('speedup_vs_eager_a1'), '{:.2f}×')} | {_f(row.get('mfu'), '{:.0%}')} | {compile_s} | "
+            f"{_f(row.get('speedup_vs_eager_a1'), '{:.2f}×')} | {mfu} | {compile_s} | "
             f"{_f(row.get('peak_gib'), '{:.2f}')} | {_f(row.get('train_mem_gib'), '{:.2f}')} | "
             f"{_f(row.get('loss'), '{:.4f}')} | {_f(row.get('trainer_vs_bare'), '{:.3f}')} |")
     refs = [r for r in s["cells"].values() if r.get("bare")]

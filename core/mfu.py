@@ -28,3 +28,9 @@ def utilization(tokens_per_s: float, flops_per_token: float, peak_flops: float |
     low, not the model faster. None without a peak."""
     share = peak_share(tokens_per_s, flops_per_token, peak_flops, world_size)
     return None if share is None else min(1.0, share)
+
+
+def mfu_text(mfu: float) -> str:
+    """MFU as the tables show it: whole percents, with a decimal below 10% (a tiny model's 0.7% read "1%",
+    2.5% "2%", beside the CLI's "0.7%")."""
+    return f"{mfu:.1%}" if mfu < 0.1 else f"{mfu:.0%}"

@@ -42,7 +42,7 @@ from core.config import RunConfig, TrainConfig
 from core.errors import Cancelled, ConfigError
 from core.event_text import counted
 from core.json_text import finite_json, parse_json
-from core.mfu import PEAK_CHECK_MFU, peak_share, utilization
+from core.mfu import PEAK_CHECK_MFU, mfu_text, peak_share, utilization
 from core.trials import (
     Cell,
     TrialCancelled,
@@ -1015,8 +1015,9 @@ def table_rows(report_or_summary: dict[str, Any], running: bool = False) -> list
             status = f"loss disagrees ({row['loss_deviation']:+.2e} > {row['loss_tolerance']:g})"
         else:
             status = "ok"
-        rows.append([row["label"], rate, versus, _num(row.get("mfu"), "{:.0%}"), compile_s,
-                     _num(_train_mem(row), "{:.2f}"), _num(row.get("loss"), "{:.4f}"), status])
+        mfu = "–" if row.get("mfu") is None else mfu_text(row["mfu"])
+        rows.append([row["label"], rate, versus, mfu, compile_s, _num(_train_mem(row), "{:.2f}"),
+                     _num(row.get("loss"), "{:.4f}"), status])
     return rows
 
 

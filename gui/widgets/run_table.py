@@ -15,6 +15,7 @@ from PySide6.QtCore import QItemSelectionModel, QSignalBlocker, Qt, QTimer, Sign
 from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidget, QTableWidgetItem, QWidget
 
+from core.mfu import mfu_text
 from gui.run_record import RunRecord
 from gui.widgets.run_legend import SWATCH, swatch
 
@@ -251,7 +252,7 @@ class RunTable(QTableWidget):
             "Started from": started,
             "Compile s": compile_s,
             "Tokens/s": _fmt(tps, ",.0f"),
-            "MFU": _fmt(record.mfu, ".0%"),
+            "MFU": "—" if record.mfu is None else mfu_text(record.mfu),
             "Loss": _fmt(record.final_loss if record.final_loss is not None else record.last_loss, ".4f"),
             "Val loss": _fmt(record.val_loss, ".4f"),
             # No step trained, no training memory to show (not 0.00: a run stopped while it compiled).

@@ -17,6 +17,14 @@ def test_utilization_is_at_most_one_and_none_without_a_peak():
     assert utilization(1000, 1e6, 0.0) is None and utilization(1000, 1e6, None) is None
 
 
+def test_the_tables_show_a_small_mfu_with_a_decimal():
+    """A tiny model's 0.7% read "1%" in the run table, the tune table and the bench report (the CLI says 0.7%)."""
+    from core.mfu import mfu_text
+
+    assert [mfu_text(x) for x in (0.0, 0.007, 0.025, 0.0996, 0.1, 0.3049, 1.0)] == \
+        ["0.0%", "0.7%", "2.5%", "10.0%", "10%", "30%", "100%"]
+
+
 def _run(config, monkeypatch, remeasured: float, check_peak: bool = True) -> tuple[list, list[bool]]:
     import core.trainer
 

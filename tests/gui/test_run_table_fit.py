@@ -99,3 +99,16 @@ def test_the_run_cells_swatch_is_drawn_at_the_legends_size():
 
     table = RunTable()
     assert table.iconSize() == SWATCH
+
+
+def test_a_small_mfu_reads_with_a_decimal(qtbot):
+    """A tiny model's 0.7% read "1%" (the CLI's step lines say 0.7%)."""
+    from gui.run_record import RunRecord
+    from gui.widgets.run_table import COLUMNS
+
+    record = RunRecord(key=1, number=1, config={"train": {"compile_mode": "off"}})
+    record.median_tokens_per_s, record.flops_per_token, record.matmul_peak_flops = 1000.0, 7e6, 1e12
+    table = RunTable()
+    qtbot.addWidget(table)
+    table.add_record(record)
+    assert table.item(0, COLUMNS.index("MFU")).text() == "0.7%"
