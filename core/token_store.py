@@ -392,6 +392,9 @@ def preparation_lock(fingerprint: str, on_wait: Callable[[], None] | None = None
     lock = stores_dir() / f"{_LOCK}{fingerprint[:32]}"
     waited = False
     while True:
+        # (Made again each time: a cache folder deleted while this process waited was a FileNotFoundError
+        # traceback here; it now prepares the corpus itself.)
+        lock.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             while True:
@@ -828,7 +831,10 @@ def list_stores() -> list[dict[str, Any]]:
             if fault is not None:  # its corpus is known: listed and removed with it, prepared again by a start
                 manifest["fault"] = fault
         manifest["path"] = str(entry)
-        manifest["bytes"] = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+        try:
+            manifest["bytes"] = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+        except FileNotFoundError:  # removed meanwhile by another process (its --remove): no store to list
+            continue
         out.append(manifest)
     return sorted(out, key=lambda m: m.get("created", ""), reverse=True)
 
@@ -840,6 +846,8 @@ def remove_store(path: str | Path) -> None:
     aside = path.parent / f"{_REMOVED}{path.name}-{secrets.token_hex(3)}"
     try:
         os.rename(path, aside)
+    except FileNotFoundError:  # removed meanwhile by another process (two --remove at once): it is gone, as asked
+        return
     except OSError as exc:  # a read-only cache, or another user's; or the store's own folder made immutable
         where = f"; its folder {path.parent} cannot be written" if not os.access(path.parent, os.W_OK) else ""
         raise DataError(f"cannot remove the token store {path} ({exc.strerror or exc}){where}") from None

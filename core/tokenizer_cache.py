@@ -110,6 +110,8 @@ def remove_trained_tokenizers(fingerprints: set[str] | None) -> list[tuple[Path,
         try:
             size = entry.stat().st_size
             entry.unlink()
+        except FileNotFoundError:  # removed meanwhile by another process: gone, as asked
+            continue
         except OSError as exc:
             raise DataError(f"cannot remove the cached tokenizer {entry} ({exc.strerror or exc}); its folder "
                             f"{folder} cannot be written") from None

@@ -112,3 +112,45 @@ def test_a_store_whose_files_do_not_match_its_manifest_is_listed_as_damaged_and_
     why = f"{ts.TOKENS} has 1,000 bytes, not " if fault == "cut" else f"{ts.OFFSETS} is missing"
     assert f"{store}  damaged ({why}" in line and line.endswith("preparing its corpus again replaces it"), line
     assert main(["prepare", "--remove", data]) == 0 and store_folders(cache) == []
+
+
+def test_a_store_removed_by_another_process_meanwhile_is_neither_listed_nor_an_error(tmp_path, cache, capsys,
+                                                                                   monkeypatch):
+    """prepare --list beside a prepare --remove: a store renamed aside between its manifest and its size was a
+    FileNotFoundError traceback; two --remove at once: the second said "cannot remove … (No such file or
+    directory)", exit code 2, for a store that was gone as asked, and stopped part-way."""
+    from core.tokenizer_cache import remove_trained_tokenizers, tokenizers_dir
+
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    (store,) = store_folders(cache)
+    real = ts._files_damage
+
+    def removed_meanwhile(entry, manifest):
+        fault = real(entry, manifest)
+        ts.remove_store(entry)  # the other process, between this one's manifest and its size
+        return fault
+
+    monkeypatch.setattr(ts, "_files_damage", removed_meanwhile)
+    assert list_stores() == []
+    monkeypatch.undo()
+    ts.remove_store(store)  # already gone: nothing to do, no error
+    tokenizers_dir().mkdir(parents=True, exist_ok=True)
+    tokenizer = tokenizers_dir() / f"source-{'a' * 32}-300.json"
+    tokenizer.write_text("{}")
+    real_unlink = Path.unlink
+
+    def gone_first(self, *args, **kwargs):
+        real_unlink(self, *args, **kwargs)  # the other process's removal
+        return real_unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", gone_first)
+    assert remove_trained_tokenizers(None) == [] and not tokenizer.exists()
+
+
+def test_a_cache_folder_deleted_while_waiting_for_the_lock_is_made_again(tmp_path, cache):
+    """The process waiting for another's preparation reopened the lock in a stores folder deleted meanwhile: a
+    FileNotFoundError traceback where the other failed in one line. It makes the folder and takes the lock."""
+    shutil.rmtree(ts.stores_dir(), ignore_errors=True)
+    with ts.preparation_lock("f" * 64):
+        assert ts.stores_dir().is_dir()
