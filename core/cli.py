@@ -893,9 +893,10 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     from core.tokenizer_cache import remove_trained_tokenizers, sweep_stale_tokenizers
 
     _wait_for_preparations(None if data == "all" else data)
-    if data == "all":  # and the leftovers of killed preparations: half stores, temporary files, write probes
-        sweep_stale()
-        sweep_stale_tokenizers()
+    # And the leftovers of killed preparations (half stores, temporary files, write probes), whose corpus they
+    # cannot tell: only --remove all swept them, and a kill -9's half store stayed through --remove DATA.
+    sweep_stale()
+    sweep_stale_tokenizers()
     damaged = [m["path"] for m in list_stores() if "damaged" in m] if data != "all" else []
     stores = _stores_of(data, text_field, tokenizer)
     for m in stores:

@@ -154,3 +154,17 @@ def test_a_cache_folder_deleted_while_waiting_for_the_lock_is_made_again(tmp_pat
     shutil.rmtree(ts.stores_dir(), ignore_errors=True)
     with ts.preparation_lock("f" * 64):
         assert ts.stores_dir().is_dir()
+
+
+def test_remove_of_a_corpus_also_sweeps_the_half_stores_of_killed_preparations(tmp_path, cache):
+    """A kill -9 during a preparation left a half store (gigabytes on a large corpus) that neither --list showed
+    nor --remove DATA removed: only --remove all, or a later preparation that wrote a store, swept it."""
+    import socket
+
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    dead = ts.stores_dir() / f".tmp-{'0' * 32}-{socket.gethostname()}-999999999-abcdef"
+    dead.mkdir()
+    (dead / ts.TOKENS).write_bytes(b"half")
+    assert main(["prepare", "--remove", data]) == 0
+    assert not dead.exists() and store_folders(cache) == []
