@@ -356,11 +356,13 @@ class TuneDialog(QDialog):
         current = getattr(self._panel, "config", None) if rec else None  # as shown: nothing being typed is taken
         if current is None:
             return False
-        if all(getattr(current.train, key, None) == value for key, value in rec["settings"].items()):
-            return True
+
+        def shows(values: dict) -> bool:
+            return all(getattr(current.train, key, None) == values.get(key) for key in rec["settings"])
+
         measured = ((self.report or {}).get("plan", {}).get("config") or {}).get("train") or {}
-        return bool(rec.get("is_current")) and isinstance(measured, dict) and all(
-            getattr(current.train, key, None) == measured.get(key) for key in rec["settings"])
+        return shows(rec["settings"]) or (bool(rec.get("is_current")) and isinstance(measured, dict)
+                                          and shows(measured))
 
     def open_report(self, path: str | None = None) -> bool:
         """Show a saved report (asks for the file when ``path`` is not given); True when it was shown."""
