@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import DataConfig
-from core.errors import DataError
+from core.errors import DataError, SpeedboardError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event, WarningRaised
 from core.sources import Source, resolve_source, source_location
 from core.stopping import native_worker
@@ -192,9 +192,11 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
 
     with preparation_lock(fingerprint, on_wait=waiting, should_stop=should_stop,
                           location=source_location(source.spec)):
+        trained_now = False
         if tok is None:  # another process may have trained it while this one waited
-            tok = _cached_trained_tokenizer(fingerprint, cfg) or \
-                _train_tokenizer(source, cfg, fingerprint, report, should_stop)
+            tok = _cached_trained_tokenizer(fingerprint, cfg)
+            if tok is None:
+                tok, trained_now = _train_tokenizer(source, cfg, fingerprint, report, should_stop), True
         store = _find(fingerprint, tok)
         from_store = store is not None
         if store is None:
@@ -207,8 +209,16 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
                 report.emit(WarningRaised, message=f"tokenizer {origin} has no unknown token: a character it has no "
                                                    f"token for is left out of the tokens, without a trace")
             report.begin("tokens")
-            store = write_store(source, tok, fingerprint, tokenizer_origin=origin, progress=progress,
-                                should_stop=should_stop)
+            try:
+                store = write_store(source, tok, fingerprint, tokenizer_origin=origin, progress=progress,
+                                    should_stop=should_stop)
+            except SpeedboardError as exc:
+                if not trained_now:
+                    raise
+                # The store is gone, but the tokenizer trained a moment ago stays cached (a later preparation
+                # skips its training): "nothing was kept" would not be true.
+                raise type(exc)(f"{exc}; the tokenizer trained for it stays cached for the next preparation",
+                                exc.field) from None
             report.progress("tokens", total or 0, total, store.num_documents, store.num_documents,
                             store.num_tokens, final=True)
     seconds = time.perf_counter() - t0

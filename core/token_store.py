@@ -650,7 +650,7 @@ def _encoder(tokenizer: BPETokenizer, origin: str, spec: str) -> Callable[[_Unit
             char = next((c for c in dict.fromkeys(text) if fails(c)), None)
             what = f", which holds {char!r} (U+{ord(char):04X})" if char is not None else ""
             raise DataError(f"tokenizer {origin} cannot encode document {unit.numbers[i] + 1:,} of {spec} (it begins "
-                            f"{unit.heads[i] or text[:60]!r}){what}: {first_line(exc)}; nothing was kept",
+                            f"{unit.heads[i] or text[:60]!r}){what}: {first_line(exc)}; no token store was kept",
                             "tokenizer") from None
 
     return encode
@@ -681,10 +681,10 @@ def _check_unchanged(source: Source) -> None:
         try:
             st = os.stat(f.path)
         except OSError as exc:
-            raise DataError(f"{f.path} changed while it was being prepared ({exc.strerror}); nothing was kept: "
+            raise DataError(f"{f.path} changed while it was being prepared ({exc.strerror}); no token store was kept: "
                             f"prepare it again") from None
         if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
-            raise DataError(f"{f.path} changed while it was being prepared; nothing was kept: prepare it again "
+            raise DataError(f"{f.path} changed while it was being prepared; no token store was kept: prepare it again "
                             f"once it is written")
 
 
@@ -735,7 +735,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
                 # short leaves the unit being encoded to its worker: waiting for it took seconds, past the watchdog.
                 for unit in _units(source.iter_documents(batch_chars), batch_chars):
                     if should_stop is not None and should_stop():
-                        raise Cancelled("data preparation stopped; nothing was kept")
+                        raise Cancelled("data preparation stopped; no token store was kept")
                     text_bytes += unit.chars
                     job = (native_worker(functools.partial(encode, unit), "speedboard-encode"), unit)
                     if pending is not None:
@@ -768,7 +768,7 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
             fsync(tmp / MANIFEST)
             if should_stop is not None and should_stop():  # asked during the last batches or the syncs: not kept
-                raise Cancelled("data preparation stopped; nothing was kept")
+                raise Cancelled("data preparation stopped; no token store was kept")
             if _complete(final, tokenizer):  # another process finished first (no lock on this platform)
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
@@ -783,7 +783,8 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
             reason = why_write_failed(exc, folder)
             shutil.rmtree(tmp, ignore_errors=True)
             need = _space_needed(source.bytes, *seen, dtype)
-            raise DataError(f"cannot write the token store in {folder} ({reason}); nothing was kept{need}") from None
+            raise DataError(f"cannot write the token store in {folder} ({reason}); no token store was kept{need}"
+                            ) from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

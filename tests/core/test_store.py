@@ -284,16 +284,18 @@ def test_stop_cancels_preparation_and_keeps_nothing(tmp_path, cache, monkeypatch
 
     monkeypatch.setattr("core.prepare._Reporter.progress", _every_progress)
     cfg = micro_config(tmp_path, data={"source": str(corpus(tmp_path, n=3000)), "vocab_size": 300})
-    with pytest.raises(Cancelled, match="nothing was kept"):
+    # The tokenizer trained before the stop stays cached, and the message says so (it said "nothing was kept").
+    with pytest.raises(Cancelled, match="no token store was kept; the tokenizer trained for it stays cached"):
         Trainer(cfg, control, sink).run()
     assert isinstance(seen[-1], RunFailed) and "stopped" in seen[-1].message
-    assert store_folders(cache) == []
+    assert store_folders(cache) == [] and len(list((cache / "tokenizers").glob("source-*.json"))) == 1
     assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("signum, code, line", [
     ("SIGTERM", 143, "speedboard: terminated (SIGTERM)"),
-    ("SIGHUP", 130, "speedboard: data preparation stopped; nothing was kept"),
+    ("SIGHUP", 130, "speedboard: data preparation stopped; no token store was kept; the tokenizer trained for it "
+                    "stays cached for the next preparation"),
 ])
 def test_a_signal_during_prepare_keeps_nothing_and_says_so(signum, code, line, tmp_path, cache, monkeypatch, capsys):
     """`speedboard prepare` sent SIGTERM (end now) or SIGHUP (the terminal closed: stop, as a first Ctrl-C) while

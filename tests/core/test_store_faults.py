@@ -64,7 +64,7 @@ def test_a_full_disk_is_named_before_the_half_written_store_is_removed(tmp_path,
     monkeypatch.setattr("core.sources.Source.iter_documents",
                         lambda self, batch_chars=0, real=ts.Source.iter_documents: real(self, 200))
     data = str(jsonl(tmp_path / "c.jsonl", ENGLISH * 4))
-    with pytest.raises(DataError, match=r"\(the disk is full \(0 bytes free\)\); nothing was kept") as err:
+    with pytest.raises(DataError, match=r"\(the disk is full \(0 bytes free\)\); no token store was kept") as err:
         prepare_corpus(DataConfig(source=data, vocab_size=300))
     assert store_folders(cache) == []
     # The space it asks for is what the store takes, from the rate of the text encoded before the disk filled
