@@ -254,7 +254,7 @@ def test_a_failed_preparation_leaves_no_store(tmp_path, cache, monkeypatch):
     cfg = DataConfig(source=str(corpus(tmp_path, n=3000)), seq_len=16, vocab_size=300)
     monkeypatch.setattr("core.sources.Source.iter_documents",
                         _small_batches(ts.Source.iter_documents))
-    with pytest.raises(DataError, match=r"\(no space left on the device\); nothing was kept"):
+    with pytest.raises(DataError, match=r"\(no space left on the device\); no token store was kept"):
         prepare_data(cfg)
     assert store_folders(cache) == [] and list_stores() == []
     monkeypatch.setattr(ts, "_pack", real)
@@ -773,7 +773,7 @@ def test_a_file_written_to_while_it_is_prepared_keeps_no_store(tmp_path, cache, 
             with open(path, "a") as f:
                 f.write("\n\nwritten while it was read")
 
-    with pytest.raises(DataError, match="changed while it was being prepared; nothing was kept"):
+    with pytest.raises(DataError, match="changed while it was being prepared; no token store was kept"):
         prepare_data(DataConfig(source=str(path), seq_len=32, vocab_size=300), sink=sink)
     assert appended and store_folders(cache) == []
     prepare_data(DataConfig(source=str(path), seq_len=32, vocab_size=300))  # once written, it prepares
