@@ -787,6 +787,8 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
                   f"{m['bytes'] / 2**30:7.2f} GiB  {_where(m)}{field}  "
                   f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}"
                   + (f"  damaged ({m['fault']}): preparing its corpus again replaces it" if "fault" in m else ""))
+        if args.data in (None, "all") and args.tokenizer is None:
+            _list_leftovers()
         return 0
     if not args.data:
         raise ConfigError("give the data to prepare (or --list, or --remove DATA|all)")
@@ -831,6 +833,18 @@ def _out(text: str) -> None:
         from core.errors import SpeedboardError
 
         raise SpeedboardError(f"cannot write to standard output ({exc.strerror or exc})") from None
+
+
+def _list_leftovers() -> None:
+    """The half stores of killed preparations (gigabytes on a large corpus), which belong to no corpus listed."""
+    from core.token_store import leftovers
+
+    found = leftovers()
+    if found:
+        many = len(found) > 1
+        _out(f"also {len(found)} unfinished store{'s' * many} of killed preparations or removals "
+             f"({sum(size for _, size in found) / 2**30:.2f} GiB: {found[0][0]}{' …' if many else ''}); "
+             f"the next preparation or any prepare --remove deletes {'them' if many else 'it'}")
 
 
 def _made_with(stores: list[dict], tokenizer: str | None) -> list[dict]:

@@ -481,14 +481,34 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
     removed += sweep_probes(folder)
     host = socket.gethostname()
     for entry in folder.iterdir():
-        m = _TMP.fullmatch(entry.name)
-        if (m and entry.is_dir() and writer_gone(entry, int(m["pid"]), m["host"] == host)
-                or entry.name.startswith(_REMOVED)):
+        if _left_behind(entry, host):
             _delete(entry)
             removed.append(entry)
         elif entry.name.startswith(_LOCK) and _remove_unheld_lock(entry):
             removed.append(entry)
     return removed
+
+
+def _left_behind(entry: Path, host: str) -> bool:
+    """A half store whose preparation is gone, or a store renamed aside by a removal cut short."""
+    m = _TMP.fullmatch(entry.name)
+    return bool(m and entry.is_dir() and writer_gone(entry, int(m["pid"]), m["host"] == host)
+                or entry.name.startswith(_REMOVED))
+
+
+def leftovers() -> list[tuple[Path, int]]:
+    """What ``sweep_stale`` would delete of the stores folder (half stores of killed preparations, removals cut
+    short) with its size on disk, left in place: ``prepare --list`` names the room they hold."""
+    folder, host, found = stores_dir(), socket.gethostname(), []
+    if not folder.is_dir():
+        return found
+    for entry in sorted(folder.iterdir()):
+        try:
+            if _left_behind(entry, host):
+                found.append((entry, sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())))
+        except FileNotFoundError:  # swept meanwhile by another process: gone, as it would be
+            continue
+    return found
 
 
 def _remove_unheld_lock(lock: Path) -> bool:

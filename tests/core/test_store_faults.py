@@ -168,3 +168,31 @@ def test_remove_of_a_corpus_also_sweeps_the_half_stores_of_killed_preparations(t
     (dead / ts.TOKENS).write_bytes(b"half")
     assert main(["prepare", "--remove", data]) == 0
     assert not dead.exists() and store_folders(cache) == []
+
+
+def test_list_names_the_half_stores_of_killed_preparations_and_the_room_they_hold(tmp_path, cache, capsys):
+    """--list showed nothing of a kill -9's half store, gigabytes on a large corpus; one being written by a live
+    preparation (this process) is not a leftover."""
+    import os
+    import socket
+
+    data = str(jsonl(tmp_path / "c.jsonl", ENGLISH))
+    assert main(["prepare", data, "--vocab-size", "300", "--no-progress"]) == 0
+    dead = ts.stores_dir() / f".tmp-{'0' * 32}-{socket.gethostname()}-999999999-abcdef"
+    dead.mkdir()
+    (dead / ts.TOKENS).write_bytes(b"h" * 3 * 2**20)
+    live = ts.stores_dir() / f".tmp-{'1' * 32}-{socket.gethostname()}-{os.getpid()}-abcdef"
+    live.mkdir()
+    capsys.readouterr()
+    assert main(["prepare", "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and data in lines[0]
+    assert lines[1] == (f"also 1 unfinished store of killed preparations or removals (0.00 GiB: {dead}); "
+                        f"the next preparation or any prepare --remove deletes it")
+    assert main(["prepare", "--list", data]) == 0  # a corpus' own stores only: the leftovers are no corpus'
+    assert "unfinished" not in capsys.readouterr().out
+    assert main(["prepare", "--remove", data]) == 0
+    assert not dead.exists() and live.exists()
+    capsys.readouterr()
+    assert main(["prepare", "--list"]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [f"no token stores in {ts.stores_dir()}"]
