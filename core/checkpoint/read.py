@@ -110,7 +110,10 @@ def _torch_load(path: Path, what: str = "weights file", mmap: bool = False) -> A
         with warnings.catch_warnings():
             # torch warns about the pickle protocol before it refuses a file: the message below says it all.
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            if not mmap:
+                return torch.load(path, map_location="cpu", weights_only=True)
+            with _utf8_path(path) as name:  # the memory map's reader, too, takes only a UTF-8 name
+                return torch.load(name, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as exc:
         text = str(exc)
         if any(marker in text.lower() for marker in _CODE_REFUSALS):
@@ -127,9 +130,9 @@ def _torch_load(path: Path, what: str = "weights file", mmap: bool = False) -> A
 
 @contextlib.contextmanager
 def _utf8_path(path: Path) -> Iterator[str]:
-    """A name of ``path`` that safetensors can take: it refuses one that is not UTF-8 (a folder named in a
-    Latin-1 locale, any byte of another encoding), which it saved without complaint. Such a file is opened here
-    and named by its descriptor (``/proc/self/fd``, Linux)."""
+    """A name of ``path`` that safetensors (and torch.load's memory map) can take: they refuse one that is not
+    UTF-8 (a folder named in a Latin-1 locale, any byte of another encoding), which they saved without complaint.
+    Such a file is opened here and named by its descriptor (``/proc/self/fd``, Linux)."""
     name = str(path)
     try:
         name.encode("utf-8")

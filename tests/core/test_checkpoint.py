@@ -650,6 +650,12 @@ def test_a_checkpoint_in_a_folder_named_in_another_encoding_loads(tmp_path, tok)
     bare = parent / "weights\udcff.safetensors"  # a bare file of such a name too
     bare.write_bytes((folder / "model.safetensors").read_bytes())
     ck.load_checkpoint(make_model(5), bare)
+    # And a PyTorch pickle: its shapes are read through a memory map, whose reader also takes only UTF-8 names
+    # (`train --init-from` and the dashboard's Load called the file "not a PyTorch weights file").
+    pickled = parent / "weights.pt"
+    torch.save(make_model(7).state_dict(), pickled)
+    assert ck.tensor_shapes(pickled) == ck.tensor_shapes(folder)
+    ck.load_checkpoint(make_model(5), pickled)
 
 
 def test_malicious_pickle_is_refused_and_never_runs(tmp_path, tok):
