@@ -39,7 +39,8 @@ def _check_rope_tables(plain: torch.nn.Module, tables: dict[str, torch.Tensor], 
         rows = min(table.shape[0], own.shape[0])
         tolerance = 1e-3 if table.dtype in (torch.float32, torch.float64) else 2e-2  # tables saved in half precision
         if not torch.allclose(table[:rows].float(), own[:rows], atol=tolerance, rtol=0.0):
-            theta = rope_theta_of(tables["model.rotary_emb.cos"].float()) if "model.rotary_emb.cos" in tables else None
+            cos = tables.get("model.rotary_emb.cos")
+            theta = rope_theta_of(cos.float(), tolerance) if cos is not None else None
             fits = f" (its tables fit rope_theta ≈ {theta:.4g})" if theta else ""
             raise CheckpointError(f"the rotary tables in {source} differ from this model's (rope_theta "
                                   f"{cfg.rope_theta:g}, head size {cfg.head_dim}): the checkpoint was trained with "

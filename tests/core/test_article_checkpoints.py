@@ -49,6 +49,34 @@ def test_rotary_tables_of_another_base_or_head_size_are_refused(changes, message
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # unchanged
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_base_a_refusal_names_is_the_tables_own_and_loads_when_given(dtype, tmp_path):
+    """Read from one entry of a table saved in bf16, the base named was off by up to 16 % (5.53e+05 for 5e+05),
+    and the base named, given back, was refused in turn."""
+    path = tmp_path / "llama_model.pth"
+    weights = article_model(11, rope_base=500_000.0).state_dict()
+    torch.save({k: v.to(dtype) for k, v in weights.items()}, path)
+    with pytest.raises(CheckpointError, match=r"its tables fit rope_theta ≈ 5e\+05\); give --config"):
+        ck.load_checkpoint(make_model(5), path)
+    model, _ = ck.model_from_checkpoint(path, make_model(0, rope_theta=5e5).config)
+    assert model.config.rope_theta == 5e5
+
+
+@pytest.mark.parametrize("head_dim", [8, 64, 128])
+@pytest.mark.parametrize("theta", [50.0, 10_000.0, 12_345.0, 500_000.0, 1e6])
+def test_the_base_of_rotary_tables_is_told_in_every_precision(head_dim, theta):
+    from core.checkpoint.infer import rope_theta_of
+    from core.model import RotaryEmbedding
+
+    cos = RotaryEmbedding(head_dim, 2048, theta).cos
+    assert rope_theta_of(cos) == theta
+    for half in (torch.bfloat16, torch.float16):  # the shortest figure whose table fits as a load checks it
+        found = rope_theta_of(cos.to(half).float(), atol=2e-2)
+        assert found is not None and abs(found / theta - 1) < 1e-3
+        assert (RotaryEmbedding(head_dim, 2048, found).cos - cos.to(half).float()).abs().max() <= 2e-2
+    assert rope_theta_of(torch.rand(2048, head_dim)) is None  # not a table of one base: none named
+
+
 def test_a_state_dict_whose_shapes_do_not_tell_the_heads_asks_for_a_preset(tmp_path):
     path = tmp_path / "plain.pt"
     torch.save(make_model(0).state_dict(), path)  # no rotary tables: the head size is not in any shape
