@@ -351,6 +351,22 @@ def _read_config_file(path: str):
     return _config_of(_read_config_data(path), path)
 
 
+def _model_of_config_file(path: str):
+    """The model of a configuration file, for ``generate``: its training settings play no part there (a file
+    holding only a ``model`` section was refused for the default sequence length, past a small model's
+    positions), so a ``model`` section is read alone, still checked as a file a user wrote."""
+    from core.config import ModelConfig
+    from core.errors import ConfigError
+
+    data = _read_config_data(path)
+    if "model" not in data:  # a preset named: the whole file says which model
+        return _config_of(data, path).model
+    try:
+        return ModelConfig.from_dict(data["model"], strict=True)
+    except (TypeError, OverflowError) as exc:
+        raise ConfigError(f"{path} is not a valid run configuration ({exc})") from None
+
+
 def _config_of(data: dict[str, Any], path: str):
     """The RunConfig of a configuration file's sections (``_read_config_data``), one line where they hold none."""
     from core.config import RunConfig
@@ -1055,7 +1071,7 @@ def _bare_architecture(loaded, args: argparse.Namespace):
     from core.config import preset
 
     if args.config:
-        model = _read_config_file(args.config).model
+        model = _model_of_config_file(args.config)
     elif args.preset:
         model = preset(args.preset).model
     else:

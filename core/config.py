@@ -151,8 +151,8 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        return _from_dict(cls, data, "model")
+    def from_dict(cls, data: dict[str, Any], *, strict: bool = False) -> ModelConfig:
+        return _from_dict(cls, data, "model", strict=strict)
 
     def to_hf_dict(self) -> dict[str, Any]:
         """A ``config.json`` that ``transformers.LlamaConfig`` reads."""

@@ -119,6 +119,21 @@ def test_generate_from_an_article_checkpoint_with_its_tokenizer(tmp_path, capsys
     assert "has no tokenizer: pass --tokenizer TOKENIZER.json" in capsys.readouterr().err
 
 
+def test_generate_takes_the_model_section_of_a_config_as_the_refusal_of_another_base_asks(tmp_path, capsys):
+    """The refusal says "give --config with its rope_theta"; a file holding only the model section was refused for
+    the training's default sequence length (128), beyond this model's 64 positions, which generate never uses."""
+    checkpoint, tok_file = _article_file(tmp_path, rope_base=500_000.0), _article_tokenizer(tmp_path / "bpe.json")
+    assert main(["generate", str(checkpoint), "--tokenizer", str(tok_file), "--max-new-tokens", "1"]) == 2
+    assert "its tables fit rope_theta ≈ 5e+05); give --config with its rope_theta" in capsys.readouterr().err
+    config = tmp_path / "model.json"
+    config.write_text(json.dumps({"model": make_model(0, rope_theta=5e5).config.to_dict()}))
+    assert main(["generate", str(checkpoint), "--config", str(config), "--tokenizer", str(tok_file),
+                 "--max-new-tokens", "1"]) == 0, capsys.readouterr().err
+    config.write_text(json.dumps({"model": {**make_model(0).config.to_dict(), "rope_thetaa": 5e5}}))
+    assert main(["generate", str(checkpoint), "--config", str(config), "--tokenizer", str(tok_file)]) == 2
+    assert "did you mean 'rope_theta'?" in capsys.readouterr().err  # still checked as a file a user wrote
+
+
 def test_generate_never_samples_an_id_its_tokenizer_lacks(tmp_path):
     """512 embedding rows, a tokenizer of 300 tokens: ids 300-511 were sampled and printed as nothing."""
     model = make_model(0)
