@@ -25,7 +25,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -310,6 +310,27 @@ def _more(names: list[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + extra
 
 
+def _own_folders(path: Path, unreadable: Callable[[OSError], None]) -> set[tuple[int, int]]:
+    """The folders under ``path`` reached without a symbolic link (as device and inode), hidden ones left out."""
+    own = set()
+    for root, dirs, _ in os.walk(path, onerror=unreadable):
+        st = os.stat(root)
+        own.add((st.st_dev, st.st_ino))
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+    return own
+
+
+def _links_to(folder: Path, own: set[tuple[int, int]]) -> bool:
+    """Whether ``folder`` is a symbolic link to one of the folders ``own`` holds."""
+    if not folder.is_symlink():
+        return False
+    try:
+        st = folder.stat()
+    except OSError:  # gone meanwhile: os.walk says so, or passes it
+        return False
+    return (st.st_dev, st.st_ino) in own
+
+
 def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
     if (path / "dataset_dict.json").is_file():  # DatasetDict.save_to_disk: one folder per split
         splits = sorted(p.name for p in path.iterdir() if (p / "state.json").is_file())
@@ -350,14 +371,18 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
 
     seen: set[tuple[int, int]] = set()
     listed: list[tuple[Path, str, os.stat_result]] = []
-    # Symbolic links to folders are followed (a corpus assembled from links), each folder read once.
+    own = _own_folders(path, unreadable)
+    # Symbolic links to folders are followed (a corpus assembled from links), each folder read once; a link to a
+    # folder of the corpus' own is not: its files keep their own names (a link `current -> train` sorted first
+    # named the train split `current/…`, which no split word tells, and the validation split was read with it).
     for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=True):
         st = os.stat(root)
         if (st.st_dev, st.st_ino) in seen:  # a link loop, or a second link to one folder
             dirs[:] = []
             continue
         seen.add((st.st_dev, st.st_ino))
-        dirs[:] = sorted((d for d in dirs if not d.startswith(".")), key=locale_free)
+        dirs[:] = sorted((d for d in dirs if not d.startswith(".") and not _links_to(Path(root, d), own)),
+                         key=locale_free)
         for name in sorted(names, key=locale_free):
             if name.startswith("."):
                 continue

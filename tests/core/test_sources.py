@@ -336,6 +336,29 @@ def test_linked_sub_folders_are_read_once_and_an_unlistable_one_is_an_error(tmp_
     assert "again: Permission denied" in one_line_error(lambda: resolve_source(str(corpus)))
 
 
+def test_a_link_to_a_folder_of_the_corpus_leaves_its_files_their_own_names_and_splits(tmp_path):
+    """A link `current -> train`, sorted before `train`, had the train split read as `current/…`, which no split
+    word names: the validation split was read with it, and the corpus' fingerprint changed with the link."""
+    corpus = tmp_path / "corpus"
+    for split, text in (("train", "train text"), ("validation", "held-out text")):
+        (corpus / split).mkdir(parents=True)
+        (corpus / split / "part-0.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    before = resolve_source(str(corpus))
+    assert [f.rel for f in before.files] == ["train/part-0.jsonl"]
+    (corpus / "current").symlink_to("train", target_is_directory=True)
+    (corpus / "train" / "latest").symlink_to(corpus / "train", target_is_directory=True)  # a link to its own folder
+    after = resolve_source(str(corpus))
+    assert [f.rel for f in after.files] == ["train/part-0.jsonl"] and after.fingerprint() == before.fingerprint()
+    assert load_corpus(str(corpus)).documents == ["train text"]
+    flat = tmp_path / "flat"  # and without splits: the files keep the name of the folder they are in
+    (flat / "z_real").mkdir(parents=True)
+    (flat / "z_real" / "x.txt").write_text("some text")
+    plain = resolve_source(str(flat)).fingerprint()
+    (flat / "a_link").symlink_to("z_real", target_is_directory=True)
+    assert [f.rel for f in resolve_source(str(flat)).files] == ["z_real/x.txt"]
+    assert resolve_source(str(flat)).fingerprint() == plain
+
+
 def test_a_second_link_to_a_file_is_read_once_and_named_as_not_read(tmp_path):
     """A symbolic or hard link to a file already in the corpus doubled its text silently (folders were read once)."""
     corpus = tmp_path / "corpus"
