@@ -946,7 +946,7 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
             fingerprints.add(resolve_source(data, text_field or "text").fingerprint())
         except DataError:
             pass  # gone or unreadable now: its stores named what it was
-    tokenizers = remove_trained_tokenizers(fingerprints)
+    tokenizers = remove_trained_tokenizers(fingerprints, None if data == "all" else data, text_field)
     if tokenizers:
         _out(f"removed {len(tokenizers)} tokenizer{'s' * (len(tokenizers) > 1)} trained on "
               f"{'the corpora' if data == 'all' else data} ({sum(size for _, size in tokenizers) / 2**20:.1f} MiB, "

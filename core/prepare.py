@@ -65,7 +65,8 @@ def _find(fingerprint: str, tok: BPETokenizer) -> TokenStore | None:
 
 
 def _cached_trained_tokenizer(fingerprint: str, cfg: DataConfig) -> BPETokenizer | None:
-    return cached_trained_tokenizer(fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs)
+    return cached_trained_tokenizer(fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs,
+                                    source_location(cfg.source), cfg.text_field)
 
 
 class _Reporter:
@@ -146,7 +147,8 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     # Training gives no progress of its own (tokenizers' bars draw to a terminal only): say that it runs.
     report.progress("tokenizer-training", done, None, len(docs), None, 0, final=True)
     tok = _trained_in_a_thread(docs, cfg.vocab_size, should_stop)
-    store_trained_tokenizer(tok, fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs)
+    store_trained_tokenizer(tok, fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs, source_location(cfg.source),
+                            cfg.text_field)
     return tok
 
 

@@ -3,6 +3,7 @@ go with its stores; what a killed writer left is swept; a preparation's lock fil
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -33,7 +34,7 @@ def test_one_cached_tokenizer_per_corpus_named_by_its_fingerprint(tmp_path, cach
     cfg = DataConfig(source=str(text_corpus(tmp_path)), seq_len=16, vocab_size=300, tokenizer_train_docs=40)
     first = prepare_corpus(cfg)
     (cached,) = tokenizers_dir().iterdir()  # the trained tokenizer alone: no second copy, no temporary file
-    assert cached == trained_tokenizer_path(first.fingerprint, 300, 40)
+    assert cached == trained_tokenizer_path(first.fingerprint, 300, 40, cfg.source, "text")
     assert cached.name.startswith(f"source-{first.fingerprint[:32]}-")
     assert cached.read_text(encoding="utf-8") == first.tokenizer.to_str()
     sink = ListSink()
@@ -50,13 +51,15 @@ def test_a_tokenizer_cached_under_an_earlier_name_is_found_and_renamed(tmp_path,
 
     cfg = DataConfig(source=str(text_corpus(tmp_path)), seq_len=16, vocab_size=300, tokenizer_train_docs=40)
     first = prepare_corpus(cfg)
-    new = trained_tokenizer_path(first.fingerprint, 300, 40)
-    key = hashlib.sha256(f"speedboard-source-tokenizer-1:{first.fingerprint}:300:40".encode()).hexdigest()[:32]
-    earlier = new.parent / f"source-{key}.json"  # the name versions before this one gave it
-    new.rename(earlier)
-    sink = ListSink()
-    assert prepare_corpus(cfg, sink=sink).from_store and not sink.of(DataPreparationStarted)  # not trained again
-    assert new.is_file() and not earlier.exists()
+    new = trained_tokenizer_path(first.fingerprint, 300, 40, cfg.source, "text")
+    key = hashlib.sha256(f"speedboard-source-tokenizer-1:{first.fingerprint}:300:40".encode()).hexdigest()
+    # The names versions before this one gave it: by the key alone, then by the corpus' fingerprint and the key.
+    for earlier in (new.parent / f"source-{key[:32]}.json",
+                    new.parent / f"source-{first.fingerprint[:32]}-{key[:16]}.json"):
+        new.rename(earlier)
+        sink = ListSink()
+        assert prepare_corpus(cfg, sink=sink).from_store and not sink.of(DataPreparationStarted)  # not trained again
+        assert new.is_file() and not earlier.exists()
 
 
 def test_what_a_killed_writer_left_is_swept_and_only_that(tmp_path, cache):
@@ -79,13 +82,46 @@ def test_removing_a_corpus_tokenizers_leaves_the_others(tmp_path, cache):
     b_path = text_corpus(tmp_path, "b.txt", [d.replace("w", "v") for d in DOCS])
     b = prepare_corpus(DataConfig(source=str(b_path), seq_len=16, vocab_size=300))
     assert resolve_source(str(b_path)).fingerprint() == b.fingerprint
-    a_cached, b_cached = (trained_tokenizer_path(c.fingerprint, 300, DataConfig().tokenizer_train_docs) for c in (a, b))
+    a_cached, b_cached = (trained_tokenizer_path(c.fingerprint, 300, DataConfig().tokenizer_train_docs, c.source.spec,
+                                                 "text") for c in (a, b))
     (removed, size), = remove_trained_tokenizers({a.fingerprint})
     assert removed == a_cached and size > 0 and b_cached.is_file()
     legacy = tokenizers_dir() / f"{'0' * 32}.json"  # an earlier version's copy, named by its sample's hash
     legacy.write_text("{}")
     assert {path for path, _ in remove_trained_tokenizers(None)} == {legacy, b_cached}
     assert not list(tokenizers_dir().iterdir())
+
+
+def test_a_tokenizer_trained_on_an_earlier_version_that_got_no_store_goes_with_the_corpus(tmp_path, cache, capsys,
+                                                                                         monkeypatch):
+    """A preparation refused after its tokenizer was trained (a bad line at the end) kept that tokenizer, named by the
+    fingerprint of a version that never got a store: --remove DATA, once the file was fixed, left it behind."""
+    from core.cli import main
+    from core.sources import Source
+
+    monkeypatch.setattr(Source, "iter_documents",  # small batches: the bad line is read after the sample
+                        lambda self, batch_chars=0, real=Source.iter_documents: real(self, 200))
+    data = text_corpus(tmp_path, "c.jsonl", [json.dumps({"text": d}) for d in DOCS * 3])
+    monkeypatch.setattr("core.sources._CHECKED_BYTES", 1024)  # the start a check reads: the bad line is past it
+    data.write_text(data.read_text().replace("\n\n", "\n") + "\n{bad\n")
+    flags = ["--vocab-size", "300", "--tokenizer-docs", "10", "--no-progress"]
+    assert main(["prepare", str(data), *flags]) == 2  # trained on its first 10 documents, then the bad line
+    assert "the tokenizer trained for it stays cached" in capsys.readouterr().err
+    data.write_text(data.read_text().replace("{bad\n", ""))
+    assert main(["prepare", str(data), *flags]) == 0
+    (tmp_path / "copy").mkdir()
+    copy = tmp_path / "copy" / "c.jsonl"  # the same file elsewhere: its tokenizer found, not trained again
+    copy.write_bytes(data.read_bytes())
+    os.utime(copy, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns))
+    sink = ListSink()
+    copied = prepare_corpus(DataConfig(source=str(copy), seq_len=16, vocab_size=300, tokenizer_train_docs=10),
+                            sink=sink)
+    assert copied.from_store and not sink.of(DataPreparationStarted)
+    assert len(list(tokenizers_dir().iterdir())) == 2
+    capsys.readouterr()
+    assert main(["prepare", "--remove", str(data)]) == 0
+    assert "removed 2 tokenizers trained on" in capsys.readouterr().out
+    assert list(tokenizers_dir().iterdir()) == []
 
 
 def test_the_preparation_lock_excludes_and_leaves_no_file(cache):
