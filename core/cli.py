@@ -786,6 +786,9 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
             if value is not None:
                 raise ConfigError(f"{flag} does not apply to --{'list' if args.list else 'remove'}: it takes DATA, "
                                   f"--text-field and --tokenizer (the stores of that tokenizer only)")
+        if args.text_field is not None and args.data in (None, "all"):  # ignored, --remove all removed every store
+            raise ConfigError(f"--text-field picks the stores of one corpus: give DATA with it (--"
+                              f"{'list' if args.list else 'remove'} DATA --text-field {args.text_field})")
     if args.list:
         stores = _stores_of(args.data, args.text_field, args.tokenizer) if args.data is not None else \
             _made_with(list_stores(), args.tokenizer)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.cli import main
+from tests.core.store_helpers import store_folders
 
 SMALL = ["--preset", "tiny", "--micro-batch", "2", "--seq-len", "32", "--vocab-size", "300", "--eval-every", "0",
          "--no-progress", "--device", "cpu"]
@@ -139,6 +140,19 @@ def test_remove_finds_the_stores_of_every_text_field(tmp_path, cache, capsys):
     assert capsys.readouterr().out.count(f"removed {cache}") == 1
     assert not list((cache / "tokenizers").iterdir())
     assert main(["prepare", "--list"]) == 0 and "no token stores" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--remove", "all"], ["--list"], ["--list", "all"]])
+def test_a_text_field_without_its_corpus_is_refused_not_ignored(args, tmp_path, cache, capsys):
+    """--remove all --text-field body removed every store of every corpus, whatever field it was read from."""
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps({"body": f"document {i} " * 20, "text": "x"}) + "\n" for i in range(30)))
+    assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["prepare", *args, "--text-field", "body"]) == 2
+    err = capsys.readouterr().err
+    assert "--text-field picks the stores of one corpus: give DATA with it" in err and len(err.splitlines()) == 1
+    assert len(store_folders(cache)) == 1
 
 
 def test_remove_and_list_take_a_tokenizer_and_say_what_they_leave(tmp_path, cache, capsys):
