@@ -95,7 +95,8 @@ def event_line(event: ev.Event) -> EventLine | None:
     """What a person wants to read about ``event``; None for events shown otherwise (steps, samples)."""
     if isinstance(event, ev.DataPreparationStarted):
         size = f", {_size(event.bytes_total)}" if event.bytes_total is not None else ""
-        docs = f", {counted(event.documents_total, 'document')}" if event.documents_total else ""
+        # Rows, as the files' metadata counts them: a null or blank text is a row but no document.
+        docs = f", {counted(event.documents_total, 'row')}" if event.documents_total else ""
         first = " (a tokenizer is trained first)" if event.train_tokenizer else ""
         skipped = f"; not read: {skipped_files(event.skipped)}" if event.skipped else ""
         files = f", {counted(event.files, 'file')}" if event.source_kind not in ("builtin", "hub") else ""

@@ -82,7 +82,8 @@ class DataPreparationStarted(Event):
     bytes_total: int | None
     """Bytes of the source files (None for a streamed hub dataset)."""
     documents_total: int | None
-    """Documents (rows) when the format says so cheaply (Parquet, Arrow), else None."""
+    """Rows when the format says so cheaply (Parquet, Arrow), else None: an upper bound of the documents (a row
+    whose text is null or blank is none)."""
     train_tokenizer: bool
     """True when a tokenizer is trained first (on the corpus' first documents)."""
     skipped: tuple[str, ...] = ()

@@ -965,7 +965,8 @@ def _source_summary(info: SourceInfo | None, problem: str | None) -> str:
     files = f"{info.files:,} files, " if info.files > 1 else ""
     size = _size(info.bytes) if info.bytes is not None else "size unknown"
     skipped = f"; not read: {skipped_files(info.ignored)}" if info.ignored else ""
-    docs = f", {counted(info.documents, 'document')}" if info.documents else ""
+    # Before it is tokenized, the rows its files' metadata counts: a null or blank text is a row, but no document.
+    docs = f", {counted(info.documents, 'document' if info.prepared else 'row')}" if info.documents else ""
     if info.prepared and info.tokens is not None:
         return f"{files}{size}{docs}; tokenized: {info.tokens:,} tokens, training starts at once{skipped}"
     return f"{files}{size}{docs}; tokenized once when a run first starts on it{skipped}"

@@ -443,3 +443,18 @@ def test_a_corpus_named_in_another_locale_finds_its_store(tmp_path, cache, capsy
     assert listed.returncode == 0, listed.stderr
     assert b"no token stores" not in listed.stdout and b"80 docs" in listed.stdout, listed.stdout
     assert len(list((cache / "stores").iterdir())) == 1
+
+
+def test_the_first_line_counts_the_rows_of_parquet_and_the_last_its_documents(tmp_path, cache, capsys):
+    """A null or blank text is a row but no document: the first line said "7 documents" of a file that held 5."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "n.parquet"
+    texts = [f"document {i} " * 30 for i in range(5)]
+    pq.write_table(pa.table({"text": [texts[0], None, *texts[1:3], "   ", *texts[3:]]}), path)
+    assert main(["prepare", str(path), "--vocab-size", "300", "--no-progress"]) == 0
+    out = capsys.readouterr()
+    lines = (out.out + out.err).splitlines()
+    assert ", 7 rows) into its token store" in lines[0], lines
+    assert any(line.startswith("data: 5 documents,") for line in lines), lines

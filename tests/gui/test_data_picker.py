@@ -131,7 +131,7 @@ def test_a_folder_says_which_of_its_files_it_does_not_read(qtbot, window, dialog
     with qtbot.waitSignal(window.config_panel._folder_check.done, timeout=60_000):
         child(window, "dataFolderButton").click()
     text = child(window, "dataInfoLabel").text()
-    assert "40 documents" in text and "not read: README.md" in text
+    assert "40 rows" in text and "not read: README.md" in text
 
 
 def test_a_folders_problem_is_said_when_its_check_ends(qtbot, window, dialogs, tmp_path, monkeypatch):
@@ -335,7 +335,8 @@ def test_a_field_named_for_earlier_data_is_not_applied_to_plain_text(qtbot, wind
 
 
 def test_a_prepared_source_still_says_how_many_documents_it_holds(qtbot, window, dialogs, tmp_path):
-    """Once tokenized the line said only its tokens: the documents, shown before, were gone."""
+    """Once tokenized the line said only its tokens: the documents, shown before, were gone. Before, the rows its
+    metadata counts, called documents though a null or blank text is none."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -343,11 +344,11 @@ def test_a_prepared_source_still_says_how_many_documents_it_holds(qtbot, window,
 
     path = tmp_path / "docs.parquet"
     text = _corpus(tmp_path / "docs.txt").read_text(encoding="utf-8").split("\n\n")
-    pq.write_table(pa.table({"text": text}), path)
+    pq.write_table(pa.table({"text": [*text, None, "  "]}), path)
     _choose(window, dialogs, path)
     info = child(window, "dataInfoLabel")
     qtbot.waitUntil(lambda: not window.config_panel.checking_source)
-    assert "80 documents; tokenized once" in info.text()
+    assert "82 rows; tokenized once" in info.text()
     prepared = prepare_corpus(window.config_panel.config.data)
     _choose(window, dialogs, path)  # looked at again, as a later start of the window would
     qtbot.waitUntil(lambda: not window.config_panel.checking_source)
