@@ -69,6 +69,8 @@ MAX_TOKEN_ID = (1 << 22) - 1
 """The highest token id a tokenizer file may use (4,194,303): the largest vocabularies in use hold about 256k
 tokens, and every id up to the highest needs an embedding row. A file with one id of four billion (a damaged
 or hand-edited file) was tokenized for minutes and gigabytes before the model it asked for was refused."""
+NOT_A_TOKENIZER = "tokenizer_file"
+"""The ``field`` of a CheckpointError for a file that cannot be read as a tokenizer at all."""
 
 
 class BPETokenizer:
@@ -180,11 +182,12 @@ class BPETokenizer:
             # checkpoint rotated away while it is read) goes to the caller as it is.
             text = file.read_text(encoding="utf-8-sig")  # a byte order mark (Windows' editors) is no JSON
         except UnicodeDecodeError:
-            raise CheckpointError(f"cannot read tokenizer {file}: it is not UTF-8 text") from None
+            raise CheckpointError(f"cannot read tokenizer {file}: it is not UTF-8 text", NOT_A_TOKENIZER) from None
         try:
             tok = Tokenizer.from_str(text)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-            raise CheckpointError(f"cannot read tokenizer {file}: {_why_not_a_tokenizer(text, exc)}") from None
+            raise CheckpointError(f"cannot read tokenizer {file}: {_why_not_a_tokenizer(text, exc)}",
+                                  NOT_A_TOKENIZER) from None
         ids = tok.get_vocab(with_added_tokens=True)
         top = max(ids.values(), default=-1)
         if top > MAX_TOKEN_ID:
@@ -328,7 +331,8 @@ def load_tokenizer_file(path: str | Path) -> BPETokenizer:
     try:
         tok = BPETokenizer.load(p)
     except CheckpointError as exc:
-        hint = "" if exc.field == "tokenizer_config" else " (is it a Hugging Face tokenizer.json?)"
+        # Asked only of a file that could not be read as one: a tokenizer whose ids go too far is one.
+        hint = " (is it a Hugging Face tokenizer.json?)" if exc.field == NOT_A_TOKENIZER else ""
         raise DataError(f"{exc}{hint}", "tokenizer") from None
     except OSError as exc:  # unreadable (permissions), or gone since it was looked at
         raise DataError(f"cannot read tokenizer {path}: {exc.strerror or exc}", "tokenizer") from None

@@ -12,9 +12,9 @@ from core.checkpoint import check_tokenizer_fits, save_checkpoint
 from core.cli import main
 from core.config import DataConfig
 from core.data import prepare_data
-from core.errors import CheckpointError
+from core.errors import CheckpointError, DataError
 from core.events import ListSink
-from core.tokenizer import BPETokenizer
+from core.tokenizer import BPETokenizer, load_tokenizer_file
 from core.trainer import Trainer
 from tests.conftest import micro_config
 from tests.core.checkpoint_helpers import make_model, make_tokenizer, micro_model_config
@@ -72,6 +72,7 @@ def test_a_tokenizer_whose_ids_reach_past_any_vocabulary_is_refused_before_any_w
     assert main(["prepare", str(corpus), "--tokenizer", str(beyond), "--no-progress"]) == 2
     _, err = capsys.readouterr()
     assert err.count("\n") == 1 and "its highest token id is 4,000,000,299 (for 298 tokens)" in err, err
+    assert "is it a Hugging Face tokenizer.json?" not in err  # it is one: the question is for a file that is none
     assert not (cache / "stores").exists() or not any((cache / "stores").iterdir())
 
 
@@ -178,7 +179,7 @@ def test_a_tokenizer_in_a_folder_whose_name_is_not_utf8_reads_back(tmp_path):
 
 def test_a_tokenizer_file_saved_with_a_byte_order_mark_reads(tmp_path):
     """Windows' editors open a saved file with a BOM, which JSON refuses: "it is not JSON (line 1 column 1)"."""
-    from core.tokenizer import load_tokenizer_file, train_bpe
+    from core.tokenizer import train_bpe
 
     tok = train_bpe(["a few words of text, and some more words of text"] * 20, 300)
     path = tmp_path / "tokenizer.json"
@@ -197,6 +198,9 @@ def test_a_file_that_is_no_tokenizer_says_what_it_is(tmp_path, text, why):
     with pytest.raises(CheckpointError) as err:
         BPETokenizer.load(path)
     assert str(err.value).startswith(f"cannot read tokenizer {path}: {why}")
+    with pytest.raises(DataError) as err:  # given with --tokenizer: asked whether it is one
+        load_tokenizer_file(path)
+    assert str(err.value).endswith("(is it a Hugging Face tokenizer.json?)")
 
 
 def test_a_tokenizer_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
