@@ -936,8 +936,9 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
         remove_store(m["path"])
         _out(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {_where(m)})")
     if damaged:  # their manifests no longer say whose they are
-        _out(f"not removed: {len(damaged)} damaged store{'s' * (len(damaged) > 1)} whose corpus cannot be told "
-              f"({damaged[0]}{' …' if len(damaged) > 1 else ''}); --remove all removes them")
+        many = len(damaged) > 1
+        _out(f"not removed: {len(damaged)} damaged store{'s' * many} whose corpus cannot be told "
+             f"({damaged[0]}{' …' if many else ''}); --remove all removes {'them' if many else 'it'}")
     if tokenizer is not None:  # the stores of one tokenizer file: the tokenizers trained on DATA stay
         if not stores:
             _out(_no_stores(data, tokenizer))
@@ -975,6 +976,8 @@ def _wait_for_preparations(data: str | None) -> None:
 
 def _where(manifest: dict) -> str:
     """The corpus a store was prepared from, as its absolute path (the name of builtin or hub corpora)."""
+    if "damaged" in manifest:  # its manifest cannot say
+        return f"damaged: {manifest['damaged']}"
     source = manifest.get("source") or {}
     return source.get("location") or source.get("spec") or "?"
 

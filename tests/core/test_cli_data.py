@@ -179,11 +179,13 @@ def test_remove_and_list_take_a_tokenizer_and_say_what_they_leave(tmp_path, cach
     (store / "manifest.json").write_text('{"broken')
     assert main(["prepare", "--remove", data]) == 0
     out = capsys.readouterr().out
-    assert f"not removed: 1 damaged store whose corpus cannot be told ({store}); --remove all removes them" in out
+    assert f"not removed: 1 damaged store whose corpus cannot be told ({store}); --remove all removes it" in out
     assert main(["prepare", "--remove", "all", "--tokenizer", tokenizer]) == 0  # none of that tokenizer left
     assert capsys.readouterr().out == f"no token stores in {cache}/stores made with {tokenizer}\n"
     assert len(list((cache / "stores").iterdir())) == 1
     assert main(["prepare", "--remove", "all"]) == 0 and not list((cache / "stores").iterdir())
+    # Named by what its manifest cannot say, where it said "(0.00 GiB, ?)".
+    assert f"removed {store} (0.00 GiB, damaged: its manifest cannot be read: " in capsys.readouterr().out
 
 
 def bad_data(tmp_path, kind: str) -> str:
