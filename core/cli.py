@@ -492,9 +492,11 @@ class ConsoleSink:
         if isinstance(event, ev.StepMetrics):
             if self.bar is not None:
                 try:
-                    self.bar.update(event.step - self.bar.n)
+                    # The step's figures first, then the count, whose update draws the bar: the other way round
+                    # drew each step's count beside the step before's loss and tokens/s.
                     self.bar.set_postfix(loss=f"{event.loss:.3f}", tok_s=f"{event.tokens_per_s:,.0f}",
                                          refresh=False)
+                    self.bar.update(event.step - self.bar.n)
                 except OSError:
                     self._drop_bar()
             if event.step % self.log_every == 0:
@@ -551,8 +553,8 @@ class ConsoleSink:
                     self.bar = tqdm(total=total, unit=unit, unit_scale=True, dynamic_ncols=True, leave=False,
                                     desc=event.stage, file=sys.stderr)
                     self._bar_key = key
-                self.bar.update(max(0, done - self.bar.n))
                 self.bar.set_postfix(tokens=f"{event.tokens_done:,}", refresh=False)
+                self.bar.update(max(0, done - self.bar.n))
             elif time.monotonic() - getattr(self, "_last_line", 0.0) >= 30 or event.stage == "waiting":
                 self._last_line = time.monotonic()
                 self._print(data_progress_line(event))

@@ -110,7 +110,7 @@ def check_run_id(run_id: str) -> str:
     if run_id and len(run_id) > MAX_RUN_ID:
         raise ConfigError(f"run id {run_id[:40]!r}… has {len(run_id)} characters; at most {MAX_RUN_ID}")
     if not _RUN_ID.fullmatch(run_id or ""):
-        raise ConfigError(f"run id {run_id!r} must be a plain folder name (letters, digits, '.', '_', '-', "
+        raise ConfigError(f"run id {run_id!r} must be a plain folder name (ASCII letters, digits, '.', '_', '-', "
                           f"not starting with '.', '_' or '-')")
     return run_id
 

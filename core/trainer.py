@@ -947,8 +947,9 @@ class Trainer:
                 compile_reported = True
                 self._report_compile(times)
             if not math.isfinite(loss):
-                raise NotFinite(f"loss became {loss} at step {self.step}; lower the learning rate "
-                                f"or use fp32/bf16")
+                # fp16's range is the other usual cause; in fp32 or bf16 only the learning rate is left to say.
+                other = " or use fp32/bf16" if self.precision == "fp16" else ""
+                raise NotFinite(f"loss became {loss} at step {self.step}; lower the learning rate{other}")
             if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
                 # Without fp16's loss scaler (which skips such a step) the update has just put it into the
                 # weights: every later loss, evaluation and sample would be NaN.

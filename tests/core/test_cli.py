@@ -659,3 +659,38 @@ def test_a_checkpoints_config_json_given_as_config_says_what_to_give(command, ex
     assert err.endswith(f"{checkpoint / 'config.json'} is a checkpoint's config.json, not a run configuration: give "
                         f"the checkpoint folder itself ({checkpoint}), which brings its model, tokenizer and "
                         f"settings, or its run folder's config.json"), err
+
+
+def test_the_progress_bar_draws_each_step_count_beside_that_steps_figures():
+    """The bar was drawn by its count's update before the step's loss and tokens/s were set: each count stood
+    beside the step before's figures."""
+    from core.cli import ConsoleSink
+    from core.events import StepMetrics
+
+    class Bar:  # tqdm's part the sink uses: update draws, with the postfix set so far
+        def __init__(self):
+            self.n, self.postfix, self.drawn = 0, {}, []
+
+        def set_postfix(self, refresh=True, **figures):
+            self.postfix = figures
+
+        def update(self, n):
+            self.n += n
+            self.drawn.append((self.n, self.postfix))
+
+    sink = ConsoleSink(log_every=1000, progress=False)
+    sink.bar = bar = Bar()
+    for step, loss in ((1, 7.6), (2, 7.5), (3, 7.25)):
+        sink(StepMetrics("r", 0.0, step=step, tokens=step * 64, loss=loss, lr=1e-3, grad_norm=1.0,
+                         tokens_per_s=1000.0 * step, step_time=0.1, peak_mem_gib=0.0, mem_gib=0.0, mfu=0.1))
+    assert bar.drawn == [(1, {"loss": "7.600", "tok_s": "1,000"}), (2, {"loss": "7.500", "tok_s": "2,000"}),
+                         (3, {"loss": "7.250", "tok_s": "3,000"})]
+
+
+def test_a_run_id_is_refused_as_ascii_it_must_be():
+    """"letters" was said of a name refused for its ü, a letter."""
+    from core.errors import ConfigError
+    from core.runs import check_run_id
+
+    with pytest.raises(ConfigError, match=r"must be a plain folder name \(ASCII letters, digits"):
+        check_run_id("rün")

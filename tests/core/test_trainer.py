@@ -201,6 +201,24 @@ def test_nan_loss_fails_clearly(micro):
     assert sink.of(RunFailed)
 
 
+@pytest.mark.parametrize("precision, advice", [("fp32", "lower the learning rate"),
+                                               ("fp16", "lower the learning rate or use fp32/bf16")])
+def test_a_loss_that_is_not_finite_is_given_advice_that_fits_the_precision(micro, monkeypatch, precision, advice):
+    """"or use fp32/bf16" was said to fp32 runs too: only fp16's range is a cause a precision can remove."""
+    from core.trainer import Trainer
+
+    real = Trainer._optimizer_step_with_fallback
+
+    def nan_loss(self, first):
+        loss, grad_norm, lr = real(self, first=first)
+        return float("nan"), grad_norm, lr
+
+    monkeypatch.setattr(Trainer, "_optimizer_step_with_fallback", nan_loss)
+    with pytest.raises(NotFinite) as err:
+        train(micro(train={"precision": precision, "budget": 3}))
+    assert str(err.value) == f"loss became nan at step 1; {advice}"
+
+
 @pytest.mark.parametrize("train_settings", [{"lr": 1e30, "min_lr": 0.0}, {"weight_decay": 1e30}])
 def test_a_diverging_run_fails_at_the_step_that_broke_its_weights(micro, train_settings):
     """A finite loss with a NaN gradient norm: the update just made the weights NaN. The run ends there, one
