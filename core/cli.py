@@ -1123,7 +1123,7 @@ def _prompt_ids(tok, prompt: str) -> list[int]:
     character it has no token for; one whose unknown characters it drops without a trace says so."""
     from core.errors import ConfigError, first_line
     from core.token_store import plain_text_tokenizer
-    from core.tokenizer import drops_unknown_text
+    from core.tokenizer import dropped_characters, drops_unknown_text
 
     plain = plain_text_tokenizer(tok)
 
@@ -1137,9 +1137,8 @@ def _prompt_ids(tok, prompt: str) -> list[int]:
         what = f" {char!r} (U+{ord(char):04X})" if char is not None else ""
         raise ConfigError(f"the tokenizer cannot encode the prompt's character{what}: {first_line(exc)}",
                           "prompt") from None
-    if drops_unknown_text(tok):  # what no token's span covers was left out
-        covered = {i for start, end in encoding.offsets for i in range(start, end)}
-        dropped = list(dict.fromkeys(c for i, c in enumerate(prompt) if i not in covered and not c.isspace()))
+    if drops_unknown_text(tok):
+        dropped = dropped_characters(plain, prompt)
         if dropped:
             _error_line(f"warning: the tokenizer has no token for {''.join(dropped[:10])!r} and "
                         f"no unknown token: left out of the prompt")

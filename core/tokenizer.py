@@ -367,6 +367,23 @@ def drops_unknown_text(tok: BPETokenizer) -> bool:
     return True
 
 
+def dropped_characters(tok: Tokenizer, text: str) -> list[str]:
+    """The characters of ``text`` that a tokenizer which drops unknown text (``drops_unknown_text``) leaves out,
+    each once: those that, encoded alone, do not come back decoded (as its normalizer writes them; a Metaspace
+    tokenizer keeps its word marker of a dropped one). Told character by character, as the offsets of what is
+    kept cannot tell it: after a dropped character, tokenizers gives the kept tokens the offsets of the
+    characters before them ('The' with no 'T': 'h' at 0-1, 'e' at 1-2, and 'e' was named as dropped)."""
+    dropped = []
+    for c in dict.fromkeys(text):
+        if c.isspace():
+            continue
+        ids = tok.encode(c, add_special_tokens=False).ids
+        written = (tok.normalizer.normalize_str(c) if tok.normalizer is not None else c).strip()
+        if not ids or written not in tok.decode(ids, skip_special_tokens=False):
+            dropped.append(c)
+    return dropped
+
+
 def _without_post_processor(tok: BPETokenizer) -> dict:
     spec = json.loads(tok.to_str())
     spec.pop("post_processor", None)

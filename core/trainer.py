@@ -122,7 +122,7 @@ from core.split import (
     smaller_split,
 )
 from core.step_times import StepTimes
-from core.tokenizer import require_checkpoint_tokenizer
+from core.tokenizer import dropped_characters, drops_unknown_text, require_checkpoint_tokenizer
 
 DEFAULT_PROMPT = "The"
 FP16_SLOWER = 1.05
@@ -1246,12 +1246,18 @@ class Trainer:
         """``DEFAULT_PROMPT`` and its ids; where the tokenizer cannot encode it (a Unigram vocabulary without an
         unknown token, given with --tokenizer), no prompt, said once: the first sample raised the tokenizer's
         bare Exception, and the run failed with no final checkpoint, its training lost."""
+        tok = self.data.tokenizer
         try:
-            return DEFAULT_PROMPT, self.data.tokenizer.encode(DEFAULT_PROMPT)
+            ids = tok.encode(DEFAULT_PROMPT)
         except Exception as exc:  # tokenizers raises a bare Exception
             self.warn(f"the tokenizer cannot encode the samples' prompt {DEFAULT_PROMPT!r} ({first_line(exc)}): "
                       f"samples start from the beginning-of-text token alone")
             return "", []
+        dropped = dropped_characters(tok.tok, DEFAULT_PROMPT) if drops_unknown_text(tok) else []
+        if dropped:  # a BPE vocabulary without an unknown token: its samples began 'he …', without a word
+            self.warn(f"the tokenizer has no token for {''.join(dropped)!r} and no unknown token: the samples' "
+                      f"prompt {DEFAULT_PROMPT!r} is read without it")
+        return DEFAULT_PROMPT, ids
 
     def save(self, path: Path) -> Path | None:
         """Save a checkpoint of the current state to ``path`` (call on the torch thread).

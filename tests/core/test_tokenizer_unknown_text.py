@@ -81,3 +81,40 @@ def test_a_tokenizer_that_cannot_encode_the_samples_prompt_samples_without_one(t
     assert warned[0].endswith("): samples start from the beginning-of-text token alone")
     samples = sink.of(SampleGenerated)
     assert samples and all(s.prompt == "" for s in samples)
+
+
+def _lowercase_bpe(folder: Path) -> Path:
+    """A BPE vocabulary of lowercase text with no unknown token: 'T' and 'é' are left out of what it encodes."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([d.lower() for d in ENGLISH] * 20,
+                            trainers.BpeTrainer(vocab_size=80, special_tokens=["<s>", "</s>", "<pad>"],
+                                                show_progress=False))
+    path = folder / "lower.json"
+    tok.save(str(path))
+    return path
+
+
+def test_the_characters_a_bpe_leaves_out_are_named_as_they_are(tmp_path, cache, capsys):
+    """Read from the offsets of the tokens kept, which tokenizers shifts after a dropped character, 'The' was
+    said to lose its 'e' (it lost 'T'), and 'ab été cd' its 'té' (it lost both 'é'); and the training's samples
+    began from 'he' without a word."""
+    from core.control import Control
+    from core.events import SampleGenerated
+    from core.trainer import Trainer
+    from tests.conftest import micro_config
+
+    data = jsonl(tmp_path / "c.jsonl", [d.lower() for d in ENGLISH] * 20)
+    cfg = micro_config(tmp_path, data={"source": str(data), "tokenizer": str(_lowercase_bpe(tmp_path)),
+                                       "seq_len": 16}, train={"budget": 2, "sample_every": 2})
+    sink = ListSink()
+    result = Trainer(cfg, Control(), sink).run()
+    warned = [e.message for e in sink.of(WarningRaised) if "samples' prompt" in e.message]
+    assert warned == ["the tokenizer has no token for 'T' and no unknown token: the samples' prompt 'The' is "
+                      "read without it"]
+    assert sink.of(SampleGenerated)
+    capsys.readouterr()
+    for prompt, dropped in (("The", "T"), ("ab été cd", "é")):
+        assert main(["generate", str(result.checkpoint), "--prompt", prompt, "--max-new-tokens", "1"]) == 0
+        err = capsys.readouterr().err
+        assert f"warning: the tokenizer has no token for {dropped!r} and no unknown token: left out" in err, err
