@@ -162,12 +162,17 @@ class CheckpointActions(QObject):
             if mode is None:
                 self.log.add(f"load of {info.path} cancelled")
                 return
+        schedule = info.schedule if mode == "resume" else None
         if mode == "resume" and info.run_config:
             try:
-                self.panel.set_from_config(RunConfig.from_dict(info.run_config))
+                # A budget in epochs, which the panel has no unit for, is shown as the tokens it came to.
+                self.panel.set_from_config(RunConfig.from_dict(info.run_config),
+                                           schedule["schedule"]["end_tokens"] if schedule else None)
             except (SpeedboardError, TypeError, ValueError):
                 pass  # an older or foreign config: the panel keeps its settings
-        self.panel.set_start_from(info.path, mode, description, info.model_config, info.lineage)
+        resume_state = (info.step, info.tokens, schedule) if schedule and info.step is not None and \
+            info.tokens is not None else None
+        self.panel.set_start_from(info.path, mode, description, info.model_config, info.lineage, resume_state)
         what = "resumes it exactly" if mode == "resume" else "starts from its weights"
         self.log.add(f"loaded {description}: the next run {what}{architecture_note(info)}")
         self.status.showMessage(f"Loaded {description}", 10_000)

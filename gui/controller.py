@@ -33,6 +33,7 @@ from core.checkpoint import (
     embedding_rows,
     infer_model_config,
     peek_checkpoint,
+    peek_schedule,
     read_checkpoint,
     shape_problem,
     verify_checkpoint,
@@ -141,6 +142,9 @@ class CheckpointSummary:
     fits, with no tokenizer of its own)."""
     lineage: tuple[object, object] | None = None
     """The precision and device type it was trained in (a Speedboard checkpoint's): ``auto`` keeps them on resume."""
+    schedule: dict[str, Any] | None = field(default=None, compare=False)
+    """A resumable checkpoint's learning-rate schedule and training settings (``core.checkpoint.peek_schedule``):
+    a resume's budget is checked against them at Start, as the run would check it."""
 
 
 def _architecture(shapes: dict[str, tuple[int, ...]], name: str,
@@ -198,9 +202,10 @@ def summarize_checkpoint(path: str, settings_model: ModelConfig | None = None) -
                          f"tokenizer trained for a run needs at least {MIN_VOCAB_SIZE} (its 256 bytes and special "
                          f"tokens). Start from it on the command line with the tokenizer it was trained with "
                          f"(speedboard train --init-from {info.path} --tokenizer FILE)")
+    resumable = info.kind == "speedboard" and (info.path / STATE_FILE).is_file()
     return CheckpointSummary(
         path=str(info.path), kind=info.kind, num_parameters=sum(math.prod(s) for s in shapes.values()),
-        resumable=info.kind == "speedboard" and (info.path / STATE_FILE).is_file(),
+        resumable=resumable, schedule=peek_schedule(info.path / STATE_FILE) if resumable else None,
         step=meta.get("step"), tokens=meta.get("tokens"), run_id=meta.get("run_id"),
         model_config=model.to_dict() if model is not None else None,
         run_config=run if isinstance(run, dict) else None, shapes=shapes,

@@ -55,6 +55,9 @@ class RunActions(QObject):
         cfg = self._settings_or_explain()
         if cfg is None:
             return
+        if (problem := self.panel.resume_budget_problem(cfg)) is not None:  # as Continue says it: no failed row
+            dialogs.show_error(self._window, "Cannot start", problem)
+            return
         cfg = self._offer_fitting_split(cfg)
         if cfg is None:
             return

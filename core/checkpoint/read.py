@@ -771,6 +771,18 @@ def _check_rng(rng: Any, bad: Callable[[str], CheckpointError]) -> None:
         raise bad("rng cuda must be a list of CUDA random-generator states")
 
 
+def peek_schedule(path: Path) -> dict[str, Any] | None:
+    """The learning-rate schedule and training settings ``trainer_state.pt`` holds (its ``schedule`` and
+    ``train_config``), read through a memory map, so the optimizer's tensors stay on disk: for a dashboard that
+    checks a resume's budget before it starts one. None where the file cannot tell (the run says why)."""
+    try:
+        state = _check_trainer_state(_torch_load(path, "trainer state", mmap=zipfile.is_zipfile(path)), path)
+    except (CheckpointError, OSError):
+        return None
+    config = state.get("train_config")
+    return {"schedule": dict(state["schedule"]), "train_config": dict(config) if isinstance(config, dict) else {}}
+
+
 def load_trainer_state(path: Path, record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read ``trainer_state.pt`` (checked against its ``config.json`` record when given) and check its structure."""
     if record is not None:

@@ -47,6 +47,7 @@ from core.event_text import counted, skipped_files
 from core.launch import check_nproc, process_capacity
 from core.precision import BF16_MIN_SPEEDUP
 from core.prepare import SourceInfo, describe_source, too_little_text
+from core.schedule import Position, make_schedule
 from core.sources import DEFAULT_TEXT_FIELD
 from core.tokenizer import TOKENIZER_FILE
 from gui.stored_settings import stored_number, stored_text
@@ -211,6 +212,7 @@ class ConfigPanel(QWidget):
         """The start checkpoint's files as Load checked them (``_stamp``): one changed since is loaded again."""
         self._start_model: dict | None = None
         self._start_lineage: tuple[object, object] | None = None
+        self._resume_state: tuple[int, int, dict] | None = None
         self._updating = False
         self._config: RunConfig | None = None
         self._error = ""
@@ -561,13 +563,17 @@ class ConfigPanel(QWidget):
         self.text_field.setEnabled(not self._plain_text())  # plain text has no fields: the control is off for it
 
     def set_start_from(self, path: str, mode: str, description: str, model_config: dict | None = None,
-                       lineage: tuple[object, object] | None = None) -> None:
+                       lineage: tuple[object, object] | None = None,
+                       resume_state: tuple[int, int, dict] | None = None) -> None:
         """The next run starts from this checkpoint: ``init`` (weights) or ``resume`` (exact continuation).
-        ``lineage``: the precision and device type it was trained in, which ``auto`` keeps on resume."""
+        ``lineage``: the precision and device type it was trained in, which ``auto`` keeps on resume;
+        ``resume_state``: its step, tokens and saved schedule (``core.checkpoint.peek_schedule``), against which
+        Start checks the budget of a resume."""
         self._start_from = (path, mode)
         self._start_stamp = _stamp(path)
         self._start_model = model_config
         self._start_lineage = lineage
+        self._resume_state = resume_state
         presets = self._presets_of(model_config)
         if presets and self.preset.currentData() not in presets:
             _set_combo(self.preset, presets[0])  # its sizes and schedule too, as train --init-from takes them
@@ -582,6 +588,7 @@ class ConfigPanel(QWidget):
         self._start_from = None
         self._start_model = None
         self._start_lineage = None
+        self._resume_state = None
         self.start_from_label.setText("random initialisation")
         self.start_from_label.setToolTip("")
         self.clear_start_button.setEnabled(False)
@@ -609,7 +616,22 @@ class ConfigPanel(QWidget):
             return f"{path} changed since it was loaded: Load it again, so that it is checked again"
         return None
 
-    def set_from_config(self, cfg: RunConfig) -> None:
+    def resume_budget_problem(self, cfg: RunConfig) -> str | None:
+        """Why ``cfg``'s budget cannot resume the checkpoint chosen by Load, as the run would say it
+        (``core.schedule.make_schedule``): already used up, or ending inside the warmup the lineage keeps. Said in
+        a dialog at Start: the run said it as a failed row."""
+        if self._resume_state is None or self.start_lineage is None:  # none chosen, or its weights alone
+            return None
+        step, tokens, saved = self._resume_state
+        if cfg.train.budget_kind not in BUDGET_KINDS:  # epochs: counted on the data, which the run prepares
+            return None
+        try:
+            make_schedule(cfg.train, Position(step, tokens, cfg.tokens_per_step(self.nproc), 0), saved)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+    def set_from_config(self, cfg: RunConfig, budget_tokens: int | None = None) -> None:
         """Show a run's settings (e.g. of a checkpoint being resumed)."""
         self._updating = True
         try:
@@ -633,6 +655,10 @@ class ConfigPanel(QWidget):
                 _set_combo(self.budget_kind, tc.budget_kind)
                 self._budget_kind_shown = tc.budget_kind
                 self.budget.setValue(float(tc.budget))
+            elif budget_tokens is not None:  # epochs, which the panel has no unit for: the same budget in tokens
+                _set_combo(self.budget_kind, "tokens")
+                self._budget_kind_shown = "tokens"
+                self.budget.setValue(float(budget_tokens))
             self.seed.setValue(float(tc.seed))
         finally:
             self._updating = False

@@ -84,6 +84,58 @@ def test_load_to_resume_continues_the_step_count(qtbot, window, dialogs):
     assert read_jsonl(second.folder)[0]["config"]["resume"] == first.checkpoint
 
 
+def test_a_resume_whose_budget_is_used_up_is_refused_in_a_dialog_at_start(qtbot, make_window, dialogs):
+    """Load (resume exactly), then a budget the checkpoint has passed: Start added a failed row, where Continue
+    says the same in a dialog."""
+    window = make_window(train={"budget": 1_000_000, "warmup_ratio": 0.0})  # no warmup a new total could end in
+    click(window, "startButton")
+    first = wait_steps(qtbot, window, 6)
+    click(window, "stopButton")
+    wait_idle(qtbot, window)
+    dialogs.files["getOpenFileName"] = first.checkpoint + "/config.json"
+    dialogs.load_mode = "resume"
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: window.config_panel.start_from is not None)
+    child(window, "budgetSpin").setValue(3)
+    rows = len(window.session.records)
+    click(window, "startButton")
+    assert len(window.session.records) == rows  # no run, no failed row
+    assert f"a budget of 3 steps is already used up: the checkpoint is at step {first.step}" in dialogs.warnings()[-1]
+    assert window.config_panel.start_from == (first.checkpoint, "resume")  # the choice stays for a larger budget
+    child(window, "budgetSpin").setValue(first.step + 2)
+    resumed = run_once(qtbot, window)
+    assert resumed.state == "finished" and resumed.start_step == first.step and resumed.step == first.step + 2
+
+
+def test_a_run_trained_for_epochs_resumes_to_its_own_budget(qtbot, make_window, dialogs, tmp_path):
+    """The panel has no epochs: it kept its own budget (4 steps), and the resume of a run stopped at step 6 failed
+    as a row, 'a budget of 4 steps is already used up'. The budget is shown as the tokens it came to."""
+    from core.control import Control
+    from core.events import StepMetrics
+    from tests.conftest import micro_config
+
+    control = Control()
+
+    def stop_at_6(event):
+        if isinstance(event, StepMetrics) and event.step == 6:
+            control.stop()
+
+    cfg = micro_config(tmp_path / "cli").replace(train={"budget_kind": "epochs", "budget": 0.02})
+    parent = Trainer(cfg, control, stop_at_6).run()
+    assert parent.stopped and parent.step == 6
+    window = make_window()
+    dialogs.files["getOpenFileName"] = str(parent.checkpoint)
+    dialogs.load_mode = "resume"
+    click(window, "loadButton")
+    qtbot.waitUntil(lambda: window.config_panel.start_from is not None)
+    end_tokens = torch.load(Path(parent.checkpoint) / "trainer_state.pt", weights_only=True)["schedule"]["end_tokens"]
+    assert child(window, "budgetKindCombo").currentData() == "tokens"
+    assert child(window, "budgetSpin").value() == end_tokens
+    resumed = run_once(qtbot, window)
+    planned = read_jsonl(Path(parent.checkpoint).parent.parent)[0]["total_steps"]  # the parent's own horizon
+    assert resumed.state == "finished" and resumed.start_step == 6 and resumed.step == planned
+
+
 def test_loading_a_bad_file_shows_a_plain_message_and_changes_nothing(qtbot, window, dialogs, tmp_path):
     bad = tmp_path / "weights.pt"
     bad.write_bytes(b"this is not a checkpoint")
