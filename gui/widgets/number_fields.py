@@ -36,11 +36,14 @@ _RATE = re.compile(r"(\d+)?([.,]\d*)?([eE][+-]?\d*)?")
 
 def parse_number(text: str, counts: bool = True) -> float | None:
     """The number ``text`` reads as, or None; ``counts`` allows comma groups and k/M/B/T suffixes. A leading
-    minus is read (a field refuses the negative number as out of its range, it does not drop the sign)."""
+    sign is read: a minus (a field refuses the negative number as out of its range, it does not drop the sign),
+    a plus as the spin boxes of counts take it (it sent a budget or a seed back to the value before)."""
     text = text.strip()
-    if text.startswith("-"):
+    if text[:1] in ("-", "+"):
+        if text[1:2] in ("-", "+"):
+            return None
         value = parse_number(text[1:], counts)
-        return None if value is None else -value
+        return None if value is None else -value if text[0] == "-" else value
     match = (_COUNT if counts else _RATE).fullmatch(text)
     if match is None or not re.search(r"\d", text.split("e")[0].split("E")[0]):
         return None
@@ -168,8 +171,13 @@ class BoundedSpin(_KeepsValueBefore, QSpinBox):
         self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
 
     def _typed(self, text: str) -> str:
-        """The number typed, without its suffix; its commas kept, as only whole groups of three are groups."""
-        return text.strip().removesuffix(self.suffix().strip()).strip()
+        """The number typed, without its suffix; its commas kept, as only whole groups of three are groups. The
+        suffix typed with the number is one too: Ctrl+A selects the number alone, and "50%" typed over it reads
+        "50% %" (refused, the value before came back without a word)."""
+        text, suffix = text.strip(), self.suffix().strip()
+        while suffix and text.endswith(suffix):
+            text = text.removesuffix(suffix).strip()
+        return text
 
     def validate(self, text: str, pos: int):
         state = super().validate(text, pos)

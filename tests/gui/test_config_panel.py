@@ -351,6 +351,30 @@ def test_no_keystroke_is_dropped_to_keep_the_rest(qtbot, panel, field, typed, va
     assert widget.value() == value and widget.cleanText() == widget.textFromValue(value)
 
 
+@pytest.mark.parametrize("typed", ["50%", "50 %"])
+def test_a_percentage_typed_with_its_sign_over_the_number_is_taken(qtbot, panel, typed):
+    """Ctrl+A in a spin box selects the number, not its suffix: "50%" typed over it read "50% %", and the warmup
+    went back to what it was, without a word."""
+    panel.warmup.setValue(3)
+    panel.warmup.setFocus()
+    edit = panel.warmup.lineEdit()
+    edit.setSelection(0, len(panel.warmup.cleanText()))  # what Ctrl+A selects
+    qtbot.keyClicks(edit, typed)
+    assert edit.text() == f"{typed} %"
+    qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert panel.warmup.value() == 50
+
+
+@pytest.mark.parametrize(("field", "typed", "value"), [("budget", "+5", 5), ("seed", "+9", 9), ("lr", "+2e-3", 2e-3),
+                                                     ("accum", "+4", 4), ("budget", "+-5", 300), ("lr", "-+1", 1e-3)])
+def test_a_leading_plus_is_read_by_every_field(qtbot, panel, field, typed, value):
+    """The count boxes took "+4" as 4; the budget, the seed and the learning rate gave back the value before."""
+    widget = getattr(panel, field)
+    widget.setValue({"budget": 300, "seed": 7, "lr": 1e-3, "accum": 2}[field])
+    type_into(qtbot, widget, typed)
+    assert widget.value() == value
+
+
 def test_switching_steps_and_tokens_keeps_the_length_while_another_setting_is_invalid(qtbot, panel):
     """The conversion used the validated settings, which a refused learning rate left empty: 200 steps became
     200 tokens."""
