@@ -528,7 +528,10 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         rest = [c for c in lineup[position:] if in_count(c) and (repeat == 0 or c in started)]
         now = sum(cost(c, repeat) for c in rest)
         later = plan.repeats - repeat - 1
-        return now + (later * sum(cost(c, 1) for c in lineup if in_count(c) and c in started) if later else 0.0)
+        # Every later repeat runs the settings started, and (during the first) those still to start in it: only
+        # the started ones, and the time left rose as the first repeat went on.
+        again = [c for c in lineup if in_count(c) and (c in started or c in rest)]
+        return now + (later * sum(cost(c, 1) for c in again) if later else 0.0)
 
     forced_past_budget = False
     interrupted = None  # the cell whose trial the cancel cut short
