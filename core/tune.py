@@ -434,8 +434,13 @@ def plan_tune(config: RunConfig, options: TuneOptions | None = None, cells: list
     takes = sum(estimates[c.name]["first"] for c in cells[:enough])
     if len(kept) < enough or takes > options.budget_seconds:  # one setting selected: its first trial must fit
         need = math.ceil(BUDGET_ADVICE_MARGIN * takes)  # an estimate is not a promise: room for a slower machine
-        advice = (f"give --budget-seconds {need} or more" if need <= MAX_BUDGET_SECONDS else
-                  "give fewer --trial-steps (the budget is at most a week)")
+        if need <= MAX_BUDGET_SECONDS:
+            advice = f"give --budget-seconds {need} or more"
+        elif options.steps > 1:
+            advice = "give fewer --trial-steps (the budget is at most a week)"
+        else:  # one step each already: only a smaller step helps
+            advice = ("a trial of one step takes longer than the longest budget, a week: give a smaller effective "
+                      "batch (--micro-batch × --accum) or a smaller model")
         what = "compare two settings" if enough == 2 else "measure the one setting selected"
         raise ConfigError(f"a budget of {options.budget_seconds:g} s is too short to {what} here: "
                           f"that takes about {takes:,.0f} s; {advice}", "budget_seconds")

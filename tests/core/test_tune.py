@@ -861,3 +861,18 @@ def test_the_time_left_counts_the_later_repeats_of_every_setting_from_the_first_
     assert len(left) == 9
     assert left == sorted(left, reverse=True) and left[0] >= 7.0 and left[-1] == 0.0
     assert left[3:] == [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]  # once every setting is measured: its own time each
+
+
+@pytest.mark.parametrize("steps, advice", [
+    (2, "give fewer --trial-steps (the budget is at most a week)"),
+    (1, "a trial of one step takes longer than the longest budget, a week: give a smaller effective batch "
+        "(--micro-batch × --accum) or a smaller model"),
+])
+def test_a_budget_no_week_holds_gives_advice_that_can_be_taken(micro, monkeypatch, steps, advice):
+    """At one trial step already, "give fewer --trial-steps" was the advice, with the budget at its largest."""
+    import core.tune
+
+    monkeypatch.setattr(core.tune, "time_passes", lambda *args: (1e5, 1e5))  # a step of days
+    with pytest.raises(ConfigError) as caught:
+        plan_tune(micro(), TuneOptions(budget_seconds=604_800, steps=steps, repeats=1), cells=EAGER[:2])
+    assert str(caught.value).endswith(advice)
