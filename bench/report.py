@@ -277,7 +277,9 @@ def _stage(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     Nothing is left behind when it fails (a full disk, Ctrl-C): ``path`` itself is not touched.
     An ``OSError`` becomes a ``ReportNotWritten`` naming ``path`` and the reason.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    from core.paths import hidden_form
+
+    tmp = path.with_name(f".{hidden_form(path.name)}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         # O_EXCL: never someone else's file; 0o666: the permissions a plain write gets under the umask.
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
@@ -334,9 +336,11 @@ def _publish(staged: list[tuple[Path, Path]]) -> None:
 
 def _keep_aside(path: Path) -> Path | None:
     """A hidden copy of ``path`` (a hard link, else a copy) to put back; None where there is no file there."""
+    from core.paths import hidden_form
+
     if not path.is_file():
         return None
-    kept = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.old")
+    kept = path.with_name(f".{hidden_form(path.name)}.{os.getpid()}-{secrets.token_hex(4)}.old")
     try:
         try:
             os.link(path, kept)

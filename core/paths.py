@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -370,3 +371,19 @@ def remove_tree(folder: str | os.PathLike[str]) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         raise
 
+
+
+LONG_NAME_BYTES = 150
+"""A name longer than this is carried by the hidden files and folders written beside it shortened
+(``hidden_form``): with a process number, a host or random parts added, a name of 235-255 bytes (which the file
+system allows) made a hidden name past its 255, and the write was refused as "File name too long"."""
+
+
+def hidden_form(name: str) -> str:
+    """``name`` as a hidden file or folder beside it carries it: whole, or (long) its first 100 bytes, ``~`` and a
+    hash of it all."""
+    data = name.encode("utf-8", "surrogateescape")
+    if len(data) <= LONG_NAME_BYTES:
+        return name
+    start = data[:100].decode("utf-8", "ignore")  # whole characters only
+    return f"{start}~{hashlib.sha256(data).hexdigest()[:12]}"

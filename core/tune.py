@@ -835,7 +835,9 @@ def default_report_path(config: RunConfig) -> Path:
 
 def _temp_path(target: Path) -> Path:
     """The temporary file ``save_report`` writes before renaming it into place."""
-    return target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    from core.paths import hidden_form
+
+    return target.with_name(f".{hidden_form(target.name)}.tmp-{os.getpid()}")  # within the file system's 255 bytes
 
 
 def save_report(report: dict[str, Any], path: str | os.PathLike[str], keep_existing: bool = False) -> Path:

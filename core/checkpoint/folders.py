@@ -21,6 +21,7 @@ from core.paths import (
     WriterLock,
     control_character,
     fsync,
+    hidden_form,
     missing_folders,
     remove_empty,
     user_path,
@@ -36,27 +37,12 @@ def _host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9.]", "", socket.gethostname())[:64] or "host"
 
 
-_LONG_NAME_BYTES = 150
-"""A target name longer than this is carried by its hidden folders shortened (``_hidden_form``): with the kind,
-pid, host and random parts added, a name of 235-255 bytes (which the file system allows) made a hidden name past
-its 255, and the export was refused as "File name too long"."""
-
-
-def _hidden_form(name: str) -> str:
-    """``name`` as its hidden folders carry it: whole, or (long) its first 100 bytes, ``~`` and a hash of it all."""
-    data = name.encode("utf-8", "surrogateescape")
-    if len(data) <= _LONG_NAME_BYTES:
-        return name
-    start = data[:100].decode("utf-8", "ignore")  # whole characters only
-    return f"{start}~{hashlib.sha256(data).hexdigest()[:12]}"
-
-
 _SHORTENED = re.compile(r"~[0-9a-f]{12}$")
 
 
 def _hidden(target: Path, kind: str) -> Path:
     """``.NAME.KIND-PID@HOST-RANDOM`` beside ``target``: never taken for a checkpoint, and traceable to its process."""
-    return target.parent / f".{_hidden_form(target.name)}.{kind}-{os.getpid()}@{_host_tag()}-{secrets.token_hex(3)}"
+    return target.parent / f".{hidden_form(target.name)}.{kind}-{os.getpid()}@{_host_tag()}-{secrets.token_hex(3)}"
 
 
 _LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old|del)-(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9.]+))?-[0-9a-f]+")
@@ -275,7 +261,7 @@ def remove_folder(path: Path) -> bool:
 
 
 def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
-    wanted = {_hidden_form(n): n for n in names} if names is not None else None
+    wanted = {hidden_form(n): n for n in names} if names is not None else None
     touched = []
     try:
         entries = sorted(folder.iterdir())

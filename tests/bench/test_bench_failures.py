@@ -85,6 +85,16 @@ def test_a_default_report_folder_that_cannot_be_made_is_named_as_such(capsys, tm
                                                                      "elsewhere")
 
 
+def test_a_report_of_the_longest_name_the_file_system_takes_is_written_and_replaced(tmp_path):
+    """Its hidden copies, written beside it first, took the name whole with more added: past 255 bytes, and
+    "File name too long" was said of the folder."""
+    path = tmp_path / f"{'x' * 250}.json"
+    for _ in range(2):  # written, then replaced (the one there kept aside until the new one is in place)
+        written = report.write_reports(_raw(), path)
+        assert path in written and json.loads(path.read_text())
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 def test_a_report_of_a_path_that_is_not_utf8_is_written_whole(tmp_path):
     """A folder named with the byte 0xff: the Markdown could not be encoded once everything had been measured,
     and nothing was written."""

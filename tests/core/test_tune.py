@@ -20,6 +20,7 @@ from core.tune import (
     TuneFinished,
     TuneOptions,
     TuneStarted,
+    check_report_path,
     format_report,
     load_report,
     plan_tune,
@@ -808,6 +809,15 @@ def test_a_default_report_name_taken_in_the_same_second_is_kept_and_the_next_fre
 
 
 @pytest.mark.skipif(os.name == "nt", reason="POSIX symbolic links")
+def test_a_report_of_the_longest_name_the_file_system_takes_is_written(tmp_path):
+    """Its temporary file took the name whole with ".tmp-PID" added: past 255 bytes, and the tune was refused
+    before any trial with "no file can be created in" its folder (File name too long)."""
+    path = tmp_path / f"{'x' * 250}.json"
+    check_report_path(path)
+    assert save_report({"format": "speedboard-tune"}, path) == path
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
 def test_a_report_named_by_a_symbolic_link_is_written_where_the_link_points(tmp_path):
     """--json latest.json, a link to reports/real.json: the link was replaced by a file of its own and the file
     it named kept the old report, where `>` and every editor write through it. A dangling link makes its file."""
