@@ -417,11 +417,31 @@ def _record_lost_ending(run_dir: Path, run_id: str, code: int, signals: list[int
         pass
 
 
+def _record_failed_ranks(run_dir: Path, run_id: str, summary: str) -> None:
+    """The ranks that failed, and how (``failure_summary``), recorded as the run's ending: rank 0, ended by
+    torchrun as another rank died, recorded only that it was terminated "by its launcher when another process
+    failed, or by the user", and a run folder read later never said which rank died."""
+    events = [e for e in EventTail(run_dir).poll() if e.run_id == run_id]
+    last = events[-1] if events else None
+    if not isinstance(last, RunFailed) or last.message.startswith(summary.removeprefix("speedboard: ")):
+        return
+    try:
+        sink = JsonlSink(run_dir / METRICS_FILE)
+    except OSError:  # the folder is gone or cannot be written: the line on the terminal says it
+        return
+    try:
+        sink(RunFailed(run_id, last.time, f"{summary.removeprefix('speedboard: ')}; the job ended with it (rank 0: "
+                                          f"{last.message})", last.step))
+    finally:
+        sink.close()
+
+
 # ----------------------------------------------------------------------------- torchrun's own messages
 TORCHRUN_STDERR_ENV = "SPEEDBOARD_TORCHRUN_STDERR"
 """A file descriptor for torchrun's own messages (its ``sys.stderr``); its workers keep the launcher's stderr."""
 
-_ECHO_LOGS = ("death signal, shutting down workers", "closing signal SIG", "failed (exitcode:")
+_ECHO_LOGS = ("death signal, shutting down workers", "closing signal SIG", "failed (exitcode:",
+              "Unable to shutdown process")  # a worker past its shutdown time: killed, as the one line says
 """torchrun's log lines about a signal it got or passed on, or a worker that failed: the echo of how a job ended."""
 _ECHO_ERRORS = re.compile(r"^[\w.]*\b(SignalException|ChildFailedError)\b", re.MULTILINE)
 _FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
@@ -556,11 +576,14 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
     handled = {*_STOPS, signal.SIGTERM}
     previous = {s: signal.signal(s, job.on_signal) for s in handled  # nohup's ignored SIGHUP stays ignored
                 if s == signal.SIGINT or s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN}
+    summary = None
     try:
         token = claim_run_dir(run_dir)
         try:
             code = job.run(token)
             outcome = run_outcome(run_dir, run_dir.name) if run_dir.is_dir() else None
+            ending = job.ending(stopped_cleanly=outcome in ("finished", "stopped"))
+            summary = job.output.finish(quiet=ending is not None) if job.output is not None else None
             if outcome is None and (run_dir / METRICS_FILE).is_file():
                 if job.received and not job.began():
                     # Interrupted in rank 0's set-up, before a step (its clean-up cut short by torchrun's SIGTERM
@@ -568,13 +591,13 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
                     shutil.rmtree(run_dir, ignore_errors=True)
                 else:  # this job's rank 0 started the run and died
                     _record_lost_ending(run_dir, run_dir.name, code, job.received)
+            elif outcome == "failed" and summary:
+                _record_failed_ranks(run_dir, run_dir.name, summary)
         finally:
             release_run_dir(run_dir, token)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    ending = job.ending(stopped_cleanly=outcome in ("finished", "stopped"))
-    summary = job.output.finish(quiet=ending is not None) if job.output is not None else None
     if summary:
         _say(summary)
     if outcome in ("finished", "stopped"):

@@ -80,6 +80,12 @@ def test_torchruns_echo_of_a_signal_or_a_failed_rank_is_kept_back():
     assert torchrun_said(CHILD_FAILED, quiet=True) == ("", None)  # the launcher's own signal ended the job
 
 
+def test_torchruns_word_on_a_worker_it_had_to_kill_is_kept_back():
+    """Seen after a Ctrl-C during set-up, before the launcher's one line ("speedboard: interrupted")."""
+    killed = f"{LOG}api.py:1047] Unable to shutdown process 28922 via 15, forcefully exiting via 9\n"
+    assert torchrun_said(BANNER + killed) == (BANNER, None)
+
+
 def test_any_other_message_of_torchrun_is_passed_on_whole():
     assert torchrun_said(BANNER + OTHER_ERROR) == (BANNER + OTHER_ERROR, None)
     unknown_report = CHILD_FAILED.replace("exitcode  :", "exit status :")
@@ -155,6 +161,22 @@ def test_a_killed_rank_0_is_one_line_and_its_ending_is_recorded(start_job):
     last = read_events(run_dir)[-1]
     assert isinstance(last, RunFailed) and "rank 0 ended without recording an ending" in last.message
     assert not (run_dir / HEARTBEAT_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_killed_rank_1_is_named_in_the_runs_ending_too(start_job):
+    """The terminal said rank 1 died; metrics.jsonl kept rank 0's "terminated (SIGTERM): the job was ended, by its
+    launcher when another process failed, or by the user", and a folder read later never said which rank died."""
+    proc, run_dir = start_job()
+    torchrun = next(p for p in psutil.Process(proc.pid).children() if "core.launch_torchrun" in p.cmdline())
+    next(p for p in torchrun.children() if p.environ().get("RANK") == "1").kill()
+    err = finish(proc)
+    assert proc.returncode == 1, err
+    (summary,) = [line for line in err if line.startswith("speedboard: rank")]
+    assert summary.startswith("speedboard: rank 1 died (signal 9, SIGKILL)"), err
+    last = read_events(run_dir)[-1]
+    assert isinstance(last, RunFailed) and last.message.startswith(summary.removeprefix("speedboard: ")), last
+    assert "the job ended with it (rank 0: " in last.message
 
 
 @pytest.mark.slow
