@@ -77,6 +77,8 @@ STEP_FLOOR_S = {"cpu": 0.05, "cuda": 0.02}
 TIME_PASSES_BELOW_S = 0.1
 """A sample's forward and backward estimated below this (from ``EXPECTED_MFU``): the estimate times real passes
 instead (``time_passes``), a fraction of a second."""
+PASS_SECONDS = 0.25
+"""About the longest pass ``time_passes`` times (its samples chosen from a pass of one)."""
 SPARE_MARGIN = 1.5
 """A setting beyond the plan starts only if this much more than its estimate (and every repeat's) is left: an
 estimate short by a third took the planned settings' repeats (five settings measured once, none repeated)."""
@@ -239,21 +241,43 @@ def _estimate(cell: Cell, device_type: str, step_seconds: float, total_steps: in
             "step": step_seconds}
 
 
+def _doublings(samples: int) -> list[int]:
+    """2, 4, 8, … below ``samples`` (at least 2), then ``samples`` itself."""
+    samples, sizes = max(2, samples), []
+    n = 2
+    while n < samples:
+        sizes.append(n)
+        n *= 2
+    return [*sizes, samples]
+
+
 def time_passes(model, seq_len: int, device, precision: str, samples: int) -> tuple[float, float] | None:
     """Seconds of an eager forward and backward pass of ``model`` (fresh weights, random tokens) in ``precision``:
     (what a pass costs whatever its size, what each sample of ``seq_len`` tokens adds), from passes of one and of
-    ``samples`` samples taken in turn (the fastest of each). None where it cannot be timed (out of memory,
+    at most ``samples`` samples taken in turn (the fastest of each). None where it cannot be timed (out of memory,
     anything): the estimate then assumes ``EXPECTED_MFU``."""
     from core.device import DTYPES
     from core.precision import best_interleaved, seeded_net, timed_pass
 
-    samples = max(2, samples)
     dtype = None if precision == "fp32" else DTYPES[precision]
     try:
         # Its own RNG (seeded_net): the trials' seed is theirs, this draws nothing from it.
-        net, batches = seeded_net(model, device, [(n, seq_len) for n in (1, samples)])
-        one, many = best_interleaved(tuple(timed_pass(net, x, device, dtype) for x in batches), seconds=0.05,
-                                     min_runs=3)
+        net, (single, *more) = seeded_net(model, device, [(n, seq_len) for n in (1, *_doublings(samples))])
+        one_pass = timed_pass(net, single, device, dtype)
+        one_pass()  # its warm-up (kernel selection, first touch)
+        first = min(one_pass(), one_pass())  # the faster of two: a pass slowed by another process misleads less
+        # Samples doubled until a pass is clearly dearer than a pass of one (twice as long, and PASS_SECONDS), up
+        # to those asked for: their number comes from the matmul peak, which a small model's pass misses by far
+        # (a micro-batch of 4,096 took 10 s a pass, and the plan 3.5 minutes before refusing a batch no week
+        # could train).
+        for x in more:
+            if x is more[-1]:
+                break
+            doubled = timed_pass(net, x, device, dtype)
+            if min(doubled(), doubled()) >= max(2 * first, PASS_SECONDS):
+                break
+        samples = x.shape[0]
+        one, many = best_interleaved((one_pass, timed_pass(net, x, device, dtype)), seconds=0.05, min_runs=3)
     except Exception:  # an estimate's aid: never a reason to refuse the tune
         return None
     # Timing noise can make the larger pass look barely dearer: a sample costs its share of it at least.

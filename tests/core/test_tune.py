@@ -886,3 +886,25 @@ def test_a_budget_no_week_holds_gives_advice_that_can_be_taken(micro, monkeypatc
     with pytest.raises(ConfigError) as caught:
         plan_tune(micro(), TuneOptions(budget_seconds=604_800, steps=steps, repeats=1), cells=EAGER[:2])
     assert str(caught.value).endswith(advice)
+
+
+def test_the_passes_an_estimate_times_stay_a_fraction_of_a_second(micro, monkeypatch):
+    """The samples of the larger pass came from the matmul peak, which a small model misses by far: at a
+    micro-batch of 4,096 each pass took 10 s, and the plan 3.5 minutes before its one-line refusal."""
+    import core.precision
+    from core.tune import PASS_SECONDS, time_passes
+
+    sizes = []
+
+    def fake_pass(net, x, device, autocast):  # 5 ms a pass and 10 ms a sample, on no clock
+        sizes.append(x.shape[0])
+        return lambda: 0.005 + 0.01 * x.shape[0]
+
+    monkeypatch.setattr(core.precision, "timed_pass", fake_pass)
+    fixed, per_sample = time_passes(micro().model, 32, torch.device("cpu"), "fp32", samples=4096)
+    # Doubled until a pass takes PASS_SECONDS (and twice a pass of one): 32 samples, 0.325 s.
+    assert sizes == [1, 2, 4, 8, 16, 32, 32] and 0.005 + 0.01 * 16 < PASS_SECONDS <= 0.005 + 0.01 * 32
+    assert fixed == pytest.approx(0.005) and per_sample == pytest.approx(0.01)
+    sizes.clear()
+    time_passes(micro().model, 32, torch.device("cpu"), "fp32", samples=12)  # at most those asked for
+    assert sizes == [1, 2, 4, 8, 12]
