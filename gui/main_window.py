@@ -14,6 +14,7 @@ from __future__ import annotations
 from PySide6.QtCore import QRect, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QMainWindow,
     QPlainTextEdit,
     QScrollArea,
@@ -128,6 +129,9 @@ class MainWindow(QMainWindow):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         scroll.setMinimumWidth(SETTINGS_MIN_WIDTH)
         self.settings_scroll = scroll
+        # A field given focus from outside the column (Tab wrapping round from the run table) was left scrolled
+        # out of sight: the scroll area follows only the moves it makes itself. Disconnected with the window.
+        QApplication.instance().focusChanged.connect(self._follow_focus)
         settings = QWidget()
         settings_layout = QVBoxLayout(settings)
         settings_layout.setContentsMargins(0, 0, 0, 0)
@@ -519,6 +523,11 @@ class MainWindow(QMainWindow):
         self.actions["Pause"].setText("Resume" if session.paused else "Pause")
 
     # ------------------------------------------------------------------ closing
+    def _follow_focus(self, old: QWidget | None, new: QWidget | None) -> None:
+        """A settings field that gets the keyboard's focus is scrolled into sight, wherever the focus came from."""
+        if new is not None and self.config_panel.isAncestorOf(new):
+            self.settings_scroll.ensureWidgetVisible(new, 0, 20)
+
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         if self.session.running:
             event.ignore()

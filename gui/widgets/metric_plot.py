@@ -148,6 +148,9 @@ class MetricPlot(pg.PlotWidget):
         # right edge cut it in half.
         item.layout.setContentsMargins(1, 1, RIGHT_MARGIN_PX, 1)
         self.setMinimumSize(MIN_PLOT_WIDTH, MIN_PLOT_HEIGHT)
+        # No Tab stop: the view takes no keys and draws no focus frame, so four stops between the legend and the
+        # table seemed to lose the focus. A click still gives it focus (its menu, the mouse's range).
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.title = title
         self.y_label = y_label
         self.min_y_span = min_y_span

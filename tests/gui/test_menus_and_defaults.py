@@ -74,3 +74,24 @@ def test_every_file_menu_entry_has_a_key_where_the_platform_binds_none(window):
         assert not window.actions[text].shortcut().isEmpty(), text
     assert window.actions["Quit"].shortcut().toString() in ("Ctrl+Q", QKeySequence(QKeySequence.StandardKey.Quit)
                                                             .toString())
+
+
+def test_tab_takes_a_field_scrolled_out_of_sight_into_view_and_passes_the_plots_by(qtbot, make_window):
+    """Tab wrapping round from the run table gave the Preset field focus while the settings column was scrolled to
+    its end, out of sight; and the four plots were Tab stops that showed no focus and took no key."""
+    from PySide6.QtCore import Qt
+
+    window = make_window()
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: window.settings_scroll.verticalScrollBar().maximum() > 0)
+    bar = window.settings_scroll.verticalScrollBar()
+    bar.setValue(bar.maximum())
+    preset = child(window, "presetCombo")
+    window.table.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(window.table.hasFocus)
+    preset.setFocus(Qt.FocusReason.TabFocusReason)  # where Tab goes next from the table: round to the first field
+    qtbot.waitUntil(preset.hasFocus)
+    top = preset.mapTo(window.settings_scroll.viewport(), preset.rect().topLeft()).y()
+    assert 0 <= top <= window.settings_scroll.viewport().height() - preset.height()
+    for name in ("lossPlot", "lrPlot", "throughputPlot", "memoryPlot"):
+        assert child(window, name).focusPolicy() == Qt.FocusPolicy.ClickFocus
