@@ -102,9 +102,9 @@ class RunFolders:
         self.plots.refresh()
         return records
 
-    def _open_one(self, folder: str, note: str = "opened") -> RunRecord:
+    def _open_one(self, folder: str, note: str = "opened", number: int | None = None) -> RunRecord:
         """Show one run folder; OSError or SpeedboardError when it cannot be read."""
-        record, new = self.session.follow_folder(folder)
+        record, new = self.session.follow_folder(folder, number)
         if not new:
             self.status.showMessage(f"{record.label} is already shown", 5_000)
             return record
@@ -115,18 +115,22 @@ class RunFolders:
 
     def reopen_last_session(self, settings: QSettings) -> None:
         """The rows of the last session come back, read from their run folders (those that still exist)."""
-        folders = stored_json_list(settings, _SESSION_KEY)
-        folders = [f for f in folders if isinstance(f, str) and is_run_dir(f)][-MAX_REOPENED:]
-        for folder in folders:
+        # Each row as [folder, its number] (a folder alone, as earlier versions kept them: numbered anew).
+        rows = [(row, None) if isinstance(row, str) else tuple(row) for row in stored_json_list(settings, _SESSION_KEY)
+                if isinstance(row, str) or (isinstance(row, list) and len(row) == 2 and isinstance(row[0], str)
+                                            and type(row[1]) is int and row[1] >= 1)]
+        rows = [(folder, number) for folder, number in rows if is_run_dir(folder)][-MAX_REOPENED:]
+        for folder, number in rows:
             try:
-                self._open_one(folder, "from the last session:")
+                self._open_one(folder, "from the last session:", number)
             except (OSError, SpeedboardError) as exc:  # damaged since: no dialog before the window shows
                 self.log.add(f"cannot open {folder}: {exc}", "error")
-        if folders:
+        if rows:
             self.plots.refresh()
 
     def remember_session(self, settings: QSettings) -> None:
         """Keep the folders of the runs shown now (the newest ``MAX_REOPENED``) for the next start; a removed
         row does not come back."""
-        folders = list(dict.fromkeys(r.folder for r in self.session.records if r.folder and not r.removed))
-        settings.setValue(_SESSION_KEY, json.dumps(folders[-MAX_REOPENED:]))
+        rows = list({r.folder: [r.folder, r.number] for r in self.session.records
+                     if r.folder and not r.removed}.values())
+        settings.setValue(_SESSION_KEY, json.dumps(rows[-MAX_REOPENED:]))

@@ -320,8 +320,9 @@ class RunSession(QObject):
         ``model``: the settings' architecture, which a bare state dict without its own must fit."""
         self.controller.inspect(path, model)
 
-    def follow_folder(self, folder: str) -> tuple[RunRecord, bool]:
+    def follow_folder(self, folder: str, number: int | None = None) -> tuple[RunRecord, bool]:
         """Show a run folder's events, and follow it while its run goes on; True when it was not shown yet.
+        ``number``: the row's number (a row of the last session keeps the one it had), else the next.
 
         A folder whose metrics.jsonl holds no event is refused (a ``SpeedboardError`` says why), unless a live
         writer has yet to write its first one."""
@@ -341,7 +342,7 @@ class RunSession(QObject):
         shown = self._by_run_id.get(started.run_id) if started is not None else None
         if shown is not None and not shown.removed:  # a removed row is opened as a new one
             return shown, False
-        record = self._new_record(dict(started.config) if started else {}, "folder", folder=folder)
+        record = self._new_record(dict(started.config) if started else {}, "folder", folder=folder, number=number)
         for event in events:
             self._route(record, event)
         if not record.ended:
@@ -401,11 +402,16 @@ class RunSession(QObject):
 
     # ------------------------------------------------------------------ the one route
     def _new_record(self, config: dict, origin: str, folder: str | None = None, parent: RunRecord | None = None,
-                    nproc: int = 1) -> RunRecord:
-        number = len(self.records) + 1
+                    nproc: int = 1, number: int | None = None) -> RunRecord:
+        # The number shown (#4) is the run's for good: one past the highest shown, or the one a row of the last
+        # session had (rows deleted before renumbered the rest as the window opened again, its log lines too).
+        taken = {r.number for r in self.records}
+        if number is None or number in taken:
+            number = max(taken, default=0) + 1
         held = {r.slot for r in self.records if r.holds_style}
         slot = next(i for i in range(len(held) + 1) if i not in held)  # the lowest free colour × dash
-        record = RunRecord(key=number, number=number, config=config, origin=origin, folder=folder, nproc=nproc,
+        record = RunRecord(key=len(self.records) + 1, number=number, config=config, origin=origin, folder=folder,
+                           nproc=nproc,
                            state="following" if origin == "folder" else "starting", slot=slot)
         if parent is not None:
             record.parent_id, record.parent_number = parent.run_id, parent.number

@@ -209,6 +209,29 @@ def test_runs_of_the_last_session_come_back(qtbot, make_window, tmp_path):
     assert again.session.continue_source(set()) is again.session.records[-1]  # they can be continued
 
 
+def test_rows_of_the_last_session_keep_their_numbers(qtbot, make_window, tmp_path):
+    """Rows #1 and #2 deleted, #3 and #4 came back as #1 and #2, their log lines too: the numbers a user wrote
+    down no longer named the runs. A folder kept by an earlier version (no number) takes the next free one."""
+    window = make_window()
+    for name in ("a", "b", "c", "d"):
+        window.open_run_folder(_finished_run(tmp_path, name))
+    window.session.remove({1, 2})
+    assert [r.number for r in window.session.records if not r.removed] == [3, 4]
+    window.close()
+
+    again = make_window()
+    assert [(r.number, r.label.split()[0]) for r in again.session.records] == [(3, "#3"), (4, "#4")]
+    assert "#3" in again.log.toPlainText() and "#1 " not in again.log.toPlainText()
+    assert again.open_run_folder(_finished_run(tmp_path, "e")).number == 5  # one past the highest shown
+    again.close()
+
+    settings = again.settings
+    rows = json.loads(settings.value("session/run_folders"))
+    settings.setValue("session/run_folders", json.dumps([rows[0][0], *rows[1:]]))  # the first as a bare folder
+    third = make_window()
+    assert [r.number for r in third.session.records] == [1, 4, 5]
+
+
 def test_the_run_folder_dialog_selects_several_folders(qtbot, tmp_path):
     from PySide6.QtWidgets import QAbstractItemView, QFileDialog
 
