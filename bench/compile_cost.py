@@ -24,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.module_cli import int_at_least, module_parser, positive_number, run_module
+from bench.module_cli import int_at_least, module_parser, output_file, positive_number, run_module, write_output
 from core.config import PRESETS
+from core.errors import SpeedboardError
 
 RESULT_MARK = "COMPILE_COST "
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,8 +40,6 @@ PHASES = {
 
 
 def _child(preset: str, micro_batch: int, scope: str) -> dict:
-    import torch.nn.functional as F
-
     from bench.runners import preset_model
     from core.compile import compile_model
 
@@ -48,8 +47,9 @@ def _child(preset: str, micro_batch: int, scope: str) -> dict:
     compiled = compile_model(model, "default", scope)
     batch = data.train.batch(list(range(micro_batch)))
     t0 = time.perf_counter()
-    logits = compiled(batch.inputs)
-    F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch.targets.view(-1)).backward()
+    # The loss inside the compiled graph, as the Trainer computes it (the model's forward given targets): computed
+    # outside it, the graph measured was not the one a run compiles.
+    compiled(batch.inputs, targets=batch.targets).backward()
     wall = time.perf_counter() - t0
     try:
         from torch._dynamo.utils import calculate_time_spent, compilation_time_metrics  # private: may move
@@ -67,9 +67,12 @@ def measure(preset: str, micro_batch: int, scope: str, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="speedboard-compile-cost-") as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=str(Path(cache) / "triton"),
                    PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-        proc = subprocess.run([sys.executable, "-m", "bench.compile_cost", "--child", scope, "--preset", preset,
-                               "--micro-batch", str(micro_batch)], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "bench.compile_cost", "--child", scope, "--preset", preset,
+                                   "--micro-batch", str(micro_batch)], cwd=ROOT, env=env, capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SpeedboardError(f"the {scope} compile took longer than --timeout {timeout:g} s") from None
         line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(RESULT_MARK)), None)
         if line is None:
             tail = (proc.stderr or proc.stdout).strip().splitlines()
@@ -80,22 +83,29 @@ def measure(preset: str, micro_batch: int, scope: str, timeout: float) -> dict:
     return result
 
 
+def _scopes(text: str) -> tuple[str, ...]:
+    """``model``, ``block`` or both, comma-separated: any other word was measured as per block, under its name."""
+    scopes = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not scopes or any(s not in ("model", "block") for s in scopes):
+        raise argparse.ArgumentTypeError(f"expected model, block or model,block, got {text!r}")
+    return scopes
+
+
 def main(argv: list[str] | None = None) -> int:
     p = module_parser("compile_cost", __doc__)
     p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--micro-batch", type=int_at_least(1), default=2)
-    p.add_argument("--scopes", default="model,block")
+    p.add_argument("--scopes", type=_scopes, default=("model", "block"), help="model, block or both (model,block)")
     p.add_argument("--repeats", type=int_at_least(1), default=1, help="cold compiles per scope, interleaved")
     p.add_argument("--timeout", type=positive_number, default=900)
-    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--json", type=output_file, help="also write the results here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(RESULT_MARK + json.dumps(_child(args.preset, args.micro_batch, args.child)), flush=True)
         return 0
-    scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
     results = [measure(args.preset, args.micro_batch, scope, args.timeout)
-               for _ in range(args.repeats) for scope in scopes]
+               for _ in range(args.repeats) for scope in args.scopes]
     print(f"cold compile, {args.preset} preset, micro-batch {args.micro_batch} (seconds; phases summed over graphs):")
     print(f"{'scope':6} {'first step':>10} {'compiler':>9} {'trace':>6} {'lower':>6} {'codegen':>8} {'build':>6} "
           f"{'kernel modules':>15}")
@@ -109,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{cell(ph.get('lower'), 6)} {cell(ph.get('codegen'), 8)} {cell(ph.get('build'), 6)} "
               f"{r['kernel_modules']:>15}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        write_output(args.json, json.dumps(results, indent=1))
     return 0
 
 

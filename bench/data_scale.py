@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.module_cli import module_parser, positive_numbers, run_module
+from bench.module_cli import module_parser, output_file, positive_numbers, run_module, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_LIMIT_CHARS = 50_000_000
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=positive_numbers, default=(5.0, 50.0, 500.0),
                         help="corpus sizes in MB, comma-separated")
     parser.add_argument("--quick", action="store_true", help="0.2 and 1 MB: a smoke test")
-    parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--json", type=output_file, help="write the rows to this file")
     parser.add_argument("--workdir", help="where corpora, cache and runs go (default: a temporary folder)")
     args = parser.parse_args(argv)
     sizes = [0.2, 1.0] if args.quick else list(args.sizes)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nload average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
               f"at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
+        write_output(args.json, json.dumps(rows, indent=2))
     return 0
 
 

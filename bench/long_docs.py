@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.module_cli import int_at_least, module_parser, positive_number, run_module
+from bench.module_cli import int_at_least, module_parser, output_file, positive_number, run_module, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_WORDS, MAX_WORDS = 200, 5_000
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int_at_least(0), default=0)
     parser.add_argument("--workdir", help="where the corpus, cache and runs go (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="leave the corpus and cache in --workdir")
-    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--json", type=output_file, help="write the figures to this file")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="speedboard-long-docs-") as tmp:
         work = Path(args.workdir) if args.workdir else Path(tmp)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             for sub in ("corpus", "cache", "runs"):
                 _remove(work / sub)
     if args.json:
-        Path(args.json).write_text(json.dumps(row, indent=2), encoding="utf-8")
+        write_output(args.json, json.dumps(row, indent=2))
     return 0
 
 

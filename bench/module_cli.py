@@ -9,6 +9,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from core.cli import OneLineParser, _number
 from core.config import MAX_COUNT
@@ -53,6 +54,32 @@ def positive_numbers(text: str) -> tuple[float, ...]:
     if not parts:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive numbers, got {text!r}")
     return tuple(positive_number(part) for part in parts)
+
+
+def output_file(text: str) -> Path:
+    """A file the results go to, checked before anything is measured (a path that cannot be written was a
+    traceback at the end, everything measured lost): not a folder, its folder there or creatable and writable."""
+    from core.paths import user_path, why_not_writable
+
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file name, got an empty one")
+    path = user_path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder")
+    if (why := why_not_writable(path.parent)) is not None:
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {why}")
+    return path
+
+
+def write_output(path: Path, text: str) -> None:
+    """``text`` into ``path`` (its folder made); a write that fails after all (a full disk) is one line."""
+    from core.paths import why_write_failed
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SpeedboardError(f"cannot write {path}: {why_write_failed(exc, path.parent)}") from None
 
 
 def run_module(main: Callable[[], int], module: str) -> int:

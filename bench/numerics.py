@@ -20,9 +20,8 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from bench.module_cli import int_at_least, module_parser, run_module
+from bench.module_cli import int_at_least, module_parser, output_file, run_module, write_output
 from core.config import PRESETS
 
 WINDOW_TOLERANCE = 0.08
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int_at_least(0), default=1337)
     p.add_argument("--window", type=int_at_least(0), default=0, help="steps per compared window (default: a tenth)")
     p.add_argument("--threads", type=int_at_least(1), help="torch threads (default: torch's)")
-    p.add_argument("--out", help="JSON file for both curves and the verdict")
+    p.add_argument("--out", type=output_file, help="JSON file for both curves and the verdict")
     args = p.parse_args(argv)
     if args.threads:
         import torch
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{r.final_diff:.4f} (tolerance {FINAL_TOLERANCE}) -> {'agree' if r.ok else 'DISAGREE'}; "
           f"fp32 {r.fp32_seconds:.0f} s, bf16 {r.bf16_seconds:.0f} s")
     if args.out:
-        Path(args.out).write_text(json.dumps(r.to_dict(), indent=2))
+        write_output(args.out, json.dumps(r.to_dict(), indent=2))
     return 0 if r.ok else 1
 
 

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.module_cli import int_at_least, module_parser, run_module
+from bench.module_cli import int_at_least, module_parser, output_file, run_module, write_output
 from bench.run import _load
 from core.config import PRESETS
 
@@ -48,7 +48,7 @@ def run_cell(precision: str, mode: str, args, home: Path, tag: str, steps: int =
     run_id = f"{tag}-{precision}-{mode}"
     argv = [sys.executable, "-m", "core.cli", "train", "--preset", args.preset, "--device", "cpu",
             "--steps", str(steps or args.steps), "--precision", precision, "--compile", mode, "--eval-every", "0",
-            "--out", str(home / "runs"), "--run-id", run_id]
+            "--save-every", "0", "--sample-every", "0", "--out", str(home / "runs"), "--run-id", run_id]
     before = _load()
     p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "SPEEDBOARD_HOME": str(home)})
     if p.returncode != 0:
@@ -60,11 +60,21 @@ def run_cell(precision: str, mode: str, args, home: Path, tag: str, steps: int =
 def main(argv: list[str] | None = None) -> int:
     p = module_parser("precision_speed", __doc__)
     p.add_argument("--preset", default="small", choices=list(PRESETS))
-    p.add_argument("--steps", type=int_at_least(1), default=10)
+    p.add_argument("--steps", type=int_at_least(2), default=10,
+                   help="steps per run (at least 2: a run's first step is its warm-up, outside its tokens/s)")
     p.add_argument("--repeats", type=int_at_least(1), default=3)
-    p.add_argument("--out", help="JSON file for every run")
+    p.add_argument("--out", type=output_file, help="JSON file for every run")
     args = p.parse_args(argv)
-    home = Path(tempfile.mkdtemp(prefix="speedboard-precision-"))
+    # Every run's folder (and its final checkpoint) removed with it: gigabytes of small-preset runs stayed in /tmp.
+    with tempfile.TemporaryDirectory(prefix="speedboard-precision-") as folder:
+        runs = _measure(args, Path(folder))
+    _print_table(args, runs)
+    if args.out:
+        write_output(args.out, json.dumps(runs, indent=2))
+    return 0
+
+
+def _measure(args, home: Path) -> list[dict]:
     runs = []
     for precision in ("fp32", "bf16"):  # warm Inductor's cache: the compiled cells then pay a warm compile
         run_cell(precision, "default", args, home, "warm", steps=2)
@@ -76,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{repeat + 1}/{args.repeats}] {precision} {mode:<8} {r['tokens_per_s']:9,.0f} tok/s  "
                   f"MFU {r['mfu']:.0%} of {r['peak_flops'] / 1e9:,.0f} GFLOP/s  load "
                   f"{_loads([r['load_before']])}→{_loads([r['load_after']])}", flush=True)
+    return runs
+
+
+def _print_table(args, runs: list[dict]) -> None:
     base = statistics.median(r["tokens_per_s"] for r in runs if (r["precision"], r["compile"]) == ("fp32", "off"))
     print(f"\n{args.preset}, {args.steps} steps, {args.repeats} interleaved repeats; load average "
           f"{_loads([r['load_before'] for r in runs] + [r['load_after'] for r in runs])}\n")
@@ -87,9 +101,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {precision}, {mode} | {statistics.median(tps):,.0f} ({min(tps):,.0f}–{max(tps):,.0f}) | "
               f"{statistics.median(tps) / base:.2f}× | {statistics.median(r['mfu'] for r in mine):.0%} | "
               f"{mine[0]['peak_flops'] / 1e9:,.0f} |")
-    if args.out:
-        Path(args.out).write_text(json.dumps(runs, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ traceback, before anything is measured; and ``--help`` is help, not a file name 
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,76 @@ def test_a_module_run_as_a_program_says_a_late_mistake_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "python -m bench.cuda_graph_grads: error: device 'cuda' requested, but no CUDA device is present"]
+
+
+@pytest.mark.parametrize("module, flag", [("data_scale", "--json"), ("compile_cost", "--json"),
+                                          ("precision_speed", "--out"), ("long_docs", "--json"),
+                                          ("numerics", "--out")])
+def test_a_results_file_that_cannot_be_written_is_refused_before_anything_is_measured(module, flag, tmp_path,
+                                                                                      capsys):
+    """It was written with a bare write_text once everything had been measured: a traceback, the figures lost."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for target, says in ((blocker / "rows.json", "is a file, not a folder"), (tmp_path, "is a folder")):
+        assert _entry(module, [flag, str(target)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"python -m bench.{module}: error: argument {flag}: ") and says in line, line
+
+
+def test_a_results_file_that_fails_late_is_one_line(tmp_path, monkeypatch):
+    """A disk that fills during the measurement: the write at the end is one line, not a traceback."""
+    import errno
+
+    from bench.module_cli import write_output
+    from core.errors import SpeedboardError
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(SpeedboardError, match=r"cannot write .*rows\.json: "):
+        write_output(tmp_path / "rows.json", "{}")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--scopes", "bogus"], "argument --scopes: expected model, block or model,block, got 'bogus'"),
+    (["--scopes", ","], "argument --scopes: expected model, block or model,block, got ','"),
+])
+def test_compile_cost_takes_only_the_scopes_it_measures(argv, says, capsys):
+    """Any other word was measured as per block under its own name (a cold compile of a minute), and ',' was an
+    empty table; exit code 0 each time."""
+    assert _entry("compile_cost", argv) == 2
+    assert capsys.readouterr().err.strip() == f"python -m bench.compile_cost: error: {says}"
+
+
+def test_a_compile_past_its_timeout_is_one_line(monkeypatch):
+    import bench.compile_cost
+    from core.errors import SpeedboardError
+
+    def slow(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs["timeout"])
+
+    monkeypatch.setattr(bench.compile_cost.subprocess, "run", slow)
+    with pytest.raises(SpeedboardError, match=r"^the model compile took longer than --timeout 2 s$"):
+        bench.compile_cost.measure("tiny", 2, "model", 2.0)
+
+
+def test_precision_speed_needs_two_steps_and_removes_its_runs(monkeypatch, tmp_path, capsys):
+    """One step is a run's warm-up alone: its tokens/s were None, a traceback after minutes of runs; and the runs'
+    folders, checkpoints included, stayed in the temporary folder (gigabytes for the small preset)."""
+    import bench.precision_speed as ps
+
+    assert _entry("precision_speed", ["--steps", "1"]) == 2
+    assert "expected an integer ≥ 2, got 1" in capsys.readouterr().err
+    homes = []
+
+    def run_cell(precision, mode, args, home, tag, steps=0):
+        homes.append(home)
+        (home / "runs" / tag).mkdir(parents=True, exist_ok=True)
+        return {"precision": precision, "compile": mode, "tokens_per_s": 100.0, "mfu": 0.1, "peak_flops": 1e9,
+                "load_before": (0.0, 0.0, 0.0), "load_after": (0.0, 0.0, 0.0)}
+
+    monkeypatch.setattr(ps, "run_cell", run_cell)
+    monkeypatch.setattr(ps, "_loads", lambda loads: "0")
+    assert ps.main(["--steps", "2", "--repeats", "1", "--out", str(tmp_path / "runs.json")]) == 0
+    assert homes and not homes[0].exists() and len(json.loads((tmp_path / "runs.json").read_text())) == 4
