@@ -308,7 +308,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from core.event_text import counted
     from core.paths import not_a_file, remove_tree, temp_folder_name, why_not_writable
     from core.precision import cached_peak, matmul_peak, measure_gemm_peak
-    from core.runs import default_out_dir
     from core.trials import loss_tolerance
     from core.tune import default_precisions
 
@@ -359,8 +358,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     _check_batch_fits(model_cfg, [c.micro_batch for c in cells + extra] + [effective], base.data.seq_len,
                       precisions, device)
     tokens_per_step = effective * base.data.seq_len
-    out = Path(args.out).expanduser() if args.out else (
-        default_out_dir().parent / "bench" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device.type}")
+    out = Path(args.out).expanduser() if args.out else default_report_folder(preset, device.type)
     # The folder as the user knows it: the --out given, or the default one (which --out replaces).
     named, hint = (f"--out {out}", "") if args.out else (f"the report folder {out}",
                                                            "; give --out FOLDER to write the report elsewhere")
@@ -535,6 +533,17 @@ def _report(raw: dict, out: Path, fresh: bool = False) -> Path:
     _say(f"wrote {kind} {written[0]}, {', '.join(p.name for p in written[1:])} "
          f"in {raw['wall_seconds'] / 60:.1f} min")
     return out
+
+
+def default_report_folder(preset: str, device_type: str, now: _dt.datetime | None = None) -> Path:
+    """``<data>/bench/<date>-<time>-<preset>-<device>``, or its first free numbered name (``-2``, …) where a bench of
+    the same second has one: the start line named the other bench's folder, and only the end line this one's.
+    (``_claim_folder`` still claims it, should another take it meanwhile.)"""
+    from core.paths import numbered
+    from core.runs import default_out_dir
+
+    out = default_out_dir().parent / "bench" / f"{now or _dt.datetime.now():%Y%m%d-%H%M%S}-{preset}-{device_type}"
+    return next((candidate for candidate in numbered(out) if not candidate.exists()), out)
 
 
 def _claim_folder(out: Path) -> tuple[Path, list[Path]]:

@@ -184,7 +184,8 @@ def device_name(device: torch.device) -> str:
 
 
 def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """Forward + backward FLOPs per token: 6 × parameters in matmuls + causal attention.
+    """Forward + backward FLOPs per token: 6 × the non-embedding parameters (the matmuls' weights, and the few
+    RMSNorm weights, as nanoGPT's estimate counts them) + causal attention.
 
     Attention scores and weighted values cost 2 × 2 × T × H FLOPs per layer per
     token in the forward pass over all T keys (×3 for backward), halved because

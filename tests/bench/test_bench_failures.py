@@ -503,6 +503,20 @@ def test_a_partial_report_without_a_measured_run_draws_without_a_warning():
     report._close_figure(fig)
 
 
+def test_the_start_line_names_the_folder_the_report_will_take(tmp_path, monkeypatch):
+    """With a bench of the same second there, the start line named its folder; the report went to "-2"."""
+    import datetime
+
+    from bench.run import default_report_folder
+
+    monkeypatch.setenv("SPEEDBOARD_HOME", str(tmp_path / "home"))
+    now = datetime.datetime(2026, 12, 7, 13, 27, 48)
+    first = default_report_folder("tiny", "cpu", now)
+    assert first.name == "20261207-132748-tiny-cpu"
+    first.mkdir(parents=True)
+    assert default_report_folder("tiny", "cpu", now).name == "20261207-132748-tiny-cpu-2"
+
+
 def test_a_default_report_folder_of_the_same_second_is_kept_and_the_next_free_one_used(tmp_path):
     """Two benches started in the same second both said "wrote results …/bench/20261207-061333-tiny-cpu/…";
     one report survived. A default folder is claimed by one process (an exclusive mkdir); --out is written."""
