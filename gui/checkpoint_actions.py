@@ -36,7 +36,8 @@ from gui.widgets.status_bar import StatusBar
 
 
 class RecentFolders:
-    """Where the file dialogs open: the folder last picked (Load, Open run folders) and the last save's parent."""
+    """Where the file dialogs open: the folder last picked by Load, the last save's parent, and the folder of the
+    run folders last opened (Open run folders opened inside the checkpoint folder Load had picked)."""
 
     def __init__(self, settings: QSettings) -> None:
         self.settings = settings
@@ -55,6 +56,17 @@ class RecentFolders:
 
     def remember_save(self, path: str) -> None:
         self.settings.setValue("paths/save_dir", str(Path(path).parent))
+
+    def runs(self, *fallbacks: Path) -> str:
+        """Where Open run folders starts: the folder of the run folders opened last, else the first of
+        ``fallbacks`` that is a folder (the latest run's, the runs folder), else the home folder."""
+        folder = stored_text(self.settings, "paths/runs_dir")
+        if folder and Path(folder).is_dir():
+            return folder
+        return str(next((f for f in fallbacks if f.is_dir()), Path.home()))
+
+    def remember_runs(self, folder: str) -> None:
+        self.settings.setValue("paths/runs_dir", folder)
 
 
 class CheckpointActions(QObject):

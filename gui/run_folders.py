@@ -64,7 +64,8 @@ class RunFolders:
         """Show several run folders; a picked folder that holds run folders (a runs folder) opens them all.
         Without ``folders``, those picked in a dialog."""
         if folders is None:
-            start = str(default_out_dir()) if default_out_dir().is_dir() else self.folders.last()
+            latest = [Path(r.folder).parent for r in self.session.records if r.folder][-1:]
+            start = self.folders.runs(*latest, default_out_dir())
             folders = dialogs.pick_run_folders(self._window, start)
         runs, refused, unreadable = [], [], []
         for folder in folders:
@@ -87,7 +88,7 @@ class RunFolders:
             else:
                 refused.append(folder)
         if runs:
-            self.folders.remember(str(Path(runs[-1]).parent))
+            self.folders.remember_runs(str(Path(runs[-1]).parent))
         records = []
         for folder in runs:
             try:

@@ -580,3 +580,23 @@ def test_run_folders_dropped_on_the_window_open_as_open_run_folders_opens_them(q
     qtbot.waitUntil(lambda: bool(dialogs.warnings()))
     assert "no metrics.jsonl" in dialogs.warnings()[0] and len(window.session.records) == 2
     assert not drop_paths(window, [], enter_only=True)  # a drag of text, not files, is not taken
+
+
+def test_open_run_folders_starts_where_run_folders_were_opened_not_where_load_picked(qtbot, window, dialogs,
+                                                                                     tmp_path, monkeypatch):
+    """It opened inside the checkpoint folder Load had picked last (an empty folder of weights)."""
+    import gui.dialogs
+
+    starts = []
+    monkeypatch.setattr(gui.dialogs, "pick_run_folders", lambda parent, start: starts.append(start) or [])
+    window.folders.remember(str(tmp_path / "ckpts" / "model.safetensors"))  # what Load keeps
+    (tmp_path / "ckpts").mkdir()
+    window.open_run_folders()
+    assert starts[-1] != str(tmp_path / "ckpts")
+    run = _finished_run(tmp_path, "a")
+    dialogs_pick = lambda parent, start: starts.append(start) or [run]  # noqa: E731
+    monkeypatch.setattr(gui.dialogs, "pick_run_folders", dialogs_pick)
+    window.open_run_folders()
+    window.open_run_folders()
+    assert starts[-1] == str(Path(run).parent)  # the folder of the run folders opened last
+    assert window.folders.last() == str(tmp_path / "ckpts")  # Load's own stays
