@@ -60,6 +60,7 @@ class RunLegend(QListWidget):
                         "the arrows, Space)")
         self.setFrameShape(QListWidget.Shape.NoFrame)
         self._items: dict[Hashable, QListWidgetItem] = {}
+        self._pressed: tuple[QListWidgetItem, Qt.CheckState] | None = None
         self._filling = False
         self.itemChanged.connect(self._on_item_changed)
         self.setVisible(False)
@@ -75,6 +76,22 @@ class RunLegend(QListWidget):
         rows = len({self.visualItemRect(self.item(i)).top() for i in range(self.count())})
         row = self.sizeHintForRow(0) + 2 * self.spacing()
         self.setFixedHeight(min(rows, self.ROWS) * row + 2 * self.frameWidth() + 2)
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        item = self.itemAt(event.position().toPoint())
+        self._pressed = (item, item.checkState()) if item is not None else None
+        super().mousePressEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().mouseReleaseEvent(event)
+        pressed, self._pressed = self._pressed, None
+        item = self.itemAt(event.position().toPoint())
+        # A click on an entry's name ticks it as its box does: only the box did, and a click on the name of a
+        # run (what a user aims at) did nothing. A click on the box was handled by the view: its state changed.
+        if pressed is not None and item is pressed[0] and item.checkState() == pressed[1] \
+                and event.button() == Qt.MouseButton.LeftButton:
+            item.setCheckState(Qt.CheckState.Unchecked if pressed[1] == Qt.CheckState.Checked
+                               else Qt.CheckState.Checked)
 
     def focusInEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if self.currentRow() < 0 and self.count():

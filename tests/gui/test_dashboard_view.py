@@ -121,6 +121,21 @@ def test_the_legend_is_reached_by_tab_and_space_ticks_an_entry(qtbot, window, tm
     assert window.plots.hidden_runs == set()
 
 
+def test_a_click_on_a_legend_entrys_name_ticks_it_as_its_box_does(qtbot, window, tmp_path):
+    """Only the small box ticked: a click on the run's name, what a user aims at, did nothing."""
+    first, second = open_runs(window, tmp_path, 2)
+    legend = child(window, "runLegend")
+    rect = legend.visualItemRect(legend.item_of(second.key))
+    name = rect.center() + QPoint(rect.width() // 4, 0)  # on its text, right of the box and the swatch
+    qtbot.mouseClick(legend.viewport(), Qt.MouseButton.LeftButton, pos=name)
+    assert not legend.is_checked(second.key) and window.plots.hidden_runs == {second.key}
+    qtbot.mouseClick(legend.viewport(), Qt.MouseButton.LeftButton, pos=name)
+    assert legend.is_checked(second.key) and window.plots.hidden_runs == set()
+    box = QPoint(rect.left() + 10, rect.center().y())  # the box itself: one tick, not a tick and its undoing
+    qtbot.mouseClick(legend.viewport(), Qt.MouseButton.LeftButton, pos=box)
+    assert not legend.is_checked(second.key) and window.plots.hidden_runs == {second.key}
+
+
 def test_legend_table_selection_and_every_plot_share_one_visibility(window, tmp_path):
     first, second = open_runs(window, tmp_path, 2)
     legend = child(window, "runLegend")
