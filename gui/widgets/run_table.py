@@ -201,6 +201,14 @@ class RunTable(QTableWidget):
             base.setCheckState(Qt.CheckState.Unchecked)
         finally:
             self._filling = False
+        if self.selectionModel().hasSelection():
+            # A new run is shown in the plots: with rows selected (only their runs shown), it joins them, so the
+            # selection says what the plots show (only the rows selected before were, and the new run's curves
+            # were drawn beside them).
+            with QSignalBlocker(self), QSignalBlocker(self.selectionModel()):
+                self.selectionModel().select(self.model().index(row, 0), QItemSelectionModel.SelectionFlag.Select
+                                             | QItemSelectionModel.SelectionFlag.Rows)
+            self.viewport().update()
         self.update_record(record)
         self._newest_in_view = True  # a new run is in view: after the table's layout has made room for its row
         self.schedule_fit()  # once for all the rows added together (a runs folder of hundreds of runs)
@@ -360,8 +368,21 @@ class RunTable(QTableWidget):
         self.fit_columns()
 
     def set_hidden(self, keys: set[int]) -> None:
-        """The runs hidden in the plots: their names read grey."""
+        """The runs hidden in the plots: their names read grey. With rows selected (only their runs shown), the
+        selection follows the legend: a run unticked there is no longer selected (it stayed selected, its curves
+        hidden), one ticked is selected with the others."""
         self._hidden = set(keys)
+        model = self.selectionModel()
+        if model.hasSelection():
+            selected = {index.row() for index in model.selectedRows()}
+            shown = {row for row, record in enumerate(self._records) if record.key not in self._hidden}
+            if selected != shown:
+                flags = QItemSelectionModel.SelectionFlag
+                with QSignalBlocker(self), QSignalBlocker(model):  # the plots already show this
+                    for row in selected ^ shown:
+                        model.select(self.model().index(row, 0),
+                                     (flags.Select if row in shown else flags.Deselect) | flags.Rows)
+                self.viewport().update()
         for record in self._records:
             self.update_record(record)
 

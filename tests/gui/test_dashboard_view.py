@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QCoreApplication, QEvent, QPoint, QRect, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QItemSelectionModel, QPoint, QRect, Qt
 from PySide6.QtGui import QKeySequence
 
 from core.events import (
@@ -156,6 +156,25 @@ def test_legend_table_selection_and_every_plot_share_one_visibility(window, tmp_
 
     window.table.clearSelection()
     assert legend.is_checked(first.key) and legend.is_checked(second.key)
+
+
+def test_the_tables_selection_follows_the_legend_and_takes_in_a_new_run(window, tmp_path):
+    """Unticking a selected run left its row selected, its curves hidden; ticking a run left it unselected,
+    its curves shown; and a run opened while a row was selected was drawn beside it, unselected."""
+    first, second, third = open_runs(window, tmp_path, 3)
+    legend = child(window, "runLegend")
+    window.table.selectRow(0)
+    window.table.selectionModel().select(window.table.model().index(1, 0),
+                                         QItemSelectionModel.SelectionFlag.Select
+                                         | QItemSelectionModel.SelectionFlag.Rows)
+    assert window.table.selected_keys() == {first.key, second.key}
+    legend.item_of(first.key).setCheckState(Qt.CheckState.Unchecked)
+    assert window.table.selected_keys() == {second.key} and window.plots.hidden_runs == {first.key, third.key}
+    legend.item_of(third.key).setCheckState(Qt.CheckState.Checked)
+    assert window.table.selected_keys() == {second.key, third.key} and window.plots.hidden_runs == {first.key}
+    (fourth,) = open_runs(window, tmp_path, 1)
+    assert window.table.selected_keys() == {second.key, third.key, fourth.key}
+    assert window.plots.hidden_runs == {first.key}
 
 
 def test_hovering_any_plot_reads_out_a_point_with_its_runs_legend_label(window, tmp_path):
