@@ -7,8 +7,11 @@ single steps are noisy in both: the largest window difference must stay within
 ``WINDOW_TOLERANCE`` and the final window within ``FINAL_TOLERANCE`` (absolute,
 in nats per token).
 
-    python -m bench.numerics                   # tiny preset, 300 steps (docs/benchmarks.md)
-    python -m bench.numerics --steps 40 --micro-batch 4 --seq-len 64   # what the CI test runs
+    python -m bench.numerics                   # tiny preset, 300 steps, its micro-batch 16 × 128
+    python -m bench.numerics --micro-batch 4 --seq-len 64 --threads 1  # the agreeing run in docs/benchmarks.md
+    python -m bench.numerics --steps 30 --micro-batch 4 --seq-len 64   # what the CI test runs (windows of 5)
+
+Exit code 1 when the curves disagree (docs/benchmarks.md has a run at the preset's own micro-batch that does).
 
 Prints a table and writes a JSON with both curves (``--out``).
 """
