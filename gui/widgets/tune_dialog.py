@@ -135,6 +135,10 @@ def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> 
     return differences
 
 
+TOP_MARGIN_PX = 8
+"""Above the chart's data area: half a tick label's height and a little more."""
+
+
 class TuneChart(pg.PlotWidget):
     """Median tokens/s per setting (bars), its min–max over every timed step (whiskers)."""
 
@@ -147,6 +151,10 @@ class TuneChart(pg.PlotWidget):
         self.setMenuEnabled(False)
         self.setMouseEnabled(x=False, y=False)
         self.hideButtons()
+        # Room above the data area: the left axis' top label is centred on its edge, and was cut in half ("1.0").
+        self.getPlotItem().layout.setContentsMargins(1, TOP_MARGIN_PX, 1, 1)
+        for side in ("left", "bottom"):  # "(x0.001)" after the bottom label ran past the chart's edge, cut
+            self.getAxis(side).enableAutoSIPrefix(False)
         self.bars: list[float] = []
         self.ticks: list[tuple[int, str]] = []
 

@@ -441,3 +441,19 @@ def test_the_table_keeps_four_whole_rows_when_the_dialog_is_made_small(qtbot, wi
     assert table.horizontalScrollBar().isVisible()  # the case: more columns than width
     fourth = table.visualItemRect(table.item(3, 0))
     assert table.viewport().rect().contains(fourth), (fourth, table.viewport().rect())
+
+
+def test_the_charts_axis_labels_are_whole(qtbot):
+    """The left axis' top label ("1.0") was cut in half at the chart's top edge, and the bottom label ran past the
+    right edge with a scale prefix "(x0.001)" the setting numbers do not need."""
+    from PySide6.QtGui import QFontMetrics
+
+    from gui.widgets.tune_dialog import TuneChart
+
+    chart = TuneChart()
+    qtbot.addWidget(chart)
+    chart.resize(500, 200)
+    chart.show_rows([], None)
+    top = chart.getPlotItem().layout.getContentsMargins()[1]
+    assert top >= QFontMetrics(chart.getAxis("left").style["tickFont"] or chart.font()).height() / 2
+    assert not chart.getAxis("left").autoSIPrefix and not chart.getAxis("bottom").autoSIPrefix
