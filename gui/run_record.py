@@ -388,15 +388,15 @@ class RunRecord:
         self.state = state
         return True
 
-    def compile_progress(self, now: float | None = None) -> str:
+    def compile_progress(self, now: float | None = None, brief: bool = False) -> str:
         """While it compiles: how long it has, and what (the first steps of a compiled model run
-        the compiler: seconds to minutes with nothing else to show)."""
+        the compiler: seconds to minutes with nothing else to show); ``brief``: how long alone."""
         if self.state != "compiling" or self.compile_started is None:
             return ""
         elapsed = (time.monotonic() if now is None else now) - self.compile_started
         minutes, seconds = divmod(int(max(0.0, elapsed)), 60)
-        # The time first: the table's State column and the status bar cut a long text at its end.
-        return f"compiling {minutes}:{seconds:02d} ({self.compile_what})"
+        # The time first: the status bar cuts a long text at its end.
+        return f"compiling {minutes}:{seconds:02d}" + ("" if brief else f" ({self.compile_what})")
 
     def seconds_left(self, step_time: float) -> float:
         """Time to its end at ``step_time`` per optimizer step, with the validations still to come at the
@@ -409,9 +409,9 @@ class RunRecord:
                        if every else 1)
         return steps * step_time + max(0, evaluations) * self.eval_seconds
 
-    def progress_text(self) -> str:
+    def progress_text(self, brief: bool = False) -> str:
         if self.state == "compiling" and self.compile_started is not None:
-            return self.compile_progress()
+            return self.compile_progress(brief=brief)
         if self.state in ("training", "following") and self.total_steps:
             return f"{self.state} {self.step}/{self.total_steps}"
         if self.state == "stopping":

@@ -250,7 +250,9 @@ class RunTable(QTableWidget):
             started = _short_path(record.started_from) if record.started_from else "—"
         texts = {
             "Run": record.label,
-            "State": _cut(record.progress_text(), STATE_CHARS),
+            # While it compiles, the time alone: what compiles (its tooltip, the status bar) widened the column past
+            # the room of Loss and Train GiB, which went until the run ended.
+            "State": _cut(record.progress_text(brief=True), STATE_CHARS),
             "Compile": record.compile_text,
             "Accum": str(record.train.get("accum_steps", "")),
             "Micro": str(record.train.get("micro_batch", "")),
@@ -280,7 +282,7 @@ class RunTable(QTableWidget):
                 run.setIcon(swatch(*record.mark))
             state = self.item(row, self.column("State"))
             state.setForeground(QColor(_STATE_COLORS.get(record.state, "#202020")))
-            state.setToolTip(record.message)
+            state.setToolTip(record.message or record.compile_progress())
             if record.split_changes:  # the Micro and Accum cells show the split it trains with now
                 self.item(row, self.column("Micro")).setToolTip(
                     f"Changed {record.split_changes}× during the run (out of memory, or fitted before it): "
