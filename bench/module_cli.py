@@ -58,17 +58,17 @@ def positive_numbers(text: str) -> tuple[float, ...]:
 
 def output_file(text: str) -> Path:
     """A file the results go to, checked before anything is measured (a path that cannot be written was a
-    traceback at the end, everything measured lost): not a folder, its folder there or creatable and writable."""
-    from core.paths import user_path, why_not_writable
+    traceback at the end, everything measured lost), as ``speedboard tune`` checks its report's
+    (``core.tune.check_report_path``: not a folder or a device, its folder writable, a file creatable there)."""
+    from core.errors import ConfigError
+    from core.tune import check_report_path
 
     if not text:
         raise argparse.ArgumentTypeError("expected a file name, got an empty one")
-    path = user_path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder")
-    if (why := why_not_writable(path.parent)) is not None:
-        raise argparse.ArgumentTypeError(f"cannot write {text}: {why}")
-    return path
+    try:
+        return check_report_path(text, flag=None, what="the results file")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def write_output(path: Path, text: str) -> None:

@@ -918,10 +918,12 @@ class ReportNotSaved(ConfigError):
         self.report = report
 
 
-def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json") -> Path:
+def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json",
+                      what: str = "the tuning report") -> Path:
     """Before any trial: the report can be written there (not a folder, a device, a named pipe or a socket;
     its folder a writable folder or creatable, and where it exists, the temporary file ``save_report`` writes
-    can be created in it). ``flag`` names how the user gave the path; None for a default location."""
+    can be created in it). ``flag`` names how the user gave the path; None for a default location, the file
+    then named as ``what`` (the bench modules check their results files so)."""
     from core.paths import (
         control_character,
         not_a_file,
@@ -933,7 +935,7 @@ def check_report_path(path: str | os.PathLike[str], flag: str | None = "--json")
     )
 
     target = written_through(user_path(path))
-    lead = f"{flag} {target}" if flag else f"cannot write the tuning report {target}"
+    lead = f"{flag} {target}" if flag else f"cannot write {what} {target}"
     if target.is_dir():
         raise ConfigError(f"{flag} {target} is a folder; name a file" if flag else f"{lead}: it is a folder", "json")
     if (what := not_a_file(target)) is not None:
