@@ -130,11 +130,12 @@ def remove_trained_tokenizers(fingerprints: set[str] | None, location: str | Non
     if not folder.is_dir():
         return []
     prefixes = None if fingerprints is None else tuple(f"source-{fp[:32]}-" for fp in fingerprints)
+    # The place's hash (8 digits), and with it the text field's (4 more) where one is given.
+    place = None if location is None else _place(location, text_field or "")[:12 if text_field is not None else 8]
 
     def of_location(name: str) -> bool:
-        place = name.removesuffix(".json").rsplit("-", 1)[-1]
-        return location is not None and len(place) == 12 and place[:8] == _place(location, "")[:8] and \
-            (text_field is None or place == _place(location, text_field))
+        named = name.removesuffix(".json").rsplit("-", 1)[-1]
+        return place is not None and len(named) == 12 and named.startswith(place)
 
     removed = []
     for entry in sorted(folder.iterdir()):

@@ -411,8 +411,7 @@ class RunSession(QObject):
         held = {r.slot for r in self.records if r.holds_style}
         slot = next(i for i in range(len(held) + 1) if i not in held)  # the lowest free colour × dash
         record = RunRecord(key=len(self.records) + 1, number=number, config=config, origin=origin, folder=folder,
-                           nproc=nproc,
-                           state="following" if origin == "folder" else "starting", slot=slot)
+                           nproc=nproc, state="following" if origin == "folder" else "starting", slot=slot)
         if parent is not None:
             record.parent_id, record.parent_number = parent.run_id, parent.number
         self.records.append(record)
