@@ -364,11 +364,18 @@ def temp_folder_name(prefix: str) -> Path:
 
 def remove_tree(folder: str | os.PathLike[str]) -> None:
     """Remove ``folder`` and what it holds, also when a signal's exception (a SIGTERM raised again after Python
-    discarded it) cuts the first removal short: it is removed again, then the exception goes on."""
+    discarded it) cuts the first removal short: it is removed again, then the exception goes on.
+
+    The signal's exception, not what it set off: raised inside rmtree's own clean-up, it made rmtree close a
+    folder's descriptor twice, and the OSError (EBADF) that took its place was a traceback with exit code 1
+    where SIGTERM ends in one line, 143."""
     try:
         shutil.rmtree(folder, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
+        signalled = exc.__context__ if isinstance(exc, OSError) else None
         shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(signalled, KeyboardInterrupt):  # JobTerminated and HungUp are too
+            raise signalled from None
         raise
 
 

@@ -245,3 +245,31 @@ def test_paths_too_long_for_what_is_written_below_them_are_one_line_before_train
     assert main(["train", *small(tmp_path), "--out", str(tmp_path / "runs")]) == 2
     assert "SPEEDBOARD_CACHE_DIR cannot hold the cache (the path is" in one_error_line(capsys)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_signal_during_a_tree_removal_goes_on_as_itself_and_the_tree_is_removed(tmp_path, monkeypatch):
+    """SIGTERM inside rmtree's own clean-up made it close a descriptor twice: the OSError (EBADF) took the signal's
+    place, a traceback and exit code 1 for a tune's trial folder where SIGTERM ends in one line, 143."""
+    import errno
+    import shutil
+
+    from core.errors import JobTerminated
+    from core.paths import remove_tree
+
+    folder = tmp_path / "trial"
+    (folder / "sub").mkdir(parents=True)
+    real, calls = shutil.rmtree, []
+
+    def interrupted(path, ignore_errors=False):
+        calls.append(path)
+        if len(calls) == 1:
+            try:
+                raise JobTerminated("terminated (SIGTERM)")
+            finally:
+                raise OSError(errno.EBADF, "Bad file descriptor")
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted)
+    with pytest.raises(JobTerminated, match="terminated"):
+        remove_tree(folder)
+    assert len(calls) == 2 and not folder.exists()
