@@ -429,9 +429,10 @@ def _record_failed_ranks(run_dir: Path, run_id: str, summary: str) -> None:
         sink = JsonlSink(run_dir / METRICS_FILE)
     except OSError:  # the folder is gone or cannot be written: the line on the terminal says it
         return
+    said = last.message if last.message.startswith("rank 0:") else f"rank 0: {last.message}"
     try:
-        sink(RunFailed(run_id, last.time, f"{summary.removeprefix('speedboard: ')}; the job ended with it (rank 0: "
-                                          f"{last.message})", last.step))
+        sink(RunFailed(run_id, last.time, f"{summary.removeprefix('speedboard: ')}; the job ended with it ({said})",
+                       last.step))
     finally:
         sink.close()
 
@@ -463,7 +464,9 @@ def failure_summary(report: str) -> str | None:
     """One line for torchrun's report of failed workers (``ChildFailedError``): each rank that failed, and how.
 
     Ranks a signal ended come first: torchrun's "first observed failure" is often a
-    rank that only ended because another died (its clock has whole seconds).
+    rank that only ended because another died (its clock has whole seconds). Of
+    those, SIGTERM last: it is how torchrun stops the survivors of a rank that
+    died, which a rank killed during set-up leaves before their first collective.
     """
     failed = {int(rank): int(code) for rank, code in _FAILED_RANK.findall(report)}
     if not failed:
@@ -474,7 +477,7 @@ def failure_summary(report: str) -> str | None:
             return f"rank {rank} exited with code {code}"
         return f"rank {rank} died ({_signal_name(-code)})"
 
-    order = sorted(failed, key=lambda rank: (failed[rank] >= 0, rank))
+    order = sorted(failed, key=lambda rank: (failed[rank] >= 0, failed[rank] == -signal.SIGTERM, rank))
     return "speedboard: " + "; ".join(how(rank, failed[rank]) for rank in order)
 
 

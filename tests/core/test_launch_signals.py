@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from core.events import RunFailed
-from core.launch import TorchrunOutput, failure_summary
-from core.runs import CLAIM_FILE, HEARTBEAT_FILE, read_events
+from core.launch import TorchrunOutput, _record_failed_ranks, failure_summary
+from core.runs import CLAIM_FILE, HEARTBEAT_FILE, METRICS_FILE, JsonlSink, read_events
 from tests.core.dist_helpers import python_env, uneven_corpus
 
 LOG = "W1205 07:13:53.394000 1663 .venv/lib/python3.11/site-packages/torch/distributed/elastic/"
@@ -97,6 +97,28 @@ def test_failure_summary_names_each_failed_rank():
     assert failure_summary("  rank      : 3 (local_rank: 1)\n  exitcode  : 17 (pid: 9)\n") == \
         "speedboard: rank 3 exited with code 17"
     assert failure_summary("no report") is None
+
+
+@pytest.mark.parametrize("rank_0_said", ["rank 0: another process of this job failed or stopped",
+                                         "terminated (SIGTERM)"])
+def test_the_recorded_ending_names_rank_0_once(tmp_path, rank_0_said):
+    """A peer that hung: rank 0's own message begins with its rank, and the ending read "(rank 0: rank 0: …)"."""
+    sink = JsonlSink(tmp_path / METRICS_FILE)
+    sink(RunFailed("r", 1.0, rank_0_said, 5))
+    sink.close()
+    _record_failed_ranks(tmp_path, "r", "speedboard: rank 1 died (signal 9, SIGKILL)")
+    last = read_events(tmp_path)[-1]
+    assert last.message == ("rank 1 died (signal 9, SIGKILL); the job ended with it (rank 0: "
+                            f"{rank_0_said.removeprefix('rank 0: ')})")
+
+
+def test_a_rank_torchrun_stopped_comes_after_the_rank_that_died():
+    """Rank 1 killed during set-up: torchrun stopped rank 0 with SIGTERM, and the line began with rank 0."""
+    report = ("  rank      : 0 (local_rank: 0)\n  exitcode  : -15 (pid: 8)\n"
+              "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 9)\n"
+              "  rank      : 2 (local_rank: 2)\n  exitcode  : 1 (pid: 10)\n")
+    assert failure_summary(report) == ("speedboard: rank 1 died (signal 9, SIGKILL); rank 0 died (signal 15, "
+                                       "SIGTERM); rank 2 exited with code 1")
 
 
 # ----------------------------------------------------------------------------- real jobs
