@@ -13,7 +13,8 @@ so the figure is an upper bound), one micro-batch's
   matmuls (``F.linear(x, w).backward(g)``), with the micro-batch's rows;
 - **attention**: ``scaled_dot_product_attention`` forward and backward at the
   model's heads, key/value heads, sequence length and head size (causal), as
-  the model calls it;
+  the model calls it: in fp32 on a CPU whatever the precision
+  (``core.model.attention_in_fp32``);
 
 and prints their FLOP/s and the MFU a step would reach if it spent its time on
 them alone (GEMMs only, and GEMMs + attention). A measured run's MFU can then
@@ -76,15 +77,19 @@ def measure_ceiling(cfg, micro_batch: int, seq_len: int, precision: str, peak_fl
     import torch.nn.functional as F
 
     from core.device import training_flops_per_token
+    from core.model import attention_in_fp32
 
     dtype = getattr(torch, DTYPES[precision])
     dev = torch.device(device)
+    # Attention in the dtype the model computes it in: fp32 on a CPU under bf16 autocast too.
+    with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+        attention_dtype = torch.float32 if attention_in_fp32(torch.empty(0, device=dev)) else dtype
     rows = micro_batch * seq_len
     shapes = linear_shapes(cfg)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
-    def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen).to(dev, dtype)
+    def rand(*shape: int, of: torch.dtype = dtype) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dev, of)
 
     xs = [rand(rows, i).requires_grad_() for i, _ in shapes]
     ws = [rand(o, i).requires_grad_() for i, o in shapes]
@@ -101,8 +106,8 @@ def measure_ceiling(cfg, micro_batch: int, seq_len: int, precision: str, peak_fl
         sync()
 
     B, N, K, T, D = micro_batch, cfg.num_heads, cfg.num_kv_heads, seq_len, cfg.head_dim
-    q, k, v = rand(B, N, T, D).requires_grad_(), rand(B, K, T, D).requires_grad_(), rand(B, K, T, D).requires_grad_()
-    gy = rand(B, N, T, D)
+    q, k, v = (rand(B, H, T, D, of=attention_dtype).requires_grad_() for H in (N, K, K))
+    gy = rand(B, N, T, D, of=attention_dtype)
 
     def attention() -> None:
         for _ in range(cfg.num_layers):

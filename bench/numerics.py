@@ -10,8 +10,11 @@ in nats per token).
     python -m bench.numerics                   # tiny preset, 300 steps, its micro-batch 16 × 128
     python -m bench.numerics --micro-batch 4 --seq-len 64 --threads 1  # the agreeing run in docs/benchmarks.md
     python -m bench.numerics --steps 30 --micro-batch 4 --seq-len 64   # what the CI test runs (windows of 5)
+    python -m bench.numerics --threads 1 --attention bf16              # attention in bf16 too: they disagree
 
-Exit code 1 when the curves disagree (docs/benchmarks.md has a run at the preset's own micro-batch that does).
+Exit code 1 when the curves disagree. On a CPU the model runs attention in fp32
+under autocast (``core.model.attention_in_fp32``): in bf16 it alone made the
+bf16 curve trail at the preset's own micro-batch (docs/benchmarks.md).
 
 Prints a table and writes a JSON with both curves (``--out``).
 """
@@ -44,6 +47,8 @@ class Agreement:
     final_diff: float
     fp32_seconds: float
     bf16_seconds: float
+    bf16_attention: str = "fp32"
+    """The bf16 run's attention: fp32 (the model's on a CPU) or bf16 (``--attention bf16``)."""
 
     @property
     def ok(self) -> bool:
@@ -73,19 +78,25 @@ def loss_curve(precision: str, steps: int, micro_batch: int, seq_len: int, seed:
 
 
 def compare(steps: int = 300, micro_batch: int = 16, seq_len: int = 128, seed: int = 1337, window: int = 0,
-            out_dir: str | None = None, preset: str = "tiny") -> Agreement:
-    """Train fp32, then bf16 autocast, from the same initialisation on the same batches; compare the curves."""
+            out_dir: str | None = None, preset: str = "tiny", bf16_attention: bool = False) -> Agreement:
+    """Train fp32, then bf16 autocast, from the same initialisation on the same batches; compare the curves.
+    ``bf16_attention``: the bf16 run's attention in bf16 too, as autocast would run it (the model's is fp32
+    on a CPU, ``core.model.attention_in_fp32``)."""
     import tempfile
+
+    from bench.autocast_attention import attention_as_autocast
 
     window = window or max(1, steps // 10)
     with tempfile.TemporaryDirectory(prefix="speedboard-numerics-") as tmp:
         where = out_dir or tmp
         fp32, t32 = loss_curve("fp32", steps, micro_batch, seq_len, seed, where, preset)
-        bf16, t16 = loss_curve("bf16", steps, micro_batch, seq_len, seed, where, preset)
+        with attention_as_autocast(bf16_attention):
+            bf16, t16 = loss_curve("bf16", steps, micro_batch, seq_len, seed, where, preset)
     assert len(fp32) == len(bf16) == steps, (len(fp32), len(bf16))
     diffs = [abs(statistics.fmean(fp32[i:i + window]) - statistics.fmean(bf16[i:i + window]))
              for i in range(0, steps, window)]
-    return Agreement(steps, window, fp32, bf16, diffs, max(diffs), diffs[-1], t32, t16)
+    return Agreement(steps, window, fp32, bf16, diffs, max(diffs), diffs[-1], t32, t16,
+                     "bf16" if bf16_attention else "fp32")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,15 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int_at_least(0), default=1337)
     p.add_argument("--window", type=int_at_least(0), default=0, help="steps per compared window (default: a tenth)")
     p.add_argument("--threads", type=int_at_least(1), help="torch threads (default: torch's)")
+    p.add_argument("--attention", choices=("fp32", "bf16"), default="fp32",
+                   help="the bf16 run's attention: fp32 as the model runs it on a CPU, or bf16 as autocast would")
     p.add_argument("--out", type=output_file, help="JSON file for both curves and the verdict")
     args = p.parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    r = compare(args.steps, args.micro_batch, args.seq_len, args.seed, args.window, preset=args.preset)
+    r = compare(args.steps, args.micro_batch, args.seq_len, args.seed, args.window, preset=args.preset,
+                bf16_attention=args.attention == "bf16")
     print(f"{args.preset}, {args.steps} steps, micro-batch {args.micro_batch} × {args.seq_len} tokens, "
-          f"seed {args.seed}; mean loss per {r.window}-step window:")
+          f"seed {args.seed}, bf16 run's attention in {args.attention}; mean loss per {r.window}-step window:")
     print("| steps | fp32 | bf16 | |Δ| |\n|---|---|---|---|")
     for i, d in enumerate(r.window_diffs):
         lo, hi = i * r.window, min(args.steps, (i + 1) * r.window)

@@ -8,7 +8,12 @@ so a shared machine's load falls on all of them alike:
 - ``*-sep``: whole-model torch.compile, the loss computed after the compiled
   graph from its logits (the Trainer's arrangement before core.loss);
 - ``*-graph``: whole-model torch.compile with the loss inside the graph
-  (``forward(..., targets=…)``, the Trainer's arrangement now).
+  (``forward(..., targets=…)``, the Trainer's arrangement now);
+- ``bf16-*-attn16``: bf16 with attention in bf16 as autocast would run it,
+  where the model runs it in fp32 on a CPU (``core.model.attention_in_fp32``;
+  a compiled cell compiles a graph of its own):
+
+      python -m bench.step_ab --preset tiny --micro-batch 16 --cells bf16-off,bf16-off-attn16,fp32-off
 
 It prints each cell's fastest and median step, the ratio to the first cell,
 and MFU against a 2048² GEMM in fp32 and in bf16 timed between the steps.
@@ -21,10 +26,12 @@ import statistics
 import sys
 import time
 
+from bench.autocast_attention import attention_as_autocast
 from bench.module_cli import int_at_least, module_parser, run_module
 from core.config import PRESETS
 
 CELLS = "fp32-off,fp32-sep,fp32-graph,bf16-off,bf16-sep,bf16-graph"
+KNOWN_CELLS = (*CELLS.split(","), "bf16-off-attn16", "bf16-sep-attn16", "bf16-graph-attn16")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int_at_least(1), default=6)
     p.add_argument("--cells", default=CELLS)
     args = p.parse_args(argv)
+    for cell in args.cells.split(","):
+        if cell not in KNOWN_CELLS:
+            p.error(f"unknown cell {cell!r}: one of {', '.join(KNOWN_CELLS)}")
 
     import torch
 
@@ -54,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     compiled = torch.compile(model)
 
     def step(cell: str) -> None:
-        precision, kind = cell.split("-")
+        precision, kind, *attn16 = cell.split("-")
         amp = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext())
-        with amp:
+        with amp, attention_as_autocast(bool(attn16)):
             if kind == "off":
                 loss = model(x, targets=y)
             elif kind == "sep":

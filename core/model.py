@@ -57,6 +57,19 @@ class RotaryEmbedding(nn.Module):
         return self.cos[:seq_len].to(dtype), self.sin[:seq_len].to(dtype)
 
 
+def attention_in_fp32(q: torch.Tensor) -> bool:
+    """Whether attention runs in fp32 under autocast: on a CPU, yes; elsewhere autocast's dtype (bf16 SDPA).
+
+    Held in bf16 inside the kernel (the probabilities and their gradients),
+    attention alone made bf16 training trail fp32 by 0.09 nats at tiny's
+    16 × 128 over 300 steps, where rounding its inputs to bf16, the output head
+    and the MLP in bf16 cost nothing measurable; and on a CPU bf16 attention
+    kernels are not faster at these lengths (``python -m bench.attention_precision``,
+    docs/benchmarks.md). GPUs keep bf16 flash attention, as every trainer does.
+    """
+    return q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+
+
 class LlamaAttention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -74,18 +87,26 @@ class LlamaAttention(nn.Module):
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, D)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if attention_in_fp32(q):
+            # Inputs are the projections' bf16 values, widened exactly; the output is cast back by o_proj.
+            with torch.autocast(q.device.type, enabled=False):
+                y = self._attend(q.float(), k.float(), v.float(), mask)
+        else:
+            y = self._attend(q, k, v, mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
         gqa = self.num_kv_heads != self.num_heads
         if mask is None:
             # Query head i reads key/value head i // (N / K), as HF's repeat_kv; enable_gqa lets
             # SDPA do it without copying K and V per query head (HF's Llama does the same).
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        else:
-            if gqa:  # with a mask, copy: not every device's fused kernel takes a mask and GQA together
-                rep = self.num_heads // self.num_kv_heads
-                k = k.repeat_interleave(rep, dim=1)
-                v = v.repeat_interleave(rep, dim=1)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        if gqa:  # with a mask, copy: not every device's fused kernel takes a mask and GQA together
+            rep = self.num_heads // self.num_kv_heads
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 class LlamaMLP(nn.Module):

@@ -304,8 +304,9 @@ def probe_bf16_speedup(model: ModelConfig, device: torch.device | None = None, *
 def _probe_path(model: ModelConfig, device: torch.device, rows: int = PROBE_ROWS, threads: int | None = None) -> Path:
     shape = "-".join(f"{r}x{i}x{o}" for r, i, o in probe_shapes(model, rows))
     shape += f"-h{model.num_heads}kv{model.num_kv_heads}"  # attention is part of the pass
-    # The probe's method is part of the key, so a result measured another way (bare GEMMs) is not reused.
-    return _machine_dir(device) / f"bf16-training-probe-{shape}-{threads or torch.get_num_threads()}t.json"
+    # The probe's method is part of the key, so a result measured another way (bare GEMMs, or with attention
+    # in bf16 before core.model ran it in fp32 on a CPU: "a32") is not reused.
+    return _machine_dir(device) / f"bf16-training-probe-a32-{shape}-{threads or torch.get_num_threads()}t.json"
 
 
 def _probe_entry(model: ModelConfig, device: torch.device,

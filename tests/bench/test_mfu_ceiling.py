@@ -28,6 +28,23 @@ def test_ceiling_counts_the_step_flops_of_mfu_and_bounds_it():
     assert c.mfu_gemm_attention() < c.mfu_gemm_only()  # attention's time can only lower the ceiling
 
 
+def test_bf16_on_a_cpu_times_attention_in_fp32_as_the_model_runs_it(monkeypatch):
+    import torch
+
+    seen = set()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, **kwargs):
+        seen.add((q.dtype, k.dtype, v.dtype))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
+                      intermediate_size=48, max_position_embeddings=16)
+    measure_ceiling(cfg, micro_batch=2, seq_len=8, precision="bf16", peak_flops=1e9, repeats=1)
+    assert seen == {(torch.float32,) * 3}
+
+
 def test_ceiling_arithmetic():
     c = Ceiling(rows=10, step_flops=7e9, gemm_flops=6e9, attention_flops=1e9, gemm_seconds=1.0, attention_seconds=1.0,
                 peak_flops=1e10)

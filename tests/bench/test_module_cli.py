@@ -179,3 +179,10 @@ def test_precision_speed_needs_two_steps_and_removes_its_runs(monkeypatch, tmp_p
     monkeypatch.setattr(ps, "_loads", lambda loads: "0")
     assert ps.main(["--steps", "2", "--repeats", "1", "--out", str(tmp_path / "runs.json")]) == 0
     assert homes and not homes[0].exists() and len(json.loads((tmp_path / "runs.json").read_text())) == 4
+
+
+def test_step_ab_refuses_a_cell_it_does_not_have_before_building_a_model(capsys):
+    assert _entry("step_ab", ["--cells", "bf16-off-attn16,fp16-off"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m bench.step_ab: error: unknown cell 'fp16-off': one of fp32-off, ")
+    assert "bf16-graph-attn16" in err

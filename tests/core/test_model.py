@@ -214,3 +214,32 @@ def test_training_a_model_no_memory_holds_is_refused_before_its_corpus_or_auto_p
     with pytest.raises(ConfigError, match="the model alone needs .*the tables of its positions alone"):
         train(cfg)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_attention_runs_in_fp32_under_cpu_bf16_autocast(monkeypatch, padded):
+    """bf16 attention alone made bf16 training trail fp32 (docs/benchmarks.md): on a CPU it gets fp32 inputs
+    with autocast off, and the projections around it stay bf16; the backward runs through it."""
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, *args, **kwargs):
+        seen.append(((q.dtype, k.dtype, v.dtype), torch.is_autocast_enabled("cpu")))
+        return sdpa(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    model = make_model()
+    x = torch.randint(3, CFG.vocab_size, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[0, 12:] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(x, mask if padded else None)
+    assert logits.dtype == torch.bfloat16  # the output head still ran in bf16
+    assert seen == [((torch.float32,) * 3, False)] * CFG.num_layers
+    logits.float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+    seen.clear()
+    with torch.no_grad():
+        model(x, mask if padded else None)  # fp32: as it was
+    assert seen == [((torch.float32,) * 3, False)] * CFG.num_layers
