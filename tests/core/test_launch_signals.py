@@ -128,12 +128,12 @@ def start_job(tmp_path):
     a test leaves running is killed (the launcher's death takes torchrun and its workers with it)."""
     started: list[subprocess.Popen] = []
 
-    def start() -> tuple[subprocess.Popen, Path]:
+    def start(**env: str) -> tuple[subprocess.Popen, Path]:
         argv = [sys.executable, "-m", "core.cli", "train", "--nproc", "2", "--preset", "tiny", "--device", "cpu",
                 "--data", uneven_corpus(tmp_path), "--layout", "document", "--seq-len", "32", "--vocab-size", "300",
                 "--micro-batch", "2", "--steps", "100000", "--eval-every", "0", "--sample-every", "0",
                 "--out", str(tmp_path / "runs"), "--run-id", "job", "--no-progress", "--log-every", "1"]
-        proc = subprocess.Popen(argv, env=python_env(SPEEDBOARD_CACHE_DIR=str(tmp_path / "cache")),
+        proc = subprocess.Popen(argv, env=python_env(SPEEDBOARD_CACHE_DIR=str(tmp_path / "cache"), **env),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         started.append(proc)
         for line in proc.stdout:
@@ -221,6 +221,22 @@ def test_a_killed_torchrun_is_one_line_and_the_exit_code_of_its_signal(start_job
     assert err[-1] == ("speedboard: torchrun, the launcher of the processes, was ended by signal 9, SIGKILL; "
                        "the run ended with it"), err
     assert not any("Traceback" in line for line in err), err
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_takes_the_job_with_it_quietly_and_leaves_no_temporary_folder(start_job, tmp_path):
+    """torchrun wrote its traceback into the dead launcher's pipe: Python's "lost sys.stderr" dump reached the
+    terminal, and torchrun's log folder stayed in the temporary folder."""
+    (tmp_path / "tmp").mkdir()
+    proc, _ = start_job(TMPDIR=str(tmp_path / "tmp"))
+    job = psutil.Process(proc.pid).children(recursive=True)
+    assert list((tmp_path / "tmp").glob("speedboard-torchrun-*"))  # torchrun's log folder, while it runs
+    proc.kill()
+    _, alive = psutil.wait_procs(job, timeout=90)
+    assert not alive, alive
+    err = proc.stderr.read()
+    assert "lost sys.stderr" not in err and "SignalException" not in err, err
+    assert not list((tmp_path / "tmp").glob("speedboard-torchrun-*"))
 
 
 def test_a_first_ctrl_c_before_the_run_began_ends_the_job_and_after_it_stops_it(tmp_path):
