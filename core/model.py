@@ -62,10 +62,12 @@ def attention_in_fp32(q: torch.Tensor) -> bool:
 
     Held in bf16 inside the kernel (the probabilities and their gradients),
     attention alone made bf16 training trail fp32 by 0.09 nats at tiny's
-    16 × 128 over 300 steps, where rounding its inputs to bf16, the output head
-    and the MLP in bf16 cost nothing measurable; and on a CPU bf16 attention
-    kernels are not faster at these lengths (``python -m bench.attention_precision``,
-    docs/benchmarks.md). GPUs keep bf16 flash attention, as every trainer does.
+    16 × 128 over 300 steps (``python -m bench.numerics --attention bf16``),
+    where rounding its inputs to bf16, the output head and the MLP in bf16 cost
+    nothing measurable. And PyTorch's CPU attention kernel is slower in bf16 at
+    short sequences: a tiny step is 1.31× faster for fp32 attention, a small one
+    as fast, a base one at 1,024 positions 1.23× slower (``python -m
+    bench.step_ab``, docs/benchmarks.md). GPUs keep bf16 flash attention.
     """
     return q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
 
@@ -88,7 +90,8 @@ class LlamaAttention(nn.Module):
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         if attention_in_fp32(q):
-            # Inputs are the projections' bf16 values, widened exactly; the output is cast back by o_proj.
+            # q and k are fp32 already (the rotation promotes them), v is widened exactly; o_proj's autocast
+            # casts the output back to bf16.
             with torch.autocast(q.device.type, enabled=False):
                 y = self._attend(q.float(), k.float(), v.float(), mask)
         else:
