@@ -24,6 +24,7 @@ from pathlib import Path
 from bench.module_cli import int_at_least, module_parser, output_file, run_module, write_output
 from bench.run import _load
 from core.config import PRESETS
+from core.trainer import COMPILE_WARMUP_STEPS
 
 CELLS = (("fp32", "off"), ("fp32", "default"), ("bf16", "off"), ("bf16", "default"))
 
@@ -60,8 +61,9 @@ def run_cell(precision: str, mode: str, args, home: Path, tag: str, steps: int =
 def main(argv: list[str] | None = None) -> int:
     p = module_parser("precision_speed", __doc__)
     p.add_argument("--preset", default="small", choices=list(PRESETS))
-    p.add_argument("--steps", type=int_at_least(2), default=10,
-                   help="steps per run (at least 2: a run's first step is its warm-up, outside its tokens/s)")
+    p.add_argument("--steps", type=int_at_least(COMPILE_WARMUP_STEPS + 1), default=10,
+                   help=f"steps per run (at least {COMPILE_WARMUP_STEPS + 1}: a compiled run's first "
+                        f"{COMPILE_WARMUP_STEPS} are its warm-up, outside its tokens/s)")
     p.add_argument("--repeats", type=int_at_least(1), default=3)
     p.add_argument("--out", type=output_file, help="JSON file for every run")
     args = p.parse_args(argv)

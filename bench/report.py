@@ -377,7 +377,7 @@ def write_reports(raw: dict, path: Path) -> list[Path]:
     All or none: the three are written beside their targets first and renamed into
     place only once all three are complete, so a failure (``ReportNotWritten``,
     naming the file and why) leaves the folder as it was, an earlier report included.
-    Returns the paths written; the ``.png`` is missing from them without matplotlib.
+    Returns the paths written; the ``.png`` is missing from them without matplotlib (and an earlier one removed).
     """
     json_path, md_path, png_path = report_files(path)
     json_data, md_data = _json_bytes(raw), _markdown_bytes(raw)
@@ -399,6 +399,9 @@ def write_reports(raw: dict, path: Path) -> list[Path]:
             _discard(tmp)
         raise
     _publish(staged)
+    if figure is None:  # without matplotlib: an earlier report's chart is not left beside this one's tables
+        with contextlib.suppress(OSError):
+            png_path.unlink(missing_ok=True)
     return [target for _, target in staged]
 
 
@@ -429,12 +432,17 @@ def markdown(raw: dict) -> str:
     peaks = "; ".join(f"{p} {peak_flops(raw, p) / 1e9:,.1f} GFLOP/s" for p in precisions)
     # The speedups' reference: fp32 eager where measured, else the precision that was (bf16 alone: bf16 eager).
     reference = s["cells"].get(s.get("speedup_reference") or "", {}).get("precision", "fp32")
+    # Every cell trains the same steps, so that their losses compare: an eager cell, warm after one step, times
+    # the steps a compiled one spends compiling too.
+    more = max((r.get("timed_steps") or 0 for r in raw.get("runs", [])), default=0)
+    eager = (f" ({more:,} for eager cells: they warm up in one step, and every cell trains the same "
+             f"{cfg['total_steps']:,} steps, so that their losses compare)" if more > cfg["steps"] else "")
     lines = [
         f"**{cfg['preset']}** preset ({cfg['num_parameters'] / 1e6:.1f}M parameters), **{dev['name']}**, "
         f"{', '.join(precisions)}; effective batch {cfg['effective_batch']} × {cfg['seq_len']} tokens = "
         f"{cfg['tokens_per_step']:,} tokens per optimizer step; {counted(cfg['steps'], 'timed step')} after "
-        f"warm-up × {counted(cfg['repeats'], 'interleaved repeat')} (tokens/s: median and min–max over all timed "
-        f"steps); "
+        f"warm-up{eager} × {counted(cfg['repeats'], 'interleaved repeat')} (tokens/s: median and min–max over all "
+        f"timed steps); "
         f"matmul peak (MFU's denominator, per precision: this machine's highest, as the CLI and the "
         f"dashboard use it): {peaks}; "
         f"{raw['flops_per_token'] / 1e6:,.1f} MFLOP per token; torch {raw['versions'].get('torch')}.",

@@ -413,7 +413,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     runs_planned = repeats * sum(2 + (c.name in hf_cells) for c in cells)
     _say(f"speedboard bench: {preset} ({model_cfg.num_parameters() / 1e6:.1f}M params) on {raw['device']['name']}, "
          f"{', '.join(precisions)}, {counted(len(cells), 'cell')} × {counted(repeats, 'repeat')}, "
-         f"{counted(total_steps, 'step')} per run ({steps:,} timed), {tokens_per_step:,} tokens/step → {out}")
+         f"{counted(total_steps, 'step')} per run ({steps:,} timed"
+         + (f", {total_steps - 1:,} in eager cells" if total_steps - 1 > steps and not all(c.compiled for c in cells)
+            else "") + f"), {tokens_per_step:,} tokens/step → {out}")
     saved_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     scratch = temp_folder_name("speedboard-bench-")  # made inside the block that removes it
     matrix_cache = scratch / "inductor-matrix"

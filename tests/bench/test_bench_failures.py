@@ -222,6 +222,19 @@ def _contents(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
+def test_without_matplotlib_an_earlier_chart_is_not_left_beside_the_new_tables(tmp_path, monkeypatch):
+    _earlier_report(tmp_path)
+
+    def no_matplotlib(raw):
+        raise ImportError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(report, "_figure", no_matplotlib)
+    written = report.write_reports(_raw(), tmp_path / "bench.json")
+    assert [p.name for p in written] == ["bench.json", "bench.md"]
+    assert sorted(_contents(tmp_path)) == ["bench.json", "bench.md"]
+    assert "| off-a1-fp32 | 1 × 1 |" in (tmp_path / "bench.md").read_text()
+
+
 def test_the_report_is_written_whole(tmp_path):
     pytest.importorskip("matplotlib")
     written = report.write_reports(_raw(), tmp_path / "bench.json")
@@ -296,6 +309,16 @@ def test_ctrl_c_while_writing_leaves_no_temporary_file(tmp_path, monkeypatch):
 ])
 def test_the_report_counts_in_the_singular_and_the_plural(steps, repeats, text):
     assert text in report.markdown(_raw(steps, repeats))
+
+
+def test_the_report_says_how_many_steps_eager_cells_time():
+    """Every cell trains the same steps; an eager cell, warm after one, timed 3 where the header said 1."""
+    raw = _raw(steps=1)
+    raw["config"]["total_steps"] = 4
+    for run in raw["runs"]:
+        run["timed_steps"] = 3
+    assert ("1 timed step after warm-up (3 for eager cells: they warm up in one step, and every cell trains the "
+            "same 4 steps, so that their losses compare) × 1 interleaved repeat") in report.markdown(raw)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -160,13 +160,16 @@ def test_a_compile_past_its_timeout_is_one_line(monkeypatch):
         bench.compile_cost.measure("tiny", 2, "model", 2.0)
 
 
-def test_precision_speed_needs_two_steps_and_removes_its_runs(monkeypatch, tmp_path, capsys):
-    """One step is a run's warm-up alone: its tokens/s were None, a traceback after minutes of runs; and the runs'
-    folders, checkpoints included, stayed in the temporary folder (gigabytes for the small preset)."""
+@pytest.mark.parametrize("steps", ["1", "3"])
+def test_precision_speed_needs_a_step_after_compiled_warm_up_and_removes_its_runs(steps, monkeypatch, tmp_path,
+                                                                                 capsys):
+    """A compiled run's first three steps are its warm-up: with 3 (or 1) its tokens/s were None, a traceback after
+    minutes of runs; and the runs' folders, checkpoints included, stayed in the temporary folder (gigabytes for
+    the small preset)."""
     import bench.precision_speed as ps
 
-    assert _entry("precision_speed", ["--steps", "1"]) == 2
-    assert "expected an integer ≥ 2, got 1" in capsys.readouterr().err
+    assert _entry("precision_speed", ["--steps", steps]) == 2
+    assert f"expected an integer ≥ 4, got {steps}" in capsys.readouterr().err
     homes = []
 
     def run_cell(precision, mode, args, home, tag, steps=0):
@@ -177,7 +180,7 @@ def test_precision_speed_needs_two_steps_and_removes_its_runs(monkeypatch, tmp_p
 
     monkeypatch.setattr(ps, "run_cell", run_cell)
     monkeypatch.setattr(ps, "_loads", lambda loads: "0")
-    assert ps.main(["--steps", "2", "--repeats", "1", "--out", str(tmp_path / "runs.json")]) == 0
+    assert ps.main(["--steps", "4", "--repeats", "1", "--out", str(tmp_path / "runs.json")]) == 0
     assert homes and not homes[0].exists() and len(json.loads((tmp_path / "runs.json").read_text())) == 4
 
 
