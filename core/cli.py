@@ -998,6 +998,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from core.distributed import PeerLost, launched_by_torchrun, shutdown
     from core.errors import ConfigError, JobTerminated
     from core.launch import check_nproc
+    from core.split import OutOfMemory
     from core.stopping import StopSignals
     from core.trainer import Trainer
 
@@ -1023,6 +1024,12 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     except PeerLost as exc:
         _error_line(f"speedboard: error: {exc}")
         code = 1
+    except OutOfMemory as exc:
+        # Every rank of a job ends so; rank 0 (which names the checkpoint it saved) and a rank that ran out
+        # say it, not each rank that only heard of it.
+        if rank0 or exc.here or not launched_by_torchrun():
+            _error_line(f"speedboard: error: {exc}")
+        code = 2
     except JobTerminated as exc:
         from core.runs import CLAIM_ENV
 
@@ -1064,7 +1071,9 @@ def _error_line(text: str) -> None:
     from core.event_text import one_line
 
     try:
-        print(one_line(text), file=sys.stderr, flush=True)
+        # One write: processes of a job that print at once (torchrun's ranks) do not run into each other's line.
+        sys.stderr.write(one_line(text) + "\n")
+        sys.stderr.flush()
     except (OSError, ValueError):
         pass
 

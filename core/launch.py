@@ -243,7 +243,7 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
         fit_split(model_cfg, tc.micro_batch, tc.accum_steps, config.data.seq_len, precision, device, shards, processes)
     else:
         check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device, shards=shards,
-                   processes=processes, accum_steps=tc.accum_steps)
+                   processes=processes, accum_steps=tc.accum_steps, compile_mode=tc.compile_mode)
     if trainer_state is not None:  # a budget already used up: one line
         at = Position(int(trainer_state["step"]), int(trainer_state["tokens"]), config.tokens_per_step(nproc),
                       len(data.train) * data.train.seq_len)

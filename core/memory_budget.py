@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from core.config import ModelConfig
+from core.config import CUDA_GRAPH_MODES, ModelConfig
 from core.errors import ConfigError
 
 GIB = 2**30
@@ -234,11 +234,14 @@ def _more_than_all(estimate: MemoryEstimate, device: torch.device, processes: in
 
 
 def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: str, device: torch.device,
-               shards: int = 1, processes: int = 1, accum_steps: int | None = None) -> MemoryEstimate:
+               shards: int = 1, processes: int = 1, accum_steps: int | None = None,
+               compile_mode: str = "off") -> MemoryEstimate:
     """Refuse, in one line, a run whose estimate exceeds the device's memory (``processes`` ranks sharing it).
 
     Only what surely cannot fit is refused (the estimate is a lower bound). The split the message names, with
-    ``accum_steps`` keeping the effective batch, is fitted as ``fit_split`` fits one (on a CPU to half the RAM).
+    ``accum_steps`` keeping the effective batch, is fitted as ``fit_split`` fits one (on a CPU to half the RAM);
+    under a ``compile_mode`` that refuses accumulation (CUDA graphs) the message says so instead of naming a
+    split the same command would refuse.
     """
     estimate = estimate_training_memory(model, micro_batch, seq_len, precision, shards)
     available, what = device_memory(device)
@@ -261,9 +264,14 @@ def check_fits(model: ModelConfig, micro_batch: int, seq_len: int, precision: st
     if accum_steps is not None:
         per_process = micro_batch * accum_steps
         cpu = "; on a CPU a split is fitted to half the available RAM, the estimate being a lower bound"
+        split = f"--micro-batch {micro} --accum {per_process // micro}"
+        if compile_mode in CUDA_GRAPH_MODES:
+            raise ConfigError(f"{need}; micro-batch {micro:,} × accumulation {per_process // micro:,} would keep the "
+                              f"effective batch, but compile mode {compile_mode!r} uses CUDA graphs, refused with "
+                              f"accumulation: use {split} with --compile max-autotune-no-cudagraphs or default, "
+                              f"or --micro-batch {micro} alone (a smaller effective batch)", "micro_batch")
         raise ConfigError(f"{need}; micro-batch {micro:,} × accumulation {per_process // micro:,} fits with the "
-                          f"same effective batch (--micro-batch {micro} --accum {per_process // micro})"
-                          f"{cpu if device.type == 'cpu' else ''}", "micro_batch")
+                          f"same effective batch ({split}){cpu if device.type == 'cpu' else ''}", "micro_batch")
     fitting = max(0, (limit // processes - estimate.states) // max(1, estimate.activations // micro_batch))
     raise ConfigError(f"{need}; use --micro-batch {max(1, fitting):,} or less (and --accum to keep the "
                       f"effective batch)", "micro_batch")

@@ -56,10 +56,14 @@ def out_of_memory_detail(exc: BaseException) -> str:
 
 
 class OutOfMemory(SpeedboardError):
-    """A micro-step ran out of memory and the split cannot shrink (micro-batch 1, or a setting refuses it)."""
+    """A micro-step ran out of memory and the split cannot shrink (micro-batch 1, or a setting refuses it).
 
-    def __init__(self, message: str) -> None:
+    ``here``: this process ran out, not (only) another of its job, whose own error says it.
+    """
+
+    def __init__(self, message: str, here: bool = True) -> None:
         super().__init__(message, "micro_batch")
+        self.here = here
 
 
 def smaller_split(micro_batch: int, accum_steps: int) -> tuple[int, int] | None:

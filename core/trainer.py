@@ -301,6 +301,8 @@ class Trainer:
         """This attempt of a step has passed its agreement point (DDP's synchronised backward may be running)."""
         self._micro_index = 0
         self._oom_reason = ""
+        self._oom_here = False
+        """Whether this process was one that ran out of memory in the attempt ``_oom_reason`` describes."""
 
     @property
     def stoppable(self) -> bool:
@@ -373,12 +375,19 @@ class Trainer:
             self.phase = Phase.FINISHED
             return result
         except BaseException as exc:
+            phase = self.phase
             abandoned = self.phase is Phase.SETTING_UP and isinstance(exc, (KeyboardInterrupt, Cancelled))
             if abandoned:
                 self.compiled = None  # no model to save: set-up's is not what the run was asked to train
             self.phase = Phase.FAILED
-            # A collective that failed because a peer died: one clear line, not a backend trace.
-            failure = PeerLost(peer_failure_message(exc, self.dist)) if is_peer_failure(exc, self.dist) else exc
+            # A collective that failed because a peer died: one clear line, not a backend trace; so is memory that
+            # ran out outside a micro-step (those are redone with a smaller split).
+            if is_peer_failure(exc, self.dist):
+                failure = PeerLost(peer_failure_message(exc, self.dist))
+            elif is_out_of_memory(exc) and not isinstance(exc, OutOfMemory):
+                failure = OutOfMemory(self._out_of_memory_elsewhere(exc, phase))
+            else:
+                failure = exc
             if isinstance(failure, KeyboardInterrupt):
                 message = str(failure) or "interrupted"
             elif isinstance(failure, PeerLost):
@@ -398,6 +407,16 @@ class Trainer:
                 # Ctrl-C, SIGTERM or a stop before the first step: nothing to keep, so nothing is (the run folder
                 # a torchrun job's rank 0 made during its longer set-up stayed, holding one "failed" line).
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _out_of_memory_elsewhere(self, exc: BaseException, phase: Phase) -> str:
+        """One line for memory that ran out where no smaller split helps: set-up, the optimizer step (AdamW's
+        state is allocated at the first), validation, sampling."""
+        detail = out_of_memory_detail(exc)
+        if phase is Phase.TRAINING:
+            return (f"out of memory in step {self.step + 1}, outside its micro-steps (the optimizer step, whose "
+                    f"state AdamW allocates at the first, validation or sampling) ({detail}); choose a smaller "
+                    f"model, fewer --eval-batches or a shorter sample")
+        return f"out of memory while setting up the run ({detail}); choose a smaller model or micro-batch"
 
     def record_abort(self, message: str) -> None:
         """Record a ``RunFailed`` now, from any thread, when the process must end before ``run`` can.
@@ -632,7 +651,7 @@ class Trainer:
             self._fit_before_run(model_cfg, shards, local)
         else:
             check_fits(model_cfg, tc.micro_batch, cfg.data.seq_len, self.precision, device,
-                       shards=shards, processes=local, accum_steps=tc.accum_steps)
+                       shards=shards, processes=local, accum_steps=tc.accum_steps, compile_mode=tc.compile_mode)
         self.model_cfg = model_cfg
 
     def _build_model(self, loaded: ckpt_io.LoadedCheckpoint | None) -> None:
@@ -1087,6 +1106,7 @@ class Trainer:
             loss_sum = None
         if loss_sum is None:
             self._oom_reason = failure or f"out of memory on another process in step {self.step + 1}"
+            self._oom_here = failure is not None
             return None
         if probe:
             self._average_gradients()
@@ -1139,12 +1159,24 @@ class Trainer:
         tc = self.cfg.train
         smaller = smaller_split(tc.micro_batch, tc.accum_steps)
         if smaller is None:
+            end = "micro-batch 1 does not fit; choose a smaller model or sequence length"
+        else:
+            end = self._refused_split(*smaller)
+        if end:  # the run ends here, with the last completed step saved
             saved = self._save_or_warn(None, final=True)
             barrier(self.dist)
             where = f"; the state after step {self.step} is saved in {saved}" if saved else ""
-            raise OutOfMemory(f"{reason}: micro-batch 1 does not fit; choose a smaller model or sequence length"
-                              f"{where}")
+            raise OutOfMemory(f"{reason}: {end}{where}", here=self._oom_here)
         self._set_split(*smaller, reason, self.step + 1)
+
+    def _refused_split(self, micro: int, accum: int) -> str:
+        """Why the run cannot go on with ``micro × accum`` ("" when it can): a CUDA-graph compile mode refuses
+        accumulation."""
+        try:
+            self.cfg.replace(train={"micro_batch": micro, "accum_steps": accum})
+        except ConfigError as exc:
+            return f"the next split, micro-batch {micro} × accumulation {accum}, cannot be used: {exc}"
+        return ""
 
     def _peak_mem(self) -> float:
         peak = peak_memory_gib(self.device) if self._peak_resets else None

@@ -146,6 +146,50 @@ def test_micro_batch_one_that_runs_out_of_memory_ends_the_run_clearly(tmp_path, 
     assert saved.step == 1 and Path(saved.path).name == "step_0000001" and saved.path in failed.message
 
 
+def test_memory_that_runs_out_outside_a_micro_step_is_one_line(tmp_path, monkeypatch):
+    """AdamW allocates its state at the first optimizer step: under ulimit -v the CPU allocator's failure there
+    was a 49-line traceback and exit code 1."""
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: you "
+                       "tried to allocate 42762240 bytes. Error code 12 (Cannot allocate memory)")
+
+    def failing_step(self, *args, **kwargs):
+        raise cpu
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", failing_step)
+    sink = ListSink()
+    with pytest.raises(OutOfMemory) as err:
+        Trainer(config(tmp_path, micro_batch=2, accum_steps=1), sink=sink).run()
+    assert str(err.value) == (
+        "out of memory in step 1, outside its micro-steps (the optimizer step, whose state AdamW allocates at the "
+        "first, validation or sampling) (DefaultCPUAllocator: can't allocate memory: you tried to allocate 42762240 "
+        "bytes. Error code 12 (Cannot allocate memory)); choose a smaller model, fewer --eval-batches or a shorter "
+        "sample")
+    (failed,) = sink.of(RunFailed)
+    assert failed.message == str(err.value) and not sink.of(MicroBatchChanged)
+
+
+def test_a_split_the_settings_refuse_ends_the_run_with_the_last_step_saved(tmp_path, monkeypatch):
+    """Under a CUDA-graph compile mode the next split (accumulation 2) is refused: the run ended without saving
+    step 1, and its message said that split "would fit", which nothing had checked."""
+    InjectedOom(monkeypatch, from_call=2)
+    monkeypatch.setattr(Trainer, "_refused_split", lambda self, micro, accum: f"no {micro} × {accum} here")
+    sink = ListSink()
+    trainer = Trainer(config(tmp_path, micro_batch=2, accum_steps=1), sink=sink)
+    with pytest.raises(OutOfMemory, match="at micro-batch 2 .*: no 1 × 2 here; the state after step 1 is saved"):
+        trainer.run()
+    assert not sink.of(MicroBatchChanged)
+    (saved,) = sink.of(CheckpointSaved)
+    assert saved.step == 1 and Path(saved.path).name == "step_0000001"
+
+
+def test_a_cuda_graph_compile_mode_refuses_the_next_split_in_its_own_words(tmp_path):
+    trainer = Trainer(config(tmp_path, micro_batch=2, accum_steps=1, compile_mode="reduce-overhead"))
+    assert trainer._refused_split(1, 2).startswith(
+        "the next split, micro-batch 1 × accumulation 2, cannot be used: compile mode 'reduce-overhead' uses CUDA "
+        "graphs")
+    assert trainer._refused_split(1, 1) == ""
+
+
 # --------------------------------------------------------------------------- before a run: --micro-batch auto
 CLI = ["--preset", "tiny", "--seq-len", "32", "--vocab-size", "512", "--steps", "1", "--no-progress"]
 
@@ -199,6 +243,11 @@ def test_micro_batch_auto_keeps_a_split_that_fits(budget, tmp_path, capsys):
      "more than the 13.0 GiB of test memory; micro-batch 4 × accumulation 8 fits with the same effective batch "
      "(--micro-batch 4 --accum 8); on a CPU a split is fitted to half the available RAM"),
     (["--micro-batch", "12", "--accum", "2"], 13, None),  # 12 GiB of 13: might fit, so trained as given
+    # A CUDA-graph compile mode refuses accumulation: the split that fits is not named as if it would run.
+    (["--micro-batch", "16", "--compile", "reduce-overhead"], 13,
+     "micro-batch 4 × accumulation 4 would keep the effective batch, but compile mode 'reduce-overhead' uses CUDA "
+     "graphs, refused with accumulation: use --micro-batch 4 --accum 4 with --compile max-autotune-no-cudagraphs "
+     "or default, or --micro-batch 4 alone (a smaller effective batch)"),
 ])
 def test_bad_micro_batch_values_are_one_line_and_exit_2(budget, tmp_path, capsys, args, gib, message):
     budget(gib)
@@ -389,3 +438,21 @@ def test_a_cgroup_limit_below_the_free_ram_is_the_memory_a_cpu_run_fits_to(monke
     assert budget.device_memory(torch.device("cpu")) == (512 << 20, "RAM the process' memory limit (cgroup) leaves")
     monkeypatch.setattr(budget, "cgroup_room", lambda: 1 << 62)
     assert budget.device_memory(torch.device("cpu"))[1] == "available RAM"
+
+
+@pytest.mark.parametrize("rank, here, said", [(0, False, True), (1, False, False), (1, True, True)])
+def test_under_torchrun_a_rank_that_only_heard_of_the_out_of_memory_stays_quiet(rank, here, said, tmp_path,
+                                                                                monkeypatch, capsys):
+    """Every rank ended with its error line (two, run together on one line at times, beside the launcher's)."""
+
+    def out_of_memory(self):
+        raise OutOfMemory("out of memory on another process in step 2: micro-batch 1 does not fit", here=here)
+
+    monkeypatch.setattr(Trainer, "run", out_of_memory)
+    monkeypatch.setattr("core.distributed.launched_by_torchrun", lambda: True)  # its environment would start a
+    monkeypatch.setenv("RANK", str(rank))  # watch over a launcher this test does not have
+    monkeypatch.setattr("core.distributed.exit_without_teardown", lambda code: None)  # a worker's os._exit
+    assert main(["train", *CLI, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("speedboard: error: out of memory on another process in step 2: micro-batch 1 does not fit\n"
+                   if said else "")
