@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 _POLL_S = 0.02
 """How often a held-back Ctrl-C checks whether the import is over."""
@@ -103,18 +104,28 @@ class DiscardedRaiser:
     work went on. Armed with the exception its handler raises (``arm``, in that handler), this hook raises
     it again about 10 ms later, outside the callback, through a one-shot handler of ``signum``, until
     ``disarm``. Main thread only, as signal handlers are.
+
+    While armed, Python's warnings are silenced: an abort that lands inside a
+    compile's traced backward pass made autograd print its anomaly report ("Error
+    detected in NllLossBackward0. Traceback of forward call …") before the
+    command's one line.
     """
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.exc: BaseException | None = None
         self._previous_hook = None
+        self._quiet: warnings.catch_warnings | None = None
 
     def arm(self, exc: BaseException) -> None:
         self.exc = exc
         if self._previous_hook is None:
             self._previous_hook = sys.unraisablehook
             sys.unraisablehook = self._hook
+        if self._quiet is None:
+            self._quiet = warnings.catch_warnings()
+            self._quiet.__enter__()  # left in disarm: the filters as they were
+            warnings.simplefilter("ignore")
 
     def disarm(self) -> None:
         self.exc = None
@@ -122,6 +133,9 @@ class DiscardedRaiser:
             if sys.unraisablehook == self._hook:
                 sys.unraisablehook = self._previous_hook
             self._previous_hook = None
+        if self._quiet is not None:
+            self._quiet.__exit__(None, None, None)
+            self._quiet = None
 
     def _hook(self, unraisable) -> None:
         exc = self.exc

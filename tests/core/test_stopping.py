@@ -360,6 +360,22 @@ def test_a_sigterm_that_python_discards_in_a_callback_is_raised_again_at_once():
     assert proc.stdout.startswith("terminated after the callback in 0.") and proc.stderr == "", proc.stderr
 
 
+def test_an_abort_under_way_prints_no_warning_and_its_end_restores_them():
+    """A second Ctrl-C landing in a compile's traced backward pass made autograd print its anomaly report (a
+    UserWarning with the forward's traceback) before the one line."""
+    import warnings
+
+    from core.interrupts import DiscardedRaiser
+
+    raiser = DiscardedRaiser(signal.SIGINT)
+    before = warnings.filters[:]
+    raiser.arm(KeyboardInterrupt())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn("Error detected in NllLossBackward0", UserWarning, stacklevel=1)
+    raiser.disarm()
+    assert caught == [] and warnings.filters == before
+
+
 CUT_OFF_IMPORT = textwrap.dedent("""
     import sys
 
