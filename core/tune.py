@@ -869,11 +869,13 @@ def save_report(report: dict[str, Any], path: str | os.PathLike[str], keep_exist
 
     ``keep_existing``: ``path`` is a default name (a time stamp), and a report found there (another tune started
     in the same second) is kept: this one takes the next free name, ``-2``, ``-3``, …"""
-    from core.paths import not_a_file, user_path, why_write_failed, written_through
+    from core.paths import not_a_file, user_path, why_not_writable, why_write_failed, written_through
 
     target = written_through(user_path(path))
     if (what := not_a_file(target)) is not None:  # it became one during the trials
         raise ConfigError(f"cannot write the tuning report {target}: it is {what}, not a file", "json")
+    if reason := why_not_writable(target.parent):  # so did its folder ("File exists" said nothing)
+        raise ConfigError(f"cannot write the tuning report {target}: {reason}", "json")
     tmp = _temp_path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
