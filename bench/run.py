@@ -411,11 +411,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in figures.items())
 
     runs_planned = repeats * sum(2 + (c.name in hf_cells) for c in cells)
+    # Eager cells, warm sooner, time the steps compiled ones spend compiling: every cell trains total_steps.
+    eager_timed = {total_steps - c.warmup_steps for c in cells if not c.compiled} - {steps}
     _say(f"speedboard bench: {preset} ({model_cfg.num_parameters() / 1e6:.1f}M params) on {raw['device']['name']}, "
          f"{', '.join(precisions)}, {counted(len(cells), 'cell')} × {counted(repeats, 'repeat')}, "
          f"{counted(total_steps, 'step')} per run ({steps:,} timed"
-         + (f", {total_steps - 1:,} in eager cells" if total_steps - 1 > steps and not all(c.compiled for c in cells)
-            else "") + f"), {tokens_per_step:,} tokens/step → {out}")
+         + "".join(f", {n:,} in eager cells" for n in eager_timed) + f"), {tokens_per_step:,} tokens/step → {out}")
     saved_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     scratch = temp_folder_name("speedboard-bench-")  # made inside the block that removes it
     matrix_cache = scratch / "inductor-matrix"
