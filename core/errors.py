@@ -30,6 +30,10 @@ class DataError(SpeedboardError):
         super().__init__(message, field)
 
 
+class SourceChanged(DataError):
+    """A corpus file written to while it was prepared: its fingerprint no longer describes its text."""
+
+
 class CheckpointError(SpeedboardError):
     """A checkpoint that cannot be saved or loaded."""
 

@@ -22,13 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import DataConfig
-from core.errors import DataError, SpeedboardError
+from core.errors import DataError, SourceChanged, SpeedboardError
 from core.events import DataPreparationProgress, DataPreparationStarted, DataPrepared, Event, WarningRaised
 from core.sources import Source, resolve_source, source_location
 from core.stopping import native_worker
 from core.token_store import TokenStore, ensure_writable, find_store, preparation_lock, stores_dir, write_store
 from core.tokenizer import BPETokenizer, check_special_tokens, drops_unknown_text, load_tokenizer_file, train_bpe
-from core.tokenizer_cache import cached_trained_tokenizer, store_trained_tokenizer, tokenizers_dir
+from core.tokenizer_cache import (
+    cached_trained_tokenizer,
+    store_trained_tokenizer,
+    tokenizers_dir,
+    trained_tokenizer_path,
+)
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,11 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
             try:
                 store = write_store(source, tok, fingerprint, tokenizer_origin=origin, progress=progress,
                                     should_stop=should_stop)
+            except SourceChanged:
+                if trained_now:  # its sample is of the text before the write, and its name the old fingerprint's
+                    trained_tokenizer_path(fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs,
+                                           source_location(cfg.source), cfg.text_field).unlink(missing_ok=True)
+                raise
             except SpeedboardError as exc:
                 if not trained_now:
                     raise

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import Cancelled, DataError, first_line
+from core.errors import Cancelled, DataError, SourceChanged, first_line
 from core.json_text import parse_json
 from core.paths import (
     WriterLock,
@@ -701,11 +701,11 @@ def _check_unchanged(source: Source) -> None:
         try:
             st = os.stat(f.path)
         except OSError as exc:
-            raise DataError(f"{f.path} changed while it was being prepared ({exc.strerror}); no token store was kept: "
-                            f"prepare it again") from None
+            raise SourceChanged(f"{f.path} changed while it was being prepared ({exc.strerror}); no token store was "
+                                f"kept: prepare it again") from None
         if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
-            raise DataError(f"{f.path} changed while it was being prepared; no token store was kept: prepare it again "
-                            f"once it is written")
+            raise SourceChanged(f"{f.path} changed while it was being prepared; no token store was kept: prepare it "
+                                f"again once it is written")
 
 
 def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, tokenizer_origin: str,
