@@ -71,11 +71,26 @@ def data_progress_line(event: ev.DataPreparationProgress) -> str:
     return f"{what}:{share}{tokens}{eta}"
 
 
+_HELD_OUT = (" (validation)", " (test)")
+"""How ``core.sources`` marks a held-out split's file among those not read."""
+
+
 def skipped_files(names, shown: int = 3) -> str:
-    """Files a source folder holds but does not read (binary files, a README beside shards), a few named."""
-    names = list(names)
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
+    """Files a source folder holds but does not read: every held-out split, named first (its one file, or the
+    split with its number of files: sorted by path, a split whose files came after three others went unsaid), then
+    a few of the rest (binary files, a README beside shards, files of no split)."""
+    splits: dict[str, list[str]] = {}
+    rest = []
+    for name in names:
+        mark = next((m for m in _HELD_OUT if name.endswith(m)), None)
+        if mark is None:
+            rest.append(name)
+        else:
+            splits.setdefault(mark, []).append(name)
+    said = [files[0] if len(files) == 1 else f"the {mark.strip(' ()')} split ({len(files)} files)"
+            for mark, files in splits.items()]
+    more = f" and {len(rest) - shown} more" if len(rest) > shown else ""
+    return ", ".join(said + rest[:shown]) + more
 
 
 def tokenizer_line(event: ev.DataPrepared) -> str:

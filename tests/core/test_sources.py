@@ -465,6 +465,24 @@ def test_a_folder_in_the_hubs_split_layout_reads_its_train_split_only(tmp_path):
     assert len(resolve_source(str(notes)).files) == 2 and resolve_source(str(notes)).ignored == ()
 
 
+def test_every_held_out_split_is_named_among_the_files_not_read(tmp_path):
+    """The hub's usual layout, a README beside two shards of each split: the list of files not read, cut to three
+    in path order, said "README.md, data/test-00000… (test), data/test-00001… (test) and 2 more": the validation
+    split went unsaid."""
+    from core.event_text import skipped_files
+
+    data = tmp_path / "hub" / "data"
+    data.mkdir(parents=True)
+    (data.parent / "README.md").write_text("# a dataset card")
+    for split in ("train", "validation", "test"):
+        for i in range(2):
+            write_parquet(data / f"{split}-0000{i}-of-00002.parquet", DOCS if split == "train" else ["held out"])
+    said = skipped_files(resolve_source(str(data.parent)).ignored)
+    assert said == "the test split (2 files), the validation split (2 files), README.md", said
+    # A split of one file is named by its file; beyond three other files, the rest is counted.
+    assert skipped_files(["a", "b", "c", "d", "v.txt (validation)"]) == "v.txt (validation), a, b, c and 1 more"
+
+
 def test_a_folder_of_books_whose_titles_hold_split_words_is_read_whole(tmp_path):
     """"training_day.txt" beside "the_test_of_time.txt" made a folder of books a hub split layout: three of its four
     books were left out, said once in the first line of a preparation and never again."""
