@@ -552,10 +552,17 @@ def _plain_roles(tok, tokenizer: BPETokenizer) -> list:
 
 
 def tokenizer_key(tokenizer: BPETokenizer) -> str:
-    """What a store's key takes of its tokenizer: its hash, and whether a plain-token BOS/EOS/PAD is read as
-    text in documents (stores written before that was so hold it mid-document: they are not reused)."""
+    """What a store's key takes of its tokenizer: its hash, whether a plain-token BOS/EOS/PAD is read as text in
+    documents (stores written before that was so hold it mid-document: they are not reused), and its roles where a
+    ``tokenizer_config.json`` chose others than the file's own names give (the same file with and without one
+    shared a key, and each preparation replaced the other's store)."""
     plain = _plain_roles(tokenizer.tok, tokenizer)
-    return tokenizer_sha256(tokenizer) + (":plain roles read as text" if plain else "")
+    key = tokenizer_sha256(tokenizer) + (":plain roles read as text" if plain else "")
+    roles = (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
+    named = BPETokenizer(tokenizer.tok)
+    if roles != (named.bos_id, named.eos_id, named.pad_id):
+        key += ":roles " + "/".join(str(i) for i in roles)
+    return key
 
 
 def plain_text_tokenizer(tokenizer: BPETokenizer):

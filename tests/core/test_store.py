@@ -640,6 +640,34 @@ def test_tokenizer_files_and_their_special_tokens(tmp_path, cache):
         prepare_data(DataConfig(source=str(corpus(tmp_path)), tokenizer=str(tmp_path / "no_tokenizer")))
 
 
+def test_one_tokenizer_file_with_other_roles_from_a_tokenizer_config_keeps_a_store_of_its_own(tmp_path, cache):
+    """The same tokenizer.json with and without a tokenizer_config.json that swaps BOS and EOS had one store key:
+    each preparation replaced the other's store (never used with the wrong roles, but tokenized again at every
+    switch)."""
+    from core.tokenizer import train_bpe
+
+    plain = tmp_path / "tok.json"
+    train_bpe(["some words and more words"] * 20, vocab_size=300).tok.save(str(plain))
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    shutil.copy(plain, swapped / "tokenizer.json")
+    tok = BPETokenizer.load(plain)
+    (swapped / "tokenizer_config.json").write_text(json.dumps({"bos_token": tok.eos_token,
+                                                                "eos_token": tok.bos_token}))
+    if tok.bos_id == tok.eos_id:
+        pytest.skip("one token opens and closes documents: nothing to swap")
+    source = str(corpus(tmp_path))
+    first = prepare_data(DataConfig(source=source, seq_len=16, tokenizer=str(plain)))
+    second = prepare_data(DataConfig(source=source, seq_len=16, tokenizer=str(swapped)))
+    assert second.store.path != first.store.path and len(store_folders(cache)) == 2
+    sink = ListSink()
+    prepare_data(DataConfig(source=source, seq_len=16, tokenizer=str(plain)), sink=sink)
+    assert sink.of(DataPrepared)[0].from_store  # the first is still there
+    # A tokenizer_config.json naming the file's own roles changes nothing: its store is the same.
+    (swapped / "tokenizer_config.json").write_text(json.dumps({"bos_token": tok.bos_token}))
+    assert prepare_data(DataConfig(source=source, seq_len=16, tokenizer=str(swapped))).store.path == first.store.path
+
+
 def test_tokenizer_is_trained_on_a_bounded_sample(tmp_path, cache):
     from core.tokenizer import train_bpe
 
