@@ -1202,7 +1202,10 @@ def _generate(args: argparse.Namespace) -> int:
     load_weights(model, loaded.state_dict, str(loaded.source))
     model.to(device).eval()
     ids = ([tok.bos_id] if tok.bos_id is not None else []) + _prompt_ids(tok, args.prompt)
-    _warn_past_positions(len(ids), settings.max_new_tokens, model_config.max_position_embeddings)
+    positions = model_config.max_position_embeddings
+    if len(ids) > positions:
+        _error_line(f"warning: the prompt is {len(ids):,} tokens (its BOS included) and the model has "
+                    f"{positions:,} positions: its first {len(ids) - positions:,} are not read")
     gen = torch.Generator(device=device).manual_seed(settings.seed)
     stream = _TextStream(tok, ids)  # the text as it grows, not all of it at the end
     try:
@@ -1213,19 +1216,12 @@ def _generate(args: argparse.Namespace) -> int:
                        on_token=stream.add, vocab_limit=tok.vocab_size)
     finally:
         stream.close()  # the text ends its line, also when an error line or Ctrl-C's line follows
+    # Said once the text is there, of the text there is: `--max-new-tokens` above the positions warned before a
+    # text that ended at its EOS long before them. The last token is printed, never read.
+    if len(ids) <= positions < len(stream.ids) - 1:
+        _error_line(f"warning: the text grew past {positions:,} tokens (its BOS included): each token after "
+                    f"them was chosen from the last {positions:,} only (the model's positions)")
     return 0
-
-
-def _warn_past_positions(prompt_tokens: int, new_tokens: int, positions: int) -> None:
-    """Said when the model cannot read the whole text: each token is chosen from the last ``positions`` tokens
-    (as nanoGPT's sampler does). A prompt longer than that lost its beginning without a word, and its text
-    differed from the exported model's in transformers."""
-    if prompt_tokens > positions:
-        _error_line(f"warning: the prompt is {prompt_tokens:,} tokens (its BOS included) and the model has "
-                    f"{positions:,} positions: its first {prompt_tokens - positions:,} are not read")
-    elif prompt_tokens + new_tokens > positions + 1:  # the last token is printed, never read
-        _error_line(f"warning: past {positions:,} tokens in all, each new token is chosen from the last "
-                    f"{positions:,} only (the model's positions)")
 
 
 _TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -628,7 +628,7 @@ def test_a_compile_cache_folder_that_cannot_be_made_is_one_line(tmp_path, comman
     assert not (tmp_path / "runs").exists() and not (tmp_path / "t.json").exists()
 
 
-def test_generate_says_when_the_model_cannot_read_the_whole_text(existing_run, capsys):
+def test_generate_says_when_the_model_cannot_read_the_whole_text(existing_run, capsys, monkeypatch):
     """A prompt longer than the model's positions lost its beginning without a word (its text then differed from
     the exported model's in transformers); a generation that outgrows them reads a sliding window."""
     _, run_dir, _ = existing_run
@@ -638,12 +638,29 @@ def test_generate_says_when_the_model_cannot_read_the_whole_text(existing_run, c
     err = capsys.readouterr().err.strip()
     assert err.startswith("warning: the prompt is ") and err.endswith(" are not read"), err
     assert f"the model has {positions} positions: its first " in err, err
-    assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", str(positions)]) == 0
-    assert capsys.readouterr().err.strip() == (f"warning: past {positions} tokens in all, each new "
-                                              f"token is chosen from the last {positions} only (the model's "
-                                              f"positions)")
-    assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", "3"]) == 0
+    # A text that ends at its EOS before the positions: nothing to say, whatever --max-new-tokens allowed (it
+    # warned before the text, from the flag).
+    from core.model import LlamaForCausalLM
+
+    original = LlamaForCausalLM.generate
+
+    def ending_after(n):
+        def generate(self, idx, max_new_tokens, **kw):
+            return original(self, idx, n, **{**kw, "eos_id": None})
+        return generate
+
+    monkeypatch.setattr(LlamaForCausalLM, "generate", ending_after(3))
+    assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", str(3 * positions)]) == 0
     assert capsys.readouterr().err == ""
+    # BOS, "The" and positions - 1 new tokens: the last is printed, never read.
+    monkeypatch.setattr(LlamaForCausalLM, "generate", ending_after(positions - 1))
+    assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", str(3 * positions)]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(LlamaForCausalLM, "generate", ending_after(positions))
+    assert main(["generate", str(run_dir), "--prompt", "The", "--max-new-tokens", str(3 * positions)]) == 0
+    assert capsys.readouterr().err.strip() == (f"warning: the text grew past {positions} tokens (its BOS "
+                                              f"included): each token after them was chosen from the last "
+                                              f"{positions} only (the model's positions)")
 
 
 @pytest.mark.parametrize("command", ["generate", "train"])
