@@ -244,10 +244,10 @@ def check_before_launch(config, nproc: int, *, sink=None, should_stop=None) -> N
     else:
         check_fits(model_cfg, tc.micro_batch, config.data.seq_len, precision, device, shards=shards,
                    processes=processes, accum_steps=tc.accum_steps, compile_mode=tc.compile_mode)
-    if trainer_state is not None:  # a budget already used up: one line
-        at = Position(int(trainer_state["step"]), int(trainer_state["tokens"]), config.tokens_per_step(nproc),
-                      len(data.train) * data.train.seq_len)
-        make_schedule(tc, at, trainer_state)
+    # A budget already used up on resume, or one beyond the 64-bit counters (--tokens 1e23): one line.
+    done = (0, 0) if trainer_state is None else (int(trainer_state["step"]), int(trainer_state["tokens"]))
+    make_schedule(tc, Position(*done, config.tokens_per_step(nproc), len(data.train) * data.train.seq_len),
+                  trainer_state)
 
 
 @dataclass(frozen=True)

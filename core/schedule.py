@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from core.config import MAX_COUNT
 from core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,7 +84,19 @@ def make_schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None
       the warmup it keeps);
     - the parent finished its budget: a new cosine segment of this run's
       budget from here, without warmup ("continue training").
+
+    A step or a budget whose tokens do not fit the 64-bit counters is a ``ConfigError``: the trainer and the
+    launcher (before any process starts) refuse it alike.
     """
+    schedule = _schedule(train, at, saved)
+    if max(at.tokens_per_step, schedule.end_tokens) > MAX_COUNT:
+        raise ConfigError(f"{at.tokens_per_step:,} tokens per step and a budget of {schedule.end_tokens:,} tokens: "
+                          f"counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller batch or budget",
+                          "budget")
+    return schedule
+
+
+def _schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None) -> LRSchedule:
     if saved is None:
         budget = budget_tokens(train, at)
         return LRSchedule(train.lr, train.min_lr, int(train.warmup_ratio * budget), budget)

@@ -31,7 +31,7 @@ import torch
 
 from core import checkpoint as ckpt_io
 from core.compile import CompiledModel, compile_model, compile_unavailable_reason, reset_compiler
-from core.config import MAX_COUNT, MIN_VOCAB_SIZE, ModelConfig, RunConfig
+from core.config import MIN_VOCAB_SIZE, ModelConfig, RunConfig
 from core.control import Control
 from core.data import SAMPLE_ORDER, Data, SampleOrder, global_batch_targets, prepare_data
 from core.device import (
@@ -722,11 +722,7 @@ class Trainer:
         self.order = SampleOrder(len(self.data.train), self.seed)
         if trainer_state is not None:
             self._stream_note = other_stream(trainer_state, len(self.data.train), self.data.corpus.digest)
-        self.schedule = make_schedule(self.cfg.train, self._position(), trainer_state)
-        if max(self.tokens_per_step, self.schedule.end_tokens) > MAX_COUNT:
-            raise ConfigError(f"{self.tokens_per_step:,} tokens per step and a budget of {self.schedule.end_tokens:,} "
-                              f"tokens: counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller "
-                              f"batch or budget", "budget")
+        self.schedule = make_schedule(self.cfg.train, self._position(), trainer_state)  # counters that fit, too
         remaining = max(0, math.ceil((self.schedule.end_tokens - self.tokens) / self.tokens_per_step))
         self.total_steps = self.step + remaining
         if trainer_state is not None:

@@ -259,6 +259,17 @@ def test_the_tokens_of_all_processes_must_fit_the_counters_before_anything_is_re
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("budget", [["--steps", "10000000000000000000000"], ["--tokens", "1e23"]])
+def test_a_budget_beyond_the_counters_is_refused_before_any_process_starts(budget, tmp_path, capsys, monkeypatch):
+    """Checked inside the ranks only: two error lines, a "rank 0 exited with code 143" line, exit 1 and an empty
+    --out folder."""
+    monkeypatch.setattr("core.launch.run_torchrun", no_torchrun)
+    code = main(["train", "--nproc", "2", "--device", "cpu", "--preset", "tiny", *budget,
+                 "--data", str(corpus_file(tmp_path)), "--out", str(tmp_path / "runs"), "--no-progress"])
+    assert "counts beyond 2**63 - 1 do not fit the 64-bit counters" in error_line(capsys, code)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "nan", "inf", "1e-9", "1e12"])
 def test_a_bad_collective_timeout_is_one_line_before_any_process_starts(value, tmp_path, capsys, monkeypatch):
     """Read only by the ranks: each said it (exit code 1), NaN and inf were tracebacks, 1e-9 pages of C++ frames."""
