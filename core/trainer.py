@@ -287,6 +287,8 @@ class Trainer:
         # Loop state.
         self._periodic_step = -1
         """The step of the last periodic checkpoint (the final save skips a step just saved)."""
+        self._failed_save: tuple[int, str] | None = None
+        """The step and reason of the last checkpoint that could not be written (its retry says nothing new)."""
         self._stop_agreed = False
         """Under torchrun: some rank was asked to stop (read once per step)."""
         self.compiling = False
@@ -1336,7 +1338,9 @@ class Trainer:
             return self.save(path) if path is not None else self._save_periodic(final)
         except CheckpointError as exc:
             target = path if path is not None else self.run_dir / ckpt_io.CHECKPOINTS_DIR / f"step_{self.step:07d}"
-            self.emit(CheckpointFailed(self.run_id, self.now(), self.step, str(target), str(exc)))
+            failed, self._failed_save = self._failed_save, (self.step, f"{target}: {exc}")
+            if not (final and failed == self._failed_save):  # the final save retrying a step that just failed
+                self.emit(CheckpointFailed(self.run_id, self.now(), self.step, str(target), str(exc)))
             return None
 
     def _follow_run_folder(self) -> None:
