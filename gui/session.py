@@ -28,11 +28,12 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from core.checkpoint import verify_checkpoint
 from core.config import ModelConfig, RunConfig
-from core.errors import CheckpointError, ConfigError, SpeedboardError
+from core.errors import CheckpointError, ConfigError, DataError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics, WarningRaised
 from core.launch import prepare_launch
 from core.paths import user_path
 from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, run_state, writer_alive
+from core.sources import source_location
 from gui.controller import Controller, RunJobEnded
 from gui.metric_store import MetricStore
 from gui.process_run import ProcessRun
@@ -261,6 +262,10 @@ class RunSession(QObject):
             raise
         except (TypeError, ValueError) as exc:  # a config written by another version
             raise ConfigError(str(exc)) from None
+        location = source_location(cfg.data.source)
+        if Path(location).is_absolute() and not Path(location).exists():  # said now: it was a failed row at step 0
+            raise DataError(f"the data of {parent.label}, {location}, no longer exists, and a continued run trains on "
+                            f"its parent's data: put it back where it was to continue this run")
         return self.start(cfg, nproc, parent)
 
     def start_tune(self, cfg: RunConfig, options, report_path: str | None) -> None:

@@ -149,6 +149,24 @@ def test_continue_after_a_run_without_a_final_checkpoint_says_why(qtbot, session
     assert len(session.records) == 1 and not session.running
 
 
+def test_continue_from_a_parent_whose_data_is_gone_is_refused_before_any_run(qtbot, session, tmp_path):
+    """The parent's own corpus file deleted after it finished: Continue started a child that failed at step 0
+    ("data source … does not exist"), a failed row where a dialog was due, as for a checkpoint that is gone."""
+    from core.errors import DataError
+    from tests.core.checkpoint_helpers import corpus_file
+
+    cfg = micro_config(tmp_path, data={"source": str(corpus_file(tmp_path)), "vocab_size": 300},
+                       train={"budget": 2})
+    parent = session.start(cfg)
+    qtbot.waitUntil(lambda: not session.running and parent.ended, timeout=RUN_TIMEOUT_MS)
+    assert parent.state == "finished" and parent.checkpoint
+    (tmp_path / "corpus.txt").unlink()
+    with pytest.raises(DataError, match=r"the data of #1 eager ×1, .*corpus\.txt, no longer exists, and a "
+                                        r"continued run trains on its parent's data: put it back where it was"):
+        session.continue_from(parent, cfg)
+    assert len(session.records) == 1 and not session.running
+
+
 # --------------------------------------------------------------------------- saves: failed and written
 def test_a_save_the_trainer_cannot_write_is_a_failed_save_and_the_run_goes_on(qtbot, session, tmp_path,
                                                                                monkeypatch):
