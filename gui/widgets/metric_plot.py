@@ -339,6 +339,7 @@ class MetricPlot(pg.PlotWidget):
         """What the plot shows: its title, its y axis, and its hint while it has no curves."""
         self.title = title
         self.y_label = y_label
+        self.setAccessibleName(f"{title} plot")  # what a screen reader says of it follows what it shows
         self.hide_readout()
         item = self.getPlotItem()
         item.setTitle(title, size="10pt")

@@ -61,7 +61,11 @@ class PlotPanel(QWidget):
 
         self.x_axis_combo = QComboBox()
         self.x_axis_combo.setObjectName("xAxisCombo")
-        self.x_axis_combo.setAccessibleName("x axis")  # its "x:" label is beside it, not its buddy
+        # A combo box's accessible name is its current value on Linux (AT-SPI): what it is for comes from the
+        # label whose buddy it is ("labelled by"), here the "x:" beside it, named in full for a screen reader.
+        self.x_axis_label = QLabel("x:")
+        self.x_axis_label.setAccessibleName("x axis")
+        self.x_axis_label.setBuddy(self.x_axis_combo)
         for value, text in X_AXIS_TEXT.items():
             self.x_axis_combo.addItem(text, value)
         self.smoothing = QSlider(Qt.Orientation.Horizontal)
@@ -101,7 +105,7 @@ class PlotPanel(QWidget):
         options.setSpacing(4)
         self.options = options
         """The options row (the window adds its own buttons at its start)."""
-        options.addWidget(QLabel("x:"))
+        options.addWidget(self.x_axis_label)
         options.addWidget(self.x_axis_combo)
         options.addSpacing(4)
         options.addWidget(QLabel("smooth:"))

@@ -692,4 +692,15 @@ def test_every_control_a_screen_reader_reaches_has_a_name(window):
     for name in named:
         widget = child(window, name)
         assert QAccessible.queryAccessibleInterface(widget).text(QAccessible.Text.Name), name
+    # A combo box is named by its value on Linux ("optimizer step"): the x axis' says what it is for through
+    # the label it is labelled by.
+    combo = QAccessible.queryAccessibleInterface(child(window, "xAxisCombo"))
+    labels = [iface.text(QAccessible.Text.Name) for iface, _ in combo.relations(QAccessible.RelationFlag.Label)]
+    assert labels == ["x axis"], labels
+    # The upper right plot's name follows what it shows.
+    lr = QAccessible.queryAccessibleInterface(child(window, "lrPlot"))
+    window.plots.grad_norm.setChecked(True)
+    assert lr.text(QAccessible.Text.Name) == "Gradient norm (before clipping) plot"
+    window.plots.grad_norm.setChecked(False)
+    assert lr.text(QAccessible.Text.Name) == "Learning rate plot"
     assert window.settings_scroll.focusPolicy() == Qt.FocusPolicy.NoFocus  # no Tab stop that says nothing
