@@ -85,6 +85,8 @@ class RunSession(QObject):
     tune_failed = Signal(str)
     tuning_changed = Signal(bool)
     """The speed advisor took the torch thread, or gave it back."""
+    tune_cancel_requested = Signal()
+    """The trials were asked to end (the dialog's Cancel, or the window closing): they end at their next step."""
     record_removed = Signal(object)
     """The user removed a ``RunRecord``'s row: its curves and buffers are gone."""
 
@@ -276,6 +278,7 @@ class RunSession(QObject):
 
     def cancel_tune(self) -> None:
         self.controller.cancel_tune()
+        self.tune_cancel_requested.emit()
 
     def cancel_tune_then_close(self) -> None:
         """End the trials at their next optimizer step; ``tuning_changed(False)`` then finds ``closing`` set."""

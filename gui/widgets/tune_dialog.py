@@ -56,11 +56,16 @@ from core.tune import (
     time_taken,
 )
 from gui import dialogs
+from gui.window_words import in_window_words
 
 RECOMMENDED = QColor("#d8f0d8")
 FAILED = QColor("#b00020")
 CURRENT = QColor("#eeeeee")
 CANCELLING = "Cancelling after the current optimizer step (a compile in progress finishes first) …"
+RANKING = ("Settings are ranked by their speed against the current settings, trial by trial in the same repeat (the "
+           "median of those ratios: drift between repeats hits both sides alike). The chart's bars are each "
+           "setting's median tokens/s over all its timed steps, so a bar can stand a little below another's while "
+           "its setting ranks above it.")
 
 # The config panel's controls, by object name, for each setting Apply writes.
 PANEL_SPINS = {"micro_batch": "microBatchSpin", "accum_steps": "accumStepsSpin"}
@@ -227,6 +232,8 @@ class TuneDialog(QDialog):
         self.apply_button.setObjectName("tuneApplyButton")
         self.close_button = QPushButton("Close")
         self.close_button.setObjectName("tuneCloseButton")
+        for button in (self.run_button, self.cancel_button, self.open_button, self.apply_button, self.close_button):
+            button.setAutoDefault(False)  # Enter in the Time budget pressed Run trials, clearing a report shown
         self.plan_label = QLabel("")
         self.plan_label.setObjectName("tunePlanLabel")
         self.plan_label.setWordWrap(True)
@@ -243,10 +250,12 @@ class TuneDialog(QDialog):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.verticalHeader().setToolTip("the setting's number in the chart below")
         self.chart = TuneChart()
+        self.chart.setToolTip(RANKING)
         self.recommendation = QLabel("")
         self.recommendation.setObjectName("tuneRecommendation")
         self.recommendation.setWordWrap(True)
         self.recommendation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.recommendation.setToolTip(RANKING)
 
         top = QHBoxLayout()
         top.addWidget(QLabel("Time budget"))
@@ -289,6 +298,7 @@ class TuneDialog(QDialog):
         session.tune_event.connect(self._on_event)
         session.tune_ended.connect(self._on_ended)
         session.tune_failed.connect(self._on_failed)
+        session.tune_cancel_requested.connect(self._on_cancel_requested)
         session.running_changed.connect(self._update_buttons)
         changed = getattr(panel, "changed", None)
         if changed is not None:  # Apply is offered again once the panel no longer holds the pick
@@ -307,9 +317,11 @@ class TuneDialog(QDialog):
                                "wait until it ends), then find the fastest settings.")
             return
         cfg = self._settings()
-        if cfg is None:
+        if cfg is None:  # the panel's own words for what is wrong: the dialog may cover the field that shows them
+            problem = getattr(self._panel, "error", "") or ""
             dialogs.show_error(self, "Invalid settings", "Fix the settings first: the trials use the current "
-                                                         "model, data and effective batch.")
+                                                         "model, data and effective batch."
+                               + (f"\n\n{problem}" if problem else ""))
             return
         try:
             options = TuneOptions(budget_seconds=float(self.budget.value()))
@@ -328,9 +340,13 @@ class TuneDialog(QDialog):
 
     def cancel(self) -> None:
         if self.tuning and not self.session.tune_cancelling:
-            self.session.cancel_tune()
-            self.progress_label.setText(CANCELLING)
-            self._update_buttons()
+            self.session.cancel_tune()  # tune_cancel_requested: _on_cancel_requested
+
+    def _on_cancel_requested(self) -> None:
+        """Said however the trials were asked to end: the window closing during a trial left "Trial 3 of 6 …" and
+        an enabled Cancel that did nothing."""
+        self.progress_label.setText(CANCELLING)
+        self._update_buttons()
 
     def apply(self) -> None:
         rec = self._recommendation()
@@ -445,9 +461,14 @@ class TuneDialog(QDialog):
         self._update_buttons()
 
     def _on_failed(self, message: str) -> None:
+        finished = self._awaiting and self.report is not None  # the trials ended; their report was not saved
         self._awaiting = False
-        # The engine's advice names the command's flag; here the control is the Time budget field.
-        message = re.sub(r"give --budget-seconds (\d+) or more", r"set the Time budget to \1 s or more", message)
+        if finished:  # the results stay shown, and Apply with them: it said "The trials could not run"
+            self.progress_label.setText(_readable(f"{self.progress_label.text()}; not saved"))
+            dialogs.show_error(self, "Report not saved", message[:1].upper() + message[1:])
+            self._update_buttons()
+            return
+        message = in_window_words(message)  # the engine's advice names flags; here the controls are fields
         self.plan_label.setText(_readable(f"The trials could not run: {message}"))
         dialogs.show_error(self, "Cannot find settings", message)
         self._update_buttons()
@@ -456,8 +477,8 @@ class TuneDialog(QDialog):
     def _show_plan(self, plan: dict) -> None:
         text = plan["description"][0].upper() + plan["description"][1:]
         left_out = not_tried(plan)  # before the trials, the spare settings may still be tried
-        if left_out:
-            reasons = "; ".join(sorted({x["reason"][:60] for x in left_out}))
+        if left_out:  # each reason whole (cut at 60 characters it lost what a split needs, and its bracket)
+            reasons = "; ".join(sorted({x["reason"] for x in left_out}))
             text += f". Not tried: {len(left_out)} ({reasons})"
         self.plan_label.setText(_readable(text + "."))
 
@@ -495,6 +516,9 @@ class TuneDialog(QDialog):
                 item.setToolTip(row["name"] if c == 0 else value)
                 self.table.setItem(r, c, item)
         self._size_columns()
+        # A row as tall as its status needs: a failed or skipped setting's reason wraps in the last column,
+        # which a laptop's dialog leaves narrow ("failed: /tmp/…/mid-…" hid "invalid JSON").
+        self.table.resizeRowsToContents()
         self.chart.show_rows(rows, recommended)
         if rec:
             self.recommendation.setText(_readable(("So far: " if self.tuning else "") + rec["text"]))
@@ -518,7 +542,8 @@ class TuneDialog(QDialog):
         tuning = self.tuning
         training = self.session.running  # the trials need the machine (and the torch thread) to themselves
         self.run_button.setEnabled(not tuning and not training)
-        self.run_button.setToolTip("A run is training: the trials start once it has ended" if training else "")
+        self.run_button.setToolTip("A run is training: the trials need the machine to themselves; stop the run or "
+                                   "wait for its end" if training else "")
         self.budget.setEnabled(not tuning)
         # Closed and reopened while a cancel is pending, the dialog offered Cancel again as if nothing was asked.
         self.cancel_button.setEnabled(tuning and not self.session.tune_cancelling)

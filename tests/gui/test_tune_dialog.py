@@ -171,6 +171,11 @@ def test_closing_the_window_during_the_trials_ends_them_first_without_holding_th
     window.close()
     assert window.isVisible() and window.session.closing  # not closed inside the event: the trials end first
     assert window.status.currentMessage().startswith("Stopping the trials: the window closes after")
+    # The dialog says so too (it went on showing "Trial 3 of 6 …" with a Cancel that did nothing).
+    from gui.widgets.tune_dialog import CANCELLING
+
+    assert child(dialog, "tuneProgressLabel").text() == CANCELLING
+    assert not child(dialog, "tuneCancelButton").isEnabled()
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=RUN_TIMEOUT_MS)
     assert dialog.report["cancelled"] and len(dialog.report["trials"]) < 6  # what they measured is kept
     assert window.session.controller.thread_finished
@@ -225,6 +230,11 @@ def test_settings_that_may_still_be_tried_are_not_called_not_tried(window):
     assert "Not tried: 1 (does not fit in memory)" in label and "follows if" in label
     dialog._show_plan({**plan, "spare": []})  # the end: whatever was not tried is said so
     assert "Not tried: 2" in child(dialog, "tunePlanLabel").text()
+    # A reason is said whole: cut at 60 characters it lost what the split needs, and its closing bracket.
+    reason = ("does not fit in memory (micro-batch 1,024 × 256 tokens needs at least 31.3 GiB, more than the "
+              "22.6 GiB of available RAM)")
+    dialog._show_plan({**plan, "left_out": [{"cell": "off-model-a1-fp32", "reason": reason}], "spare": []})
+    assert f"Not tried: 1 ({reason})." in child(dialog, "tunePlanLabel").text()
 
 
 def test_run_trials_is_offered_only_while_no_run_trains(qtbot, make_window):
@@ -457,3 +467,51 @@ def test_the_charts_axis_labels_are_whole(qtbot):
     top = chart.getPlotItem().layout.getContentsMargins()[1]
     assert top >= QFontMetrics(chart.getAxis("left").style["tickFont"] or chart.font()).height() / 2
     assert not chart.getAxis("left").autoSIPrefix and not chart.getAxis("bottom").autoSIPrefix
+
+
+def test_a_report_that_cannot_be_saved_at_the_end_keeps_the_results_shown(qtbot, window, dialogs, monkeypatch):
+    """The tune/ folder became unwritable during the trials: the dialog said "The trials could not run" above a
+    full table, and the report (its recommendation, what Apply sets) was dropped."""
+    import core.tune
+    from core.errors import ConfigError
+
+    def full_disk(report, path, keep_existing=False):
+        raise ConfigError(f"cannot write the tuning report {path}: No space left on device", "json")
+
+    monkeypatch.setattr(core.tune, "save_report", full_disk)
+    dialog = open_dialog(window)
+    click(dialog, "tuneRunButton")
+    qtbot.waitUntil(lambda: not dialog.tuning and bool(dialogs.messages), timeout=RUN_TIMEOUT_MS)
+    kind, title, text = dialogs.messages[-1]
+    assert title == "Report not saved"
+    assert text.startswith("The trials finished, but their report could not be saved: cannot write the tuning "
+                           "report ") and text.endswith("No space left on device"), text
+    assert dialog.report is not None and len(dialog.report["trials"]) == 6 and dialog.report["path"] is None
+    assert "could not run" not in child(dialog, "tunePlanLabel").text()
+    assert child(dialog, "tuneProgressLabel").text().endswith("; not saved")
+    assert child(dialog, "tuneRecommendation").text()
+
+
+def test_enter_in_the_time_budget_starts_nothing(qtbot, window):
+    """Run trials was the dialog's default button: Enter after typing a budget started trials, and cleared a
+    report just opened."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    dialog = open_dialog(window)
+    budget = child(dialog, "tuneBudget")
+    budget.setFocus()
+    QTest.keyClick(budget, Qt.Key.Key_Return)
+    assert not dialog.tuning and not window.session.tuning
+
+
+def test_settings_that_cannot_run_are_named_in_the_message(qtbot, window, dialogs, tmp_path):
+    """"Fix the settings first" named nothing, and the dialog covers the field that says what is wrong."""
+    bad = tmp_path / "empty.txt"
+    bad.write_text("")
+    window.config_panel.set_source(str(bad))
+    qtbot.waitUntil(lambda: bool(window.config_panel.error), timeout=RUN_TIMEOUT_MS)
+    dialog = open_dialog(window)
+    dialog.start()
+    kind, title, text = dialogs.messages[-1]
+    assert title == "Invalid settings" and "empty.txt" in text and "empty" in text.split("\n\n")[-1], text
