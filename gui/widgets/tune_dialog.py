@@ -330,10 +330,8 @@ class TuneDialog(QDialog):
             return
         self._clear()
         self.finished_events = 0
-        processes = self._processes()
-        self.plan_label.setText("Planning: measuring this device's matmul peak and checking what fits …" + (
-            f" The trials measure one process; the panel's {processes} processes are not what they time."
-            if processes > 1 else ""))
+        self.plan_label.setText("Planning: measuring this device's matmul peak and checking what fits …"
+                                + self._one_process_note())
         self._awaiting = True
         self.session.start_tune(cfg, options, str(default_report_path(cfg)))
         self._update_buttons()
@@ -480,7 +478,12 @@ class TuneDialog(QDialog):
         if left_out:  # each reason whole (cut at 60 characters it lost what a split needs, and its bracket)
             reasons = "; ".join(sorted({x["reason"] for x in left_out}))
             text += f". Not tried: {len(left_out)} ({reasons})"
-        self.plan_label.setText(_readable(text + "."))
+        self.plan_label.setText(_readable(text + ".") + self._one_process_note())  # kept past the planning
+
+    def _one_process_note(self) -> str:
+        processes = self._processes()
+        return (f" The trials measure one process; the panel's {processes} processes are not what they time."
+                if processes > 1 else "")
 
     def _size_columns(self) -> None:
         """Every column as wide as its contents, the last one taking the width left."""

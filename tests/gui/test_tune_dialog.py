@@ -235,6 +235,12 @@ def test_settings_that_may_still_be_tried_are_not_called_not_tried(window):
               "22.6 GiB of available RAM)")
     dialog._show_plan({**plan, "left_out": [{"cell": "off-model-a1-fp32", "reason": reason}], "spare": []})
     assert f"Not tried: 1 ({reason})." in child(dialog, "tunePlanLabel").text()
+    # With the panel at several processes, the plan keeps saying that the trials time one (it was said while
+    # planning only, then replaced by the plan).
+    dialog._processes = lambda: 2
+    dialog._show_plan(plan)
+    assert child(dialog, "tunePlanLabel").text().endswith(
+        " The trials measure one process; the panel's 2 processes are not what they time.")
 
 
 def test_run_trials_is_offered_only_while_no_run_trains(qtbot, make_window):
