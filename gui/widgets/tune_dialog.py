@@ -249,6 +249,10 @@ class TuneDialog(QDialog):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.verticalHeader().setToolTip("the setting's number in the chart below")
+        # Every row as tall as its status needs, again whenever a column's width changes (a scroll bar appearing
+        # narrows the last one): a failed or skipped setting's reason wraps in the last column, which a laptop's
+        # dialog leaves narrow ("failed: /tmp/…/mid-…" hid "invalid JSON").
+        self.table.horizontalHeader().sectionResized.connect(self._fit_rows)
         self.chart = TuneChart()
         self.chart.setToolTip(RANKING)
         self.recommendation = QLabel("")
@@ -485,6 +489,9 @@ class TuneDialog(QDialog):
         return (f" The trials measure one process; the panel's {processes} processes are not what they time."
                 if processes > 1 else "")
 
+    def _fit_rows(self, *_) -> None:
+        self.table.resizeRowsToContents()
+
     def _size_columns(self) -> None:
         """Every column as wide as its contents, the last one taking the width left."""
         header = self.table.horizontalHeader()
@@ -519,9 +526,7 @@ class TuneDialog(QDialog):
                 item.setToolTip(row["name"] if c == 0 else value)
                 self.table.setItem(r, c, item)
         self._size_columns()
-        # A row as tall as its status needs: a failed or skipped setting's reason wraps in the last column,
-        # which a laptop's dialog leaves narrow ("failed: /tmp/…/mid-…" hid "invalid JSON").
-        self.table.resizeRowsToContents()
+        self._fit_rows()
         self.chart.show_rows(rows, recommended)
         if rec:
             self.recommendation.setText(_readable(("So far: " if self.tuning else "") + rec["text"]))

@@ -199,6 +199,17 @@ def test_a_failing_cell_is_a_row_with_its_reason(qtbot, window, monkeypatch):
     assert statuses[:2] == ["ok", "ok"] and statuses[2].startswith("failed: out of memory")
     assert dialog.report["recommendation"]["cell"] != "off-a1-bf16"
     assert len(dialog.chart.bars) == 2  # nothing to draw for the failed cell
+    # Its reason is read whole: the row grows to the lines it wraps to in the status column, also when that
+    # column narrows (it was cut at one line, the cause past the cut).
+    from PySide6.QtCore import Qt
+
+    table = dialog.table
+    for width in (160, 100):
+        table.horizontalHeader().setSectionResizeMode(7, table.horizontalHeader().ResizeMode.Interactive)
+        table.setColumnWidth(7, width)
+        wrapped = table.fontMetrics().boundingRect(0, 0, width - 8, 10_000, int(Qt.TextFlag.TextWordWrap),
+                                                   statuses[2]).height()
+        assert table.rowHeight(2) >= wrapped > table.rowHeight(0), (width, wrapped, table.rowHeight(2))
 
 
 def test_a_file_that_is_not_a_report_is_one_message(qtbot, window, dialogs, tmp_path):
