@@ -311,6 +311,14 @@ def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, win
     assert "processes 1 (here 2)" in dialogs.questions()[-1]
     panel.preset.setCurrentText("tiny")
     assert measured_for_other(dialog.report["plan"]["config"], panel.config)[0] == "preset micro (here tiny)"
+    # Settings the panel cannot give now (its data file empty): asked too, naming why (it applied as if they
+    # matched).
+    bad = tmp_path / "empty.txt"
+    bad.write_text("")
+    panel.set_source(str(bad))
+    qtbot.waitUntil(lambda: bool(panel.error), timeout=RUN_TIMEOUT_MS)
+    click(dialog, "tuneApplyButton")
+    assert "settings that the panel's cannot be compared with now (data source " in dialogs.questions()[-1]
 
 
 def test_the_table_has_its_column_titles_before_any_trial_ended(window):
