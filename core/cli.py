@@ -592,11 +592,14 @@ def _handover_to_torchrun(args: argparse.Namespace, argv: list[str]) -> int:
         check_nproc,
         crowded_cpu,
         event_line,
+        follow_the_dashboard,
         run_torchrun,
         worker_env,
     )
     from core.runs import check_run_root, plan_run_dir
 
+    if os.environ.get(LAUNCH_EVENTS_ENV) == "1":  # started by the dashboard: stops with its window, alone
+        follow_the_dashboard()
     config = config_from_args(args)
     check_nproc(args.nproc, config.train.device)
     check_run_root(config.out_dir)  # one line here, not one traceback per process

@@ -311,7 +311,7 @@ def prepare_launch(config, nproc: int, *, run_id: str | None = None, python: str
         json.dump(config.to_dict(), f, indent=2)
     argv = [python or sys.executable, "-m", "core.cli", "train", "--config", name, "--run-id", run_id,
             "--nproc", str(nproc), "--no-progress"]
-    env = {**worker_env(nproc, config.train.device), LAUNCH_EVENTS_ENV: "1"}
+    env = {**worker_env(nproc, config.train.device), LAUNCH_EVENTS_ENV: "1", DASHBOARD_PID_ENV: str(os.getpid())}
     return LaunchSpec(argv, env, run_id, run_dir, Path(name), nproc)
 
 
@@ -349,6 +349,32 @@ def _prctl(option: int, value: int) -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+DASHBOARD_PID_ENV = "SPEEDBOARD_DASHBOARD_PID"
+"""The process id of the dashboard that started a launcher (``prepare_launch``): ``follow_the_dashboard``."""
+
+
+def follow_the_dashboard() -> None:
+    """The launcher of a job started from the dashboard, bound to its window's process.
+
+    In a process group of its own: a Ctrl-C typed in the terminal the window was started from reached the
+    launcher too (its group's), which stopped the job while the window still asked "Stop the run and quit?"; the
+    window alone answers it, and stops the job itself. And stopped as by Ctrl-C (after the current step, saved)
+    once the window's process is gone (kill -9, a crash): the job trained on, unseen, with no window left to stop
+    it (Linux, ``PR_SET_PDEATHSIG``; a window gone before that was set is found by its process id).
+    """
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    if not sys.platform.startswith("linux"):
+        return
+    _prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    try:
+        window = int(os.environ.get(DASHBOARD_PID_ENV, ""))
+    except ValueError:
+        return
+    if os.getppid() != window:  # already gone: adopted by init or a subreaper
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

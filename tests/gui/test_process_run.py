@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +74,61 @@ def test_a_launcher_that_cannot_start_ends_the_job_with_its_reason(qtbot, tmp_pa
     code, message = ended.args
     assert code == 1 and not run.running and not spec.config_file.exists()
     assert message.startswith(f"the training processes could not be started ({tmp_path / 'gone' / 'python'}: ")
+
+
+@pytest.mark.slow
+def test_a_job_whose_window_is_killed_stops_and_a_terminals_ctrl_c_is_the_windows_alone(tmp_path):
+    """The window's process killed (kill -9): its job trained on, unseen, with nothing left to stop it. And the
+    launcher shared the window's process group, so a Ctrl-C typed in the window's terminal stopped the job while
+    the window still asked whether to. The window here is a stand-in process that starts the launcher as
+    ``ProcessRun`` does (its argv and environment)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from core.launch import run_outcome
+
+    root = Path(__file__).resolve().parents[2]
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"text": f"document {i} " + "some words " * (1 + i % 7)})
+                                for i in range(80)))
+    cfg = micro_config(tmp_path).replace(data={"source": str(corpus), "vocab_size": 300},
+                                         train={"micro_batch": 2, "budget": 100_000, "eval_every": 0})
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    window = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import json, os, subprocess, sys, time
+            from core.config import RunConfig
+            from core.launch import prepare_launch
+            spec = prepare_launch(RunConfig.from_dict(json.load(open({str(tmp_path / 'config.json')!r}))), 2)
+            launcher = subprocess.Popen(spec.argv, env={{**os.environ, **spec.env}}, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+            print(launcher.pid, spec.run_dir, flush=True)
+            time.sleep(600)
+        """)], cwd=root, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pid, run_dir = window.stdout.readline().split(maxsplit=1)
+        pid, run_dir = int(pid), Path(run_dir.strip())
+        deadline = time.monotonic() + 120
+        while not (run_dir / "metrics.jsonl").is_file() or \
+                not any(isinstance(e, StepMetrics) for e in read_events(run_dir)):
+            assert time.monotonic() < deadline, "the job trained no step"
+            time.sleep(0.2)
+        assert os.getpgid(pid) == pid != os.getpgid(window.pid)  # the terminal's Ctrl-C reaches the window alone
+        os.killpg(window.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends the window's group
+        os.kill(window.pid, signal.SIGKILL)
+        window.wait(30)
+        gone, _ = psutil.wait_procs([psutil.Process(pid)], timeout=120)
+        assert gone, "the job outlived its window"
+    finally:
+        window.kill()
+        with contextlib.suppress(psutil.Error):
+            for process in psutil.Process(pid).children(recursive=True) + [psutil.Process(pid)]:
+                process.kill()
+    assert run_outcome(run_dir) == "stopped"  # at a step, saved, as by the window's Stop
+    assert list((run_dir / "checkpoints").iterdir())
