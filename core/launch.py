@@ -421,14 +421,17 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _record_lost_ending(run_dir: Path, run_id: str, code: int, signals: list[int] | None = None) -> None:
+def _record_lost_ending(run_dir: Path, run_id: str, code: int, signals: list[int] | None = None,
+                        summary: str | None = None) -> None:
     """Rank 0 ended without recording how (kill -9, out of memory, or the end of a job the user signalled before
-    its ending could be written): record it in its stead."""
+    its ending could be written): record it in its stead, with the ranks that failed and how (``summary``,
+    ``failure_summary``) where torchrun said it: "rank 0 died (signal 9, SIGKILL)" was said on the terminal
+    only, and the run folder read "killed?"."""
     events = [e for e in EventTail(run_dir).poll() if e.run_id == run_id]
     last = events[-1] if events else None
     step = max((getattr(e, "step", 0) or 0 for e in events), default=0)
     why = (f"the job was ended by {_signal_name(signals[-1])} before rank 0 recorded its ending" if signals else
-           "rank 0 ended without recording an ending (killed?)")
+           summary.removeprefix("speedboard: ") if summary else "rank 0 ended without recording an ending (killed?)")
     try:
         sink = JsonlSink(run_dir / METRICS_FILE)
     except OSError:  # the folder is gone or cannot be written: readers judge by the heartbeat
@@ -619,7 +622,7 @@ def run_torchrun(nproc: int, train_args: list[str], run_dir: Path, env: dict[str
                     # to the workers): nothing was trained, so nothing is kept, as in a single process.
                     shutil.rmtree(run_dir, ignore_errors=True)
                 else:  # this job's rank 0 started the run and died
-                    _record_lost_ending(run_dir, run_dir.name, code, job.received)
+                    _record_lost_ending(run_dir, run_dir.name, code, job.received, summary)
             elif outcome == "failed" and summary:
                 _record_failed_ranks(run_dir, run_dir.name, summary)
         finally:

@@ -180,8 +180,10 @@ def test_a_killed_rank_0_is_one_line_and_its_ending_is_recorded(start_job):
     assert not any("Traceback" in line or "ChildFailedError" in line or "exitcode" in line for line in err), err
     summary = [line for line in err if "died" in line]
     assert len(summary) == 1 and summary[0].startswith("speedboard: rank 0 died (signal 9, SIGKILL)"), err
+    # The run folder says which rank died and how, as the terminal does (it said "killed?").
     last = read_events(run_dir)[-1]
-    assert isinstance(last, RunFailed) and "rank 0 ended without recording an ending" in last.message
+    assert isinstance(last, RunFailed) and last.message.startswith("rank 0 died (signal 9, SIGKILL)"), last.message
+    assert last.message.endswith("; torchrun exited with code 1"), last.message
     assert not (run_dir / HEARTBEAT_FILE).exists()
 
 
