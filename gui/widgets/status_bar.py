@@ -144,8 +144,10 @@ class StatusBar(QStatusBar):
         if self._until is not None and self._until(record):
             self.clearMessage()
         step, total = record.step, record.total_steps
+        # The failure's message too: a torchrun job's launcher names the rank that died after rank 0 failed, and the
+        # bar kept rank 0's vaguer line.
         shown = (record.key, record.state, record.label, step, total, record.mem_gib, record.device,
-                 record.compile_progress(), record.preparation, round(step_time or 0.0, 3))
+                 record.compile_progress(), record.preparation, round(step_time or 0.0, 3), record.message)
         if shown == self._shown:
             return  # nothing moved: no relayout
         self._shown = shown

@@ -331,6 +331,23 @@ def test_long_failure_message_elides_before_the_state_label(qtbot, window):
     assert state.text() == "idle"
 
 
+def test_a_failed_runs_later_message_replaces_its_first_in_the_status_bar(qtbot):
+    """A torchrun job's rank 0 fails first ("another process of this job failed"), then its launcher names the
+    rank that died: the table said so, the status bar kept the first line."""
+    from gui.run_record import RunRecord
+    from gui.widgets.status_bar import StatusBar
+
+    record = RunRecord(key=1, number=1, config={"train": {}})
+    record.apply(RunStarted("j", 0.0, run_dir="/runs/j", config={"train": {}}, device="cpu", precision="fp32",
+                            num_parameters=1, tokens_per_step=1, budget_tokens=9, total_steps=9))
+    status = StatusBar()
+    qtbot.addWidget(status)
+    for message in ("rank 0: another process of this job failed", "rank 1 died (signal 9, SIGKILL)"):
+        record.apply(RunFailed("j", 1.0, message, 1))
+        status.show_run(record, None)
+        assert message in status.state.full_text(), status.state.full_text()
+
+
 # --------------------------------------------------------------------------- honest figures
 def test_speedup_shows_its_spread_and_marks_runs_that_cannot_be_compared(window, tmp_path):
     rng = np.random.default_rng(0)
