@@ -38,6 +38,15 @@ def _yes(parent: QWidget | None, title: str, text: str, default_yes: bool = Fals
     return QMessageBox.question(parent, title, text, yes | no, yes if default_yes else no) == yes
 
 
+def confirm_end_job_now(parent: QWidget | None) -> bool:
+    """Closed again while a torchrun job stops: end its processes now instead of waiting for their step?"""
+    return _yes(parent, "End the job now?",
+                "The job is still stopping: its processes finish their current step first, and a process that hangs "
+                "holds the others until the collective timeout (SPEEDBOARD_DIST_TIMEOUT, 300 s by default).\n\n"
+                "End every process now and close Speedboard? The run keeps the checkpoints it has saved; the step "
+                "in progress is not saved.")
+
+
 def confirm_stop_and_close(parent: QWidget | None, compiling: bool = False, setting_up: bool = False) -> bool:
     """Quit while a run is active? ``setting_up``: it has not trained a step (its data is being prepared, its model
     built): stopping keeps nothing, and there is no run folder or checkpoint to promise."""

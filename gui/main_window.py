@@ -539,6 +539,11 @@ class MainWindow(QMainWindow):
             after = ("the compile in progress and the step after it" if compiling else
                      "its set-up has stopped" if setting_up else "the current optimizer step")
             if self.session.closing:
+                # A torchrun job can be ended at once: one of its processes may hang, holding the others' stop.
+                if self.session.in_processes and dialogs.confirm_end_job_now(self):
+                    self.session.end_processes_now()
+                    self.status.showMessage("Ending the job: the window closes once its processes have ended …")
+                    return
                 self.status.showMessage(f"Still stopping: the window closes after {after} …")
                 return
             if self.session.ending or self.session.stopping:  # no question: the run ends already

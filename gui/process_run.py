@@ -17,7 +17,7 @@ import contextlib
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from core.launch import FAILURE_SUMMARY, LaunchSpec, event_from_line, stop_launch
+from core.launch import FAILURE_SUMMARY, LaunchSpec, end_launch, event_from_line, stop_launch
 from core.runs import EventTail
 
 POLL_MS = 100
@@ -65,6 +65,13 @@ class ProcessRun(QObject):
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 stop_launch(pid)
+
+    def end(self) -> None:
+        """Every rank ends now (SIGTERM to the launcher, which torchrun passes on); recorded as terminated."""
+        pid = self.process.processId()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                end_launch(pid)
 
     def wait(self, msecs: int) -> bool:
         return self.process.waitForFinished(msecs)

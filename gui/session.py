@@ -302,6 +302,11 @@ class RunSession(QObject):
         else:
             self.controller.stop()
 
+    def end_processes_now(self) -> None:
+        """A torchrun job that is stopping ends now: a hung rank held its stop until the collective timeout."""
+        if self._process is not None:
+            self._process.end()
+
     def stop_then_continue(self, settings: RunConfig, nproc: int = 1) -> None:
         """Stop the run; once it has ended, continue from its final checkpoint with ``settings``."""
         self._continue_with = (settings, nproc)

@@ -39,3 +39,25 @@ def test_two_cpu_processes_from_the_window(qtbot, make_window):
     assert child(window, "startButton").isEnabled()
     # The model this process holds is the earlier run's: Save wrote it under the job's name and step.
     assert not child(window, "saveButton").isEnabled() and not window.session.can_save
+
+
+@pytest.mark.slow
+def test_closing_again_while_a_job_stops_offers_to_end_it_now(qtbot, make_window, monkeypatch, dialogs):
+    """A rank that hangs holds the others' stop until the collective timeout (300 s by default): the window said
+    "Still stopping" at every close, and there was no way to end the job from it. Here the stop never lands, as
+    with a hung rank."""
+    from gui.process_run import ProcessRun
+
+    window = make_window(train={"budget": 100_000, "micro_batch": 2, "eval_every": 0})
+    child(window, "processesSpin").setValue(2)
+    click(window, "startButton")
+    record = window.session.records[-1]
+    qtbot.waitUntil(lambda: record.step >= 1, timeout=RUN_TIMEOUT_MS)
+    monkeypatch.setattr(ProcessRun, "stop", lambda self: None)  # the stop is held
+    window.close()
+    assert window.isVisible() and window.session.closing
+    asked = len(dialogs.questions())
+    window.close()  # again: the question, answered Yes
+    assert len(dialogs.questions()) == asked + 1 and "End every process now" in dialogs.questions()[-1]
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=RUN_TIMEOUT_MS)
+    assert record.state == "failed" and "terminated" in record.message, (record.state, record.message)
