@@ -169,6 +169,8 @@ def test_a_folders_problem_names_the_windows_controls_not_command_line_flags(qtb
                                                       "batch (Micro-batch 512, Accumulation steps 8); on a CPU")
     assert in_window_words("that takes about 1,007 s; give --budget-seconds 1259 or more") == \
         "that takes about 1,007 s; set the Time budget to 1,259 s or more"
+    assert in_window_words("run folder /runs/x already exists; choose another run id") == \
+        "run folder /runs/x already exists; start again: a new run takes a new id"
 
 
 def test_an_unexpected_error_while_describing_a_folder_ends_the_check(qtbot, window, dialogs, tmp_path,
