@@ -124,6 +124,8 @@ class ProcessRun(QObject):
         self.poll()  # the last events rank 0 wrote before exiting
         with contextlib.suppress(OSError):
             self.spec.config_file.unlink()
-        if status == QProcess.ExitStatus.CrashExit and code == 0:
-            code = 1
+        if status == QProcess.ExitStatus.CrashExit:  # killed (kill -9) or crashed: it said nothing itself
+            code = code or 1
+            self.output.append("speedboard: error: the launcher of the job was killed or crashed, and its processes "
+                               "ended with it")
         self.ended.emit(code, self.error_line())

@@ -58,6 +58,15 @@ def test_the_launchers_line_on_the_rank_that_died_is_the_jobs_last_word(tmp_path
     assert run.error_line() == "--nproc 2 needs 2 CPU cores"
     run.output = ["speedboard: interrupted"]
     assert run.error_line() == "interrupted"
+    # The launcher itself killed (kill -9): rank 0 recorded only torchrun's SIGTERM; the window says what ended.
+    from PySide6.QtCore import QProcess
+
+    ended = []
+    run.ended.connect(lambda code, line: ended.append((code, line)))
+    run.output = []
+    run._on_finished(9, QProcess.ExitStatus.CrashExit)
+    assert ended == [(9, "the launcher of the job was killed or crashed, and its processes ended with it")]
+    run.spec.config_file.write_text("{}")  # (removed by _on_finished; the line below expects it)
     run.process.deleteLater()
     run.spec.config_file.unlink()  # (never started: nothing else removes it)
 
