@@ -97,6 +97,9 @@ def test_failure_summary_names_each_failed_rank():
     assert failure_summary("  rank      : 3 (local_rank: 1)\n  exitcode  : 17 (pid: 9)\n") == \
         "speedboard: rank 3 exited with code 17"
     assert failure_summary("no report") is None
+    # A signal a rank handled ends it with 128 + its number: said by name.
+    assert failure_summary("  rank      : 1 (local_rank: 1)\n  exitcode  : 143 (pid: 9)\n") == \
+        "speedboard: rank 1 exited with code 143 (SIGTERM)"
 
 
 @pytest.mark.parametrize("rank_0_said", ["rank 0: another process of this job failed or stopped",
