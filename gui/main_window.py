@@ -60,6 +60,10 @@ REFRESH_HZ = 10
 PLOTS_PER_TICK = 2  # of four: each plot follows at 5 Hz, and no tick holds the GUI thread long
 SPLITTERS = ("main_splitter", "left_splitter", "right_splitter")
 CHECKING_DATA = "the data folder is still being checked (Start waits for its check)"
+NOTHING_TO_CONTINUE = ("Continue starts from a run's final checkpoint: no run here has ended with one (a run "
+                       "stopped or finished in this window, or opened from its folder, has)")
+NOTHING_TO_SAVE = ("No model to save: Save writes the model of a run trained in this window (a run in several "
+                   "processes saves its own checkpoints, in its run folder)")
 LOADING = "Waits for the weights being read (Load weights…) and the question that follows them"
 TUNING = ("Waits for the speed advisor's trials (Find fastest settings…), which hold the torch thread: cancel them "
           "there, or wait for their end")
@@ -498,7 +502,8 @@ class MainWindow(QMainWindow):
         can_continue = not continue_error and not session.tuning and (
             running or session.continue_source(selected) is not None)
         continue_why = (f"Cannot run these settings: {continue_error}" if continue_error
-                        else several_selected(len(selected)) if len(selected) > 1 and not running else "")
+                        else several_selected(len(selected)) if len(selected) > 1 and not running else
+                        NOTHING_TO_CONTINUE if not can_continue and not running and not session.tuning else "")
         # The advisor's trials hold the torch thread, which saves and loads: both would wait for them unseen.
         # A torchrun job's weights are in its processes, never in this one: it saves its own checkpoints.
         # Weights being read (Load): the run they are for waits for them and for the question that follows; a Start
@@ -512,6 +517,7 @@ class MainWindow(QMainWindow):
                                 can_load=not session.tuning and not loading,
                                 invalid="" if valid else CHECKING_DATA if checking else self.config_panel.error,
                                 continue_why=continue_why,
+                                save_why="" if session.can_save else NOTHING_TO_SAVE,
                                 in_processes=session.in_processes,
                                 busy=TUNING if session.tuning else LOADING if loading else "")
         self.tune_action.setEnabled(not running)

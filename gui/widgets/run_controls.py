@@ -62,13 +62,15 @@ class RunControls(QWidget):
 
     def set_state(self, *, running: bool, paused: bool, can_start: bool, can_continue: bool,
                   can_save: bool, can_load: bool = True, stopping: bool = False, invalid: str = "",
-                  in_processes: bool = False, busy: str = "", continue_why: str | None = None) -> None:
+                  in_processes: bool = False, busy: str = "", continue_why: str | None = None,
+                  save_why: str = "") -> None:
         """``invalid``: why the settings cannot run, said in the tooltips of the buttons it greys;
         ``continue_why``: why Continue cannot, where it differs (it takes the training settings only, from one
         run); None: as Start;
         ``in_processes``: the run is a torchrun job, whose ranks are stopped, never paused, and save their own
         checkpoints (said in the tooltips of Pause and Save); ``busy``: what holds the torch thread (the speed
-        advisor's trials), said in the tooltips of the buttons that wait for it."""
+        advisor's trials), said in the tooltips of the buttons that wait for it; ``save_why``: why there is nothing
+        to save (said in Save's tooltip)."""
         self._paused = paused
         self.start.setToolTip(busy or (f"Cannot run these settings: {invalid}" if invalid else self._tips["start"]))
         if continue_why is None:
@@ -77,7 +79,8 @@ class RunControls(QWidget):
         self.pause.setToolTip("A run in several processes is stopped, never paused" if in_processes else
                               self._tips["pause"])
         self.save.setToolTip(busy or ("A run in several processes saves its own checkpoints (its run folder's "
-                                      "checkpoints/); Load… reads them" if in_processes else self._tips["save"]))
+                                      "checkpoints/); Load… reads them" if in_processes else
+                                      save_why or self._tips["save"]))
         self.load.setToolTip(busy or self._tips["load"])
         self.start.setEnabled(can_start and not running)
         self.pause.setEnabled(running and not stopping and not in_processes)

@@ -95,3 +95,13 @@ def test_tab_takes_a_field_scrolled_out_of_sight_into_view_and_passes_the_plots_
     assert 0 <= top <= window.settings_scroll.viewport().height() - preset.height()
     for name in ("lossPlot", "lrPlot", "throughputPlot", "memoryPlot"):
         assert child(window, name).focusPolicy() == Qt.FocusPolicy.ClickFocus
+
+
+def test_continue_and_save_greyed_at_start_say_why(window):
+    """Greyed with their generic tooltips ("Start a new run from …"), they said what they do, not why they could
+    not (after a job in several processes too: its weights are in its processes)."""
+    from gui.main_window import NOTHING_TO_CONTINUE, NOTHING_TO_SAVE
+
+    continue_, save = child(window, "continueButton"), child(window, "saveButton")
+    assert not continue_.isEnabled() and continue_.toolTip() == NOTHING_TO_CONTINUE
+    assert not save.isEnabled() and save.toolTip() == NOTHING_TO_SAVE
