@@ -14,7 +14,7 @@ from core.memory_budget import fit_run_config
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions
 from gui.run_record import RunRecord
-from gui.session import RunSession
+from gui.session import RunSession, parent_data_gone
 from gui.widgets.config_panel import ConfigPanel
 from gui.widgets.log_view import LogView
 from gui.widgets.run_table import RunTable
@@ -148,8 +148,9 @@ class RunActions(QObject):
                                    f"and start again.")
                 return
             if active is not None:
-                # Judged before the run is stopped: a budget it has already passed stops nothing.
+                # Judged before the run is stopped: a budget it has already passed, or its data gone, stops nothing.
                 plan, problem = continue_plan(active, settings, self.panel.nproc)
+                problem = problem or parent_data_gone(active)
                 if problem:
                     dialogs.show_error(self._window, "Cannot continue", problem)
                     return

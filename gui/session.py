@@ -264,10 +264,9 @@ class RunSession(QObject):
             raise
         except (TypeError, ValueError) as exc:  # a config written by another version
             raise ConfigError(str(exc)) from None
-        location = source_location(cfg.data.source)
-        if Path(location).is_absolute() and not Path(location).exists():  # said now: it was a failed row at step 0
-            raise DataError(f"the data of {parent.label}, {location}, no longer exists, and a continued run trains on "
-                            f"its parent's data: put it back where it was to continue this run")
+        gone = parent_data_gone(parent)
+        if gone:  # said now: it was a failed row at step 0
+            raise DataError(gone)
         return self.start(cfg, nproc, parent)
 
     def start_tune(self, cfg: RunConfig, options, report_path: str | None) -> None:
@@ -549,6 +548,19 @@ class RunSession(QObject):
                     self.continue_failed.emit(str(exc))
         if not self.running:
             self.running_changed.emit(False)
+
+
+def parent_data_gone(parent: RunRecord) -> str | None:
+    """Why ``parent`` cannot be continued because its own data file or folder no longer exists (a continued run
+    trains on its parent's data), or None. Asked before a training parent is stopped for Continue, too."""
+    source = (parent.config.get("data") or {}).get("source") if isinstance(parent.config, dict) else None
+    if not isinstance(source, str):
+        return None
+    location = source_location(source)
+    if Path(location).is_absolute() and not Path(location).exists():
+        return (f"the data of {parent.label}, {location}, no longer exists, and a continued run trains on its "
+                f"parent's data: put it back where it was to continue this run")
+    return None
 
 
 def _check_events_to_come(folder: str) -> None:

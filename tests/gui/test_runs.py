@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from core.trainer import Trainer
-from tests.gui.conftest import child, click, read_jsonl, run_once, wait_idle, wait_steps
+from tests.gui.conftest import RUN_TIMEOUT_MS, child, click, read_jsonl, run_once, wait_idle, wait_steps
 
 LONG = {"train": {"budget": 1_000_000}}  # a run that only ends when stopped
 LONG_NO_WARMUP = {"train": {"budget": 1_000_000, "warmup_ratio": 0.0}}  # its schedule past any warmup at once
@@ -605,3 +605,22 @@ def test_closing_while_a_compile_is_announced_before_the_first_step_promises_not
     window.close()
     (question,) = dialogs.questions()
     assert "nothing of it is kept" in question and "checkpoint" not in question and "compile" not in question
+
+
+def test_continue_during_a_run_whose_data_is_gone_stops_nothing(qtbot, make_window, dialogs, tmp_path):
+    """The run was stopped first, then Continue said its data no longer exists: a training run lost to a Continue
+    that could never start."""
+    from tests.core.checkpoint_helpers import corpus_file
+
+    window = make_window(train={"budget": 1_000_000})
+    window.config_panel.set_source(str(corpus_file(tmp_path)))
+    qtbot.waitUntil(lambda: window.config_panel.config is not None and not window.config_panel.checking_source,
+                    timeout=RUN_TIMEOUT_MS)
+    click(window, "startButton")
+    record = window.session.records[-1]
+    qtbot.waitUntil(lambda: record.step >= 1, timeout=RUN_TIMEOUT_MS)
+    (tmp_path / "corpus.txt").unlink()
+    window.runs.continue_run()
+    kind, title, text = dialogs.messages[-1]
+    assert title == "Cannot continue" and "no longer exists" in text, text
+    assert record.state == "training" and not window.session.stopping and len(window.session.records) == 1
