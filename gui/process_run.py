@@ -47,6 +47,8 @@ class ProcessRun(QObject):
         self.process.readyReadStandardOutput.connect(self._read_output)
         self.process.finished.connect(self._on_finished)
         self.process.errorOccurred.connect(self._on_error)
+        self.crashed = False
+        """The launcher ended by a signal it did not handle (kill -9), or a crash."""
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.poll)
@@ -124,7 +126,8 @@ class ProcessRun(QObject):
         self.poll()  # the last events rank 0 wrote before exiting
         with contextlib.suppress(OSError):
             self.spec.config_file.unlink()
-        if status == QProcess.ExitStatus.CrashExit:  # killed (kill -9) or crashed: it said nothing itself
+        self.crashed = status == QProcess.ExitStatus.CrashExit
+        if self.crashed:  # killed (kill -9) or crashed: it said nothing itself
             code = code or 1
             self.output.append("speedboard: error: the launcher of the job was killed or crashed, and its processes "
                                "ended with it")

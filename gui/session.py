@@ -523,6 +523,11 @@ class RunSession(QObject):
                 "stopped before its processes had begun" if stopped_early else
                 f"the training processes exited with code {code}")
             self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0, reason))
+        elif record is not None and record.state == "failed" and message and process.crashed:
+            # Rank 0 recorded the SIGTERM its torchrun passed on ("by its launcher when another process failed, or
+            # by the user"): the launcher itself was what ended, which is the run's failure (row, status bar).
+            self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0,
+                                          f"{message} (rank 0: {record.message})", record.step))
         elif record is not None and record.state == "failed" and message:
             # Rank 0 recorded its own failure, often only that another process went away: the launcher's
             # line says which rank died and how.

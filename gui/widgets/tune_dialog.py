@@ -359,7 +359,7 @@ class TuneDialog(QDialog):
         differences = measured_for_other(measured_for, current)
         if current is None:  # nothing to compare with: asked, not applied as if it matched
             problem = getattr(self._panel, "error", "") or "a setting is invalid"
-            differences.append(f"settings that the panel's cannot be compared with now ({problem})")
+            differences.append(f"settings the panel's may differ from: they cannot be read now ({problem})")
         if self._processes() > 1:  # the trials are one process' (per-process batches, as here)
             differences.append(f"processes 1 (here {self._processes()})")
         if differences and not dialogs.confirm_apply_other(self, differences):

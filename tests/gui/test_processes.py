@@ -61,3 +61,23 @@ def test_closing_again_while_a_job_stops_offers_to_end_it_now(qtbot, make_window
     assert len(dialogs.questions()) == asked + 1 and "End every process now" in dialogs.questions()[-1]
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=RUN_TIMEOUT_MS)
     assert record.state == "failed" and "terminated" in record.message, (record.state, record.message)
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_is_the_jobs_failure_in_the_row_and_status_bar(qtbot, make_window):
+    """kill -9 on the launcher: rank 0 recorded torchrun's SIGTERM ("by its launcher when another process failed,
+    or by the user"), and only the log said the launcher itself had gone."""
+    import os
+    import signal
+
+    window = make_window(train={"budget": 100_000, "micro_batch": 2, "eval_every": 0})
+    child(window, "processesSpin").setValue(2)
+    click(window, "startButton")
+    record = window.session.records[-1]
+    qtbot.waitUntil(lambda: record.step >= 1, timeout=RUN_TIMEOUT_MS)
+    os.kill(window.session._process.process.processId(), signal.SIGKILL)
+    qtbot.waitUntil(lambda: not window.session.running, timeout=RUN_TIMEOUT_MS)
+    assert record.state == "failed"
+    assert record.message.startswith("the launcher of the job was killed or crashed, and its processes ended with "
+                                     "it (rank 0: "), record.message
+    assert "the launcher of the job was killed" in window.status.state.full_text()

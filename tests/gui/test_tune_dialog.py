@@ -318,7 +318,8 @@ def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, win
     panel.set_source(str(bad))
     qtbot.waitUntil(lambda: bool(panel.error), timeout=RUN_TIMEOUT_MS)
     click(dialog, "tuneApplyButton")
-    assert "settings that the panel's cannot be compared with now (data source " in dialogs.questions()[-1]
+    assert "This report was measured for settings the panel's may differ from: they cannot be read now (data " \
+           "source " in dialogs.questions()[-1], dialogs.questions()[-1]
 
 
 def test_the_table_has_its_column_titles_before_any_trial_ended(window):
