@@ -502,10 +502,9 @@ def failure_summary(report: str) -> str | None:
         return None
 
     def how(rank: int, code: int) -> str:
-        if code > 128 and _signal_name(code - 128) != f"signal {code - 128}":
-            # A signal the rank handled, ending as a shell reports it (143: SIGTERM): "exited with code 143" did not
-            # say that a signal ended it.
-            return f"rank {rank} exited with code {code} ({signal.Signals(code - 128).name})"
+        if code > 128:  # a signal the rank handled, ending as a shell reports it (143: SIGTERM): say which
+            with contextlib.suppress(ValueError):  # (a number Python names no signal by is a plain code)
+                return f"rank {rank} exited with code {code} ({signal.Signals(code - 128).name})"
         if code >= 0:
             return f"rank {rank} exited with code {code}"
         return f"rank {rank} died ({_signal_name(-code)})"

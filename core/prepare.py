@@ -69,9 +69,13 @@ def _find(fingerprint: str, tok: BPETokenizer) -> TokenStore | None:
         return None
 
 
+def _tokenizer_cache_key(fingerprint: str, cfg: DataConfig) -> tuple[str, int, int, str, str]:
+    """What names the tokenizer trained for ``cfg``'s corpus in the cache (``core.tokenizer_cache``)."""
+    return fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs, source_location(cfg.source), cfg.text_field
+
+
 def _cached_trained_tokenizer(fingerprint: str, cfg: DataConfig) -> BPETokenizer | None:
-    return cached_trained_tokenizer(fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs,
-                                    source_location(cfg.source), cfg.text_field)
+    return cached_trained_tokenizer(*_tokenizer_cache_key(fingerprint, cfg))
 
 
 class _Reporter:
@@ -152,8 +156,7 @@ def _train_tokenizer(source: Source, cfg: DataConfig, fingerprint: str, report: 
     # Training gives no progress of its own (tokenizers' bars draw to a terminal only): say that it runs.
     report.progress("tokenizer-training", done, None, len(docs), None, 0, final=True)
     tok = _trained_in_a_thread(docs, cfg.vocab_size, should_stop)
-    store_trained_tokenizer(tok, fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs, source_location(cfg.source),
-                            cfg.text_field)
+    store_trained_tokenizer(tok, *_tokenizer_cache_key(fingerprint, cfg))
     return tok
 
 
@@ -221,8 +224,7 @@ def prepare_corpus(cfg: DataConfig, tokenizer: BPETokenizer | None = None, *, to
                                     should_stop=should_stop)
             except SourceChanged:
                 if trained_now:  # its sample is of the text before the write, and its name the old fingerprint's
-                    trained_tokenizer_path(fingerprint, cfg.vocab_size, cfg.tokenizer_train_docs,
-                                           source_location(cfg.source), cfg.text_field).unlink(missing_ok=True)
+                    trained_tokenizer_path(*_tokenizer_cache_key(fingerprint, cfg)).unlink(missing_ok=True)
                 raise
             except SpeedboardError as exc:
                 if not trained_now:

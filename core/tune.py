@@ -488,7 +488,8 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
     ``keep_existing``: ``report_path`` is a default name, and a report there is kept (``save_report``).
 
     ``sink`` receives ``TuneStarted``, then ``TrialStarted``/``TrialFinished`` per trial, then
-    ``TuneFinished``; it must return quickly. ``cancelled`` is asked between optimizer steps and
+    ``TuneFinished`` (its path None when the report could not be saved, before ``ReportNotSaved``); it must
+    return quickly. ``cancelled`` is asked between optimizer steps and
     before each trial. A trial is not started when its estimate would end past the budget, and a
     new cell only when its repeats and those of the cells already started fit too; the estimates
     follow the step times measured so far.
@@ -652,8 +653,9 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         report["path"] = str(user_path(report_path))
         try:
             path = str(save_report(report, report_path, keep_existing))
-        except ConfigError as exc:  # a disk that filled up during the trials: the caller still has the results
+        except ConfigError as exc:  # a disk that filled up during the trials: the results are still theirs
             report["path"] = None
+            emit(TuneFinished(report, None))
             raise ReportNotSaved(str(exc), report) from None
     emit(TuneFinished(report, path))
     return report

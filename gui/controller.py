@@ -47,7 +47,7 @@ from core.memory_budget import check_allocatable
 from core.paths import user_path
 from core.tokenizer import TOKENIZER_FILE
 from core.trainer import Trainer
-from core.tune import ReportNotSaved, TuneFinished, TuneOptions, plan_tune, run_tune
+from core.tune import ReportNotSaved, TuneOptions, plan_tune, run_tune
 from gui.gc_pin import pin_collection_to_gui_thread, unpin_collection
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -333,8 +333,7 @@ class TorchThread(QThread):
                      keep_existing=True)  # the dialog's default name: a report there (the same second) is kept
         except Cancelled:
             pass  # while planning: nothing was measured, no report; ``tune_ended`` says the thread is free
-        except ReportNotSaved as exc:  # the whole budget's measurements are shown; the failure says why unsaved
-            self.tune_event.emit(TuneFinished(exc.report, None))
+        except ReportNotSaved as exc:  # its TuneFinished came first: the results are shown, this says why unsaved
             self.job_failed.emit(JobFailed("tune", f"the trials finished, but their report could not be saved: "
                                                    f"{exc}"))
         except Exception as exc:  # trials never raise; this is planning, the data, or writing the report

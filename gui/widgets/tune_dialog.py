@@ -322,7 +322,7 @@ class TuneDialog(QDialog):
             return
         cfg = self._settings()
         if cfg is None:  # the panel's own words for what is wrong: the dialog may cover the field that shows them
-            problem = getattr(self._panel, "error", "") or ""
+            problem = self._panel_error()
             dialogs.show_error(self, "Invalid settings", "Fix the settings first: the trials use the current "
                                                          "model, data and effective batch."
                                + (f"\n\n{problem}" if problem else ""))
@@ -358,7 +358,7 @@ class TuneDialog(QDialog):
         current = self._settings()
         differences = measured_for_other(measured_for, current)
         if current is None:  # nothing to compare with: asked, not applied as if it matched
-            problem = getattr(self._panel, "error", "") or "a setting is invalid"
+            problem = self._panel_error() or "a setting is invalid"
             differences.append(f"settings the panel's may differ from: they cannot be read now ({problem})")
         if self._processes() > 1:  # the trials are one process' (per-process batches, as here)
             differences.append(f"processes 1 (here {self._processes()})")
@@ -375,6 +375,10 @@ class TuneDialog(QDialog):
                                f"Not set (the panel does not offer the value): {', '.join(missed)}.")
         self.applied.emit(dict(rec["settings"]))
         self._update_buttons()
+
+    def _panel_error(self) -> str:
+        """What the settings panel says is wrong with its settings ("" where it says nothing)."""
+        return getattr(self._panel, "error", "") or ""
 
     def _processes(self) -> int:
         return int(getattr(self._panel, "nproc", 1) or 1)
