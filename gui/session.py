@@ -527,7 +527,8 @@ class RunSession(QObject):
             # Rank 0 recorded the SIGTERM its torchrun passed on ("by its launcher when another process failed, or
             # by the user"): the launcher itself was what ended, which is the run's failure (row, status bar).
             self._route(record, RunFailed(record.run_id or process.spec.run_id, 0.0,
-                                          f"{message} (rank 0: {record.message})", record.step))
+                                          f"{message} (rank 0: {record.message.removeprefix('rank 0: ')})",
+                                          record.step))
         elif record is not None and record.state == "failed" and message:
             # Rank 0 recorded its own failure, often only that another process went away: the launcher's
             # line says which rank died and how.
