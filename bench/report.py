@@ -92,7 +92,7 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         mem = probe.get("warm") or probe.get("memory") or {}
         if "peak_bytes" in mem:
             row["peak_gib"] = mem["peak_bytes"] / GIB
-            row["train_mem_gib"] = (mem["peak_bytes"] - mem["baseline_bytes"]) / GIB
+            row["train_mem_gib"] = max(0, mem["peak_bytes"] - mem["baseline_bytes"]) / GIB  # never "-0.00"
             row["peak_with_compile_gib"] = mem["peak_with_compile_bytes"] / GIB
         row["probe_errors"] = {k: v["error"] for k, v in probe.items() if "error" in v}
         cells[name] = row
@@ -153,8 +153,8 @@ def _memory_table(cells: dict[str, dict], grad_gib: float) -> list[dict]:
                 and r["precision"] == row["precision"]]
         alone = next((r for r in same if r["micro_batch"] == b), None)
         plain = next((r for r in same if r["micro_batch"] == b * k), None)
-        if not alone or "train_mem_gib" not in row or "train_mem_gib" not in alone:
-            continue
+        if not alone or "train_mem_gib" not in row or not alone.get("train_mem_gib"):
+            continue  # (no ratio to a micro-batch whose training used nothing measurable)
         entry = {"micro_batch": b, "accum": k,
                  "accum_peak_gib": row["peak_gib"], "accum_train_gib": row["train_mem_gib"],
                  "micro_peak_gib": alone["peak_gib"], "micro_train_gib": alone["train_mem_gib"],

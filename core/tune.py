@@ -707,7 +707,9 @@ def _cell_row(plan: TunePlan, cell: Cell, trials: list[TrialResult]) -> dict[str
     row["mfu"] = utilization(s.median, plan.flops_per_token, peak) if s and peak else None
     peaks = [t.peak_mem_gib for t in ok if t.peak_mem_gib is not None]
     row["peak_mem_gib"] = max(peaks) if peaks else None
-    train = [t.peak_mem_gib - t.mem_before_gib for t in ok
+    # Never below zero: what the process freed between the reading before a trial and the trial's peak (an
+    # earlier trial's leftovers) made a tiny model's figure "-0.00".
+    train = [max(0.0, t.peak_mem_gib - t.mem_before_gib) for t in ok
              if t.peak_mem_gib is not None and t.mem_before_gib is not None]
     row["train_mem_gib"] = statistics.median(train) if train else None
     cold, warm = [], []

@@ -64,3 +64,18 @@ def test_modes_choose_the_compile_settings_crossed():
     for bad in ("reduce-overhead", "off-block", "fast", ""):
         with pytest.raises(BenchError):
             parse_modes(bad)
+
+
+def test_the_memory_table_leaves_out_a_ratio_to_no_training_memory():
+    """A micro-batch alone whose training used nothing measurable (a tiny model: its peak no higher than the
+    baseline) made the accumulation's ratio a division by zero, the whole report lost."""
+    from bench.report import _memory_table
+
+    def cell(b, k, train):
+        return {"mode": "off", "micro_batch": b, "accum": k, "precision": "fp32", "peak_gib": 0.5,
+                "train_mem_gib": train}
+
+    cells = {"off-a4": cell(2, 4, 0.01), "off-a1-mb2": cell(2, 1, 0.0), "off-a1-mb8": cell(8, 1, 0.02),
+             "off-a2": cell(4, 2, 0.03), "off-a1-mb4": cell(4, 1, 0.02)}
+    [row] = _memory_table(cells, grad_gib=0.001)
+    assert (row["micro_batch"], row["accum"], row["accum_ratio"]) == (4, 2, 1.5)

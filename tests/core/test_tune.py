@@ -911,3 +911,22 @@ def test_the_passes_an_estimate_times_stay_a_fraction_of_a_second(micro, monkeyp
     sizes.clear()
     time_passes(micro().model, 32, torch.device("cpu"), "fp32", samples=12)  # at most those asked for
     assert sizes == [1, 2, 4, 8, 12]
+
+
+def test_a_settings_own_memory_is_never_below_zero():
+    """A tiny model on a CPU showed "-0.00" GiB: what the process freed between the reading before a trial and
+    the trial's own peak (an earlier trial's leftovers) made the difference negative."""
+    from types import SimpleNamespace
+
+    from core.tune import _cell_row
+
+    plan = SimpleNamespace(current="off-model-a1-fp32", peaks={}, flops_per_token=1.0)
+    cell = Cell("off", "model", 1, 4, "fp32")
+    trials = [TrialResult(cell.name, "speedboard", r, tokens_per_s=1000.0, tokens_per_step=100, timed_steps=2,
+                          losses=[5.0, 4.9], step_seconds=[0.1, 0.1], peak_mem_gib=0.50, mem_before_gib=before)
+              for r, before in enumerate((0.501, 0.503, 0.49))]
+    row = _cell_row(plan, cell, trials)
+    assert row["train_mem_gib"] == 0.0  # the median of 0, 0 and 0.01
+    header, shown = table_rows({"summary": {"rows": {"off": {**row, "label": "off", "vs_current": None,
+                                                               "loss": 4.9}}}})
+    assert shown[header.index("train mem (GiB)")] == "0.00"
