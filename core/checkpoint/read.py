@@ -105,6 +105,20 @@ def _pickle_kind(path: Path) -> str | None:
     return "a plain pickle, not a file written by torch.save" if plain else None
 
 
+def _open_error(path: Path, exc: OSError) -> OSError:
+    """The system's own answer to opening ``path``: safetensors and torch.load call a file that may not be read
+    missing ("No such file or directory" where the truth is "Permission denied")."""
+    try:
+        with open(path, "rb"):
+            return exc
+    except OSError as real:
+        return real
+
+
+def _cannot_read(exc: OSError, path: Path) -> CheckpointError:
+    return CheckpointError(f"cannot read {exc.filename or path}: {exc.strerror or first_line(exc)}")
+
+
 def _torch_load(path: Path, what: str = "weights file", mmap: bool = False) -> Any:
     try:
         with warnings.catch_warnings():
@@ -121,6 +135,8 @@ def _torch_load(path: Path, what: str = "weights file", mmap: bool = False) -> A
                                   f"tensors, and unpickling them could run code") from None
         detail = _pickle_kind(path) or first_line(ValueError(text.split("WeightsUnpickler error:")[-1]), 160)
         raise CheckpointError(f"{path.name} is not a PyTorch {what}, or is truncated or corrupted ({detail})") from None
+    except OSError as exc:  # a file that cannot be read is not a corrupted one: the reader says which
+        raise _open_error(path, exc) from None
     except Exception as exc:  # the unpickler raises many types on garbage (KeyError, EOFError, RuntimeError…)
         detail = first_line(exc, 160)
         if not isinstance(exc, RuntimeError) and detail != type(exc).__name__:
@@ -150,8 +166,8 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         with _utf8_path(path) as name:
             return load_file(name, device="cpu")
-    except FileNotFoundError:
-        raise
+    except OSError as exc:
+        raise _open_error(path, exc) from None
     except Exception as exc:  # SafetensorError and friends: report, never crash
         raise CheckpointError(f"{path.name} is truncated or corrupted ({first_line(exc, 160)})") from None
 
@@ -290,6 +306,13 @@ def _foreign(folder: Path) -> bool:
 def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:
     """Resolve what a user points at: a checkpoint folder or file itself, or a run folder's newest checkpoint."""
     path = user_path(run_or_checkpoint)
+    try:
+        return _latest_checkpoint(path)
+    except OSError as exc:  # a folder this user may not read (Python 3.11's is_file raises then): said as such
+        raise _cannot_read(exc, path) from None
+
+
+def _latest_checkpoint(path: Path) -> Path:
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
     if path.is_file():
@@ -298,6 +321,10 @@ def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:
         return path
     # A run folder, or its checkpoints/ folder itself (named as often as the run folder; it was said to hold
     # no checkpoints): the newest of them.
+    for folder in (path / CHECKPOINTS_DIR, path):
+        if folder.is_dir():
+            with os.scandir(folder):  # one that cannot be listed is said so, not taken for one without checkpoints
+                pass
     found = list_checkpoints(path / CHECKPOINTS_DIR) or list_checkpoints(path)
     if found:
         return found[-1]
@@ -324,7 +351,7 @@ def _read_newest(raw: Path, read: Callable[[Path], T]) -> T:
     folder is still the one that was picked is the checkpoint's own problem and
     is reported; otherwise the newest checkpoint is picked and read again.
     """
-    if raw.is_dir() and raw.name.startswith(".") and ".tmp-" in raw.name:
+    if raw.name.startswith(".") and ".tmp-" in raw.name and os.path.isdir(raw):  # (isdir: never raises)
         raise CheckpointError(f"{raw} is an unfinished save, not a checkpoint")
     for _ in range(_READ_ATTEMPTS):
         resolved = latest_checkpoint(raw)
@@ -334,8 +361,7 @@ def _read_newest(raw: Path, read: Callable[[Path], T]) -> T:
         except (CheckpointError, OSError) as exc:
             if before is not None and _identity(resolved) == before:
                 if isinstance(exc, OSError):
-                    raise CheckpointError(f"cannot read {exc.filename or resolved}: "
-                                          f"{exc.strerror or first_line(exc)}") from None
+                    raise _cannot_read(exc, resolved) from None
                 raise
     raise CheckpointError(f"the checkpoints of {raw} kept changing while being read ({_READ_ATTEMPTS} tries); "
                           f"try again")
@@ -501,7 +527,7 @@ def _verify_speedboard_files(path: Path, records: dict[str, dict[str, Any]], has
     when it is read)."""
     for part in (WEIGHTS_FILE, TOKENIZER_FILE):
         if not (path / part).is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {part} is missing")
+            raise _incomplete(path, part)
     if records.get(STATE_FILE) and not has_state:
         raise CheckpointError(f"checkpoint {path} is incomplete: {STATE_FILE} is missing")
     for name, record in records.items():
@@ -510,10 +536,16 @@ def _verify_speedboard_files(path: Path, records: dict[str, dict[str, Any]], has
         if Path(name).name != name or name in (".", ".."):  # a record names a file of this folder, no path
             raise CheckpointError(f"{path / CONFIG_FILE} records a file outside its folder ({name!r}): refused")
         if not (path / name).is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+            raise _incomplete(path, name)
         _verify_file(path / name, record, hash_it=hash_files)
     if has_state:
         _verify_file(path / STATE_FILE, records.get(STATE_FILE), hash_it=hash_state)
+
+
+def _incomplete(path: Path, name: str) -> CheckpointError:
+    # A folder, a named pipe or a dangling link in its place is not "missing": it is there and the wrong kind.
+    kind = "is not a regular file" if os.path.lexists(path / name) else "is missing"
+    return CheckpointError(f"checkpoint {path} is incomplete: {name} {kind}")
 
 
 def check_tokenizer_fits(tokenizer: BPETokenizer, model_config: ModelConfig) -> None:
@@ -573,6 +605,8 @@ def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         return {k: tuple(v.shape) for k, v in state.items()}
     except CheckpointError:
         raise
+    except OSError as exc:  # not a damaged file: one that cannot be read (the caller says why)
+        raise _open_error(path, exc) from None
     except Exception as exc:  # SafetensorError and friends: report, never crash
         raise CheckpointError(f"{path.name} is truncated or corrupted ({first_line(exc, 160)})") from None
 
@@ -584,25 +618,25 @@ def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
     alone; a pickled state dict has to be unpickled whole. Checksums are not
     verified here (``read_checkpoint`` does that before anything is loaded).
     """
-    raw = user_path(path)
-    if raw.is_dir() and raw.name.startswith(".") and ".tmp-" in raw.name:
-        raise CheckpointError(f"{raw} is an unfinished save, not a checkpoint")
-    path = latest_checkpoint(raw)
-    if path.is_dir():
-        kind, _ = _model_config_of(path, _read_json(path / CONFIG_FILE))
-        if kind == "speedboard" and not (path / WEIGHTS_FILE).is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {WEIGHTS_FILE} is missing")
-        files = [(path / WEIGHTS_FILE, None)] if kind == "speedboard" else _hf_weight_files(path)
-    elif path.suffix.lower() == ".safetensors" or path.suffix.lower() in PICKLE_SUFFIXES:
-        files = [(path, None)]
-    else:
-        raise _unsupported(path)
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file, listed in files:
-        found = _file_shapes(file)
-        _check_shard(file, found, listed)
-        shapes.update(found)
-    return clean_state_dict(shapes, path.name)  # keys only: it renames and drops entries, whatever their values
+
+    def shapes_of(path: Path) -> dict[str, tuple[int, ...]]:
+        if path.is_dir():
+            kind, _ = _model_config_of(path, _read_json(path / CONFIG_FILE))
+            if kind == "speedboard" and not (path / WEIGHTS_FILE).is_file():
+                raise CheckpointError(f"checkpoint {path} is incomplete: {WEIGHTS_FILE} is missing")
+            files = [(path / WEIGHTS_FILE, None)] if kind == "speedboard" else _hf_weight_files(path)
+        elif path.suffix.lower() == ".safetensors" or path.suffix.lower() in PICKLE_SUFFIXES:
+            files = [(path, None)]
+        else:
+            raise _unsupported(path)
+        shapes: dict[str, tuple[int, ...]] = {}
+        for file, listed in files:
+            found = _file_shapes(file)
+            _check_shard(file, found, listed)
+            shapes.update(found)
+        return clean_state_dict(shapes, path.name)  # keys only: it renames and drops entries, whatever their values
+
+    return _read_newest(user_path(path), shapes_of)
 
 
 def read_checkpoint(path: str | Path, *, trainer_state: bool = False) -> LoadedCheckpoint:
@@ -625,6 +659,8 @@ _STATE_KEYS = {"step", "tokens", "samples", "optimizer", "schedule"}
 
 def _short(value: Any) -> str:
     if isinstance(value, torch.Tensor):
+        if value.numel() == 1 and value.layout == torch.strided and not (value.is_meta or value.is_quantized):
+            return f"{value.item()!r} (a {value.dtype} tensor)"
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "…"

@@ -448,6 +448,15 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         folder = _good_folder(tmp_path, tok)
         (folder / removed[kind]).unlink()
         return folder
+    if kind in ("weights_are_a_folder", "tokenizer_is_a_fifo"):  # there, and the wrong kind: not "missing"
+        folder = _good_folder(tmp_path, tok)
+        if kind == "weights_are_a_folder":
+            (folder / "model.safetensors").unlink()
+            (folder / "model.safetensors").mkdir()
+        else:
+            (folder / "tokenizer.json").unlink()
+            os.mkfifo(folder / "tokenizer.json")
+        return folder
     if kind == "config_not_json":
         folder = _good_folder(tmp_path, tok)
         (folder / "config.json").write_text("{ truncated")
@@ -579,6 +588,8 @@ BAD_CASES = {
     "config_is_a_fifo": r"odd_config/config\.json is not a regular file",
     "folder_missing_weights": "is incomplete: model.safetensors is missing",
     "folder_missing_tokenizer": "is incomplete: tokenizer.json is missing",
+    "weights_are_a_folder": "is incomplete: model.safetensors is not a regular file",
+    "tokenizer_is_a_fifo": "is incomplete: tokenizer.json is not a regular file",
     "config_not_json": "config.json is not readable JSON",
     "unknown_folder_config": "neither a Speedboard checkpoint nor a Hugging Face Llama folder",
     "newer_format": "written by a newer Speedboard",

@@ -603,7 +603,9 @@ def _craft(state: dict, kind: str) -> None:
                                 "tensor"),
     ("optimizer_state_keyed_by_text", "the optimizer state names parameter '0', which no param group lists"),
     ("optimizer_state_of_no_parameter", "the optimizer state names parameter -1, which no param group lists"),
-    ("optimizer_step_negative", "the optimizer step of parameter 0 must be a count ≥ 0"),
+    # (It said "got a torch.float32 tensor of shape ()", as a sound checkpoint's step is: the value is the news.)
+    ("optimizer_step_negative", "the optimizer step of parameter 0 must be a count ≥ 0, got -2.0 (a torch.float32 "
+                                "tensor)"),
     ("train_samples_text", "train_samples must be an integer ≥ 0, got 'x'"),
     ("train_samples_negative", "train_samples must be an integer ≥ 0, got -5"),
     ("tokens_per_step_zero", "tokens_per_step must be an integer ≥ 1, got 0"),
