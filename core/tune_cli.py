@@ -163,4 +163,6 @@ def cmd_tune(args: argparse.Namespace, argv: list[str]) -> int:
     console.say("")
     console.say(format_report(report))
     console.say(f"report: {report['path']}")
-    return 0
+    # Cut short (Ctrl-C, a closed terminal): 130, as while planning and as the bench, so that a script tells a
+    # cancelled tune from a finished one; what was measured is printed and saved either way.
+    return 130 if report.get("cancelled") else 0

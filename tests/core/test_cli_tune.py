@@ -180,10 +180,11 @@ def test_the_help_states_the_advisors_defaults():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 0)])
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 130), (signal.SIGINT, 130)])
 def test_sigterm_ends_a_tune_in_one_line_and_sighup_stops_it_like_ctrl_c(signum, code, micro_file, tmp_path):
     """SIGTERM: end now, one line, exit 143; SIGHUP (the terminal closed): stop after the current step and report,
-    as a first Ctrl-C. Either way no trial's run folder is left in the temporary folder."""
+    as a first Ctrl-C does, exit code 130 (it was 0: a script could not tell a cancelled tune from a finished
+    one). Either way no trial's run folder is left in the temporary folder."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     report = tmp_path / "tune.json"
