@@ -802,8 +802,14 @@ def recommend(plan: TunePlan, rows: dict[str, dict], by_cell: dict[str, list[Tri
         but = "" if cmp.noise is None else "but "  # "too few steps to judge" is its own reservation
         out["text"] = f"Fastest measured: {best['label']}, {but}{cmp.describe()}."
     # A pick is only as clear as its lead over the next best: a tie there is said, not hidden.
-    others = [row for row in eligible if row["name"] not in (best["name"], plan.current)]
+    others = [row for row in eligible if row["name"] != best["name"]]
     runner_up = max(others, key=speed) if others else None
+    if runner_up is not None and runner_up["name"] == plan.current:
+        # The next best is the current settings, against which the text above already set the pick (a setting
+        # ranked below them was named "the next best").
+        out["runner_up"] = plan.current
+        out["runner_up_tied"] = bool(cmp and cmp.noise is not None and not cmp.significant)
+        return out
     # The runner-up against the pick, signed as every figure of the text is (the setting named, against the
     # other): the pick's lead, worded as the runner-up's, read "+1.6%" for one 1.6% slower.
     behind = compare(by_cell.get(runner_up["name"], []), by_cell.get(best["name"], [])) if runner_up else None

@@ -461,6 +461,23 @@ def test_a_pick_within_the_noise_of_the_next_best_says_it_is_a_tie(micro, privat
                                 "timed steps to judge (a spread needs two or more per setting)."), rec["text"]
 
 
+def test_the_next_best_may_be_the_current_settings(micro, private_tmp):
+    """The current settings ranked second and a slower setting was named "the next best" after the pick."""
+    from core.tune import summarise
+
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=3, repeats=2), cells=EAGER)
+    results = [_trial(name, r, [base * f for f in (0.99, 1.0, 1.01)]) for r in (0, 1)
+               for name, base in (("off-a1-fp32", 150), ("off-a2-fp32", 100), ("off-a1-bf16", 200))]
+    rec = summarise(plan, results)["recommendation"]
+    assert rec["cell"] == "off-a1-bf16" and rec["runner_up"] == "off-a1-fp32" and not rec["runner_up_tied"]
+    assert "next best" not in rec["text"] and "2 × 2" not in rec["text"], rec["text"]
+    tied = [t for t in results if t.cell != "off-a1-fp32"] + [_trial("off-a1-fp32", r, [196, 198, 200])
+                                                              for r in (0, 1)]
+    rec = summarise(plan, tied)["recommendation"]
+    assert rec["runner_up"] == "off-a1-fp32" and rec["runner_up_tied"]
+    assert "no significant difference from the current settings" in rec["text"], rec["text"]
+
+
 def test_the_pick_is_ranked_against_the_current_settings_repeat_by_repeat(micro, private_tmp):
     """A cell measured only in a quiet repeat must not outrank the current settings, measured in that quiet
     repeat and in a loaded one (pooled medians would say 80 > 75): the ratio is taken repeat by repeat."""
