@@ -37,6 +37,7 @@ from core.device import release_freed_memory
 from core.errors import SpeedboardError, describe_exception, first_line
 from core.events import CompileFinished, Event, RunFailed, RunFinished, RunStarted, StepMetrics, WarningRaised
 from core.paths import remove_tree, temp_folder_name
+from core.stopping import removed_on_forced_exit
 from core.trainer import COMPILE_WARMUP_STEPS, Trainer
 
 LOSS_TOLERANCE = {"fp32": 2e-3, "bf16": 3e-2, "fp16": 3e-2}
@@ -367,33 +368,36 @@ def run_trial(base: RunConfig, cell: Cell, total_steps: int, repeat: int = 0,
     sink = TimingSink(stop_after=total_steps, cancelled=cancelled)
     out = str(temp_folder_name("speedboard-trial-"))  # made inside the block that removes it
     result = TrialResult(cell=cell.name, runner="speedboard", repeat=repeat)
-    try:
-        os.mkdir(out, 0o700)
-        config = cell_config(base, cell, total_steps, out)  # a setting it refuses is the caller's to say
-        result.tokens_per_step = config.tokens_per_step()
+    # A forced exit (a SIGTERM Python discarded inside torch.compile, then the watchdog's exit) skips the finally
+    # below: it removes the folder too (one such trial folder was left in TMPDIR).
+    with removed_on_forced_exit(out):
         try:
-            device = resolve_device(config.train.device)
-            result.mem_before_gib = memory_gib(device)
-            trainer = Trainer(config, Control(), sink)
-            trainer.check_peak = False  # a measurement between two steps would count in this trial's step times
-            trainer.run()
-            result.error = "the run ended before its last step"  # not reached: the sink ends it
-        except MeasurementDone:
-            pass
-        except (TrialCancelled, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # a failing cell is a row with its reason, never the end of the trials
-            result.error = f"out of memory ({first_line(exc)})" if _out_of_memory(exc) else describe_exception(exc)
-    finally:
-        remove_tree(out)  # the run folder (and any checkpoint), first
-        if cell.compiled:
-            result.compiler_seconds = compiler_seconds()
-            counts_after = _cache_counts()
-            if counts_before is not None and counts_after is not None:
-                result.compile_cache_hits = counts_after[0] - counts_before[0]
-                result.compile_cache_misses = counts_after[1] - counts_before[1]
-        release()
-        result.wall_seconds = time.perf_counter() - t0
+            os.mkdir(out, 0o700)
+            config = cell_config(base, cell, total_steps, out)  # a setting it refuses is the caller's to say
+            result.tokens_per_step = config.tokens_per_step()
+            try:
+                device = resolve_device(config.train.device)
+                result.mem_before_gib = memory_gib(device)
+                trainer = Trainer(config, Control(), sink)
+                trainer.check_peak = False  # a measurement between two steps would count in this trial's step times
+                trainer.run()
+                result.error = "the run ended before its last step"  # not reached: the sink ends it
+            except MeasurementDone:
+                pass
+            except (TrialCancelled, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # a failing cell is a row with its reason, never the end of the trials
+                result.error = f"out of memory ({first_line(exc)})" if _out_of_memory(exc) else describe_exception(exc)
+        finally:
+            remove_tree(out)  # the run folder (and any checkpoint), first
+            if cell.compiled:
+                result.compiler_seconds = compiler_seconds()
+                counts_after = _cache_counts()
+                if counts_before is not None and counts_after is not None:
+                    result.compile_cache_hits = counts_after[0] - counts_before[0]
+                    result.compile_cache_misses = counts_after[1] - counts_before[1]
+            release()
+            result.wall_seconds = time.perf_counter() - t0
     result.warnings = sink.warnings
     result.losses = [e.loss for _, e in sink.steps]
     if sink.compile is not None and sink.compile.fallback and result.error is None:

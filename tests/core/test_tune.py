@@ -119,6 +119,19 @@ def test_an_abort_during_a_cancelled_trial_stays_an_abort(micro, monkeypatch, pr
     assert list(private_tmp.iterdir()) == []
 
 
+def test_a_forced_exit_during_a_trial_removes_its_folder(micro, monkeypatch, private_tmp):
+    """A SIGTERM Python discarded inside torch.compile ends the process by the watchdog's ``exit_now``, which skips
+    the trial's own clean-up: a trial folder was left in TMPDIR."""
+    from core import stopping, trainer
+
+    during = []
+    monkeypatch.setattr(trainer.Trainer, "_optimizer_step", lambda self: during.append(list(stopping._writing)))
+    run_trial(micro(), Cell("off", "model", 1, 4), total_steps=1)
+    (folder,) = during[0]
+    assert folder.parent == private_tmp and folder.name.startswith("speedboard-trial-")
+    assert folder not in stopping._writing and not folder.exists()
+
+
 @pytest.mark.parametrize("when", ["made", "removing"])
 def test_a_signal_as_the_trial_folder_is_made_or_removed_leaves_no_folder(micro, monkeypatch, private_tmp, when):
     """SIGTERM sent as the trial folder appeared (a busy CI machine): it landed in mkdtemp's own Python, after its
