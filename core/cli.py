@@ -1025,7 +1025,12 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         code = _train_exit_code(trainer.run(), rank0)
     except PeerLost as exc:
-        _error_line(f"speedboard: error: {exc}")
+        from core.runs import CLAIM_ENV
+
+        # Under `train --nproc` the survivors stay quiet: the launcher names the failed ranks in one line (this
+        # line came first when the collective failed before torchrun's SIGTERM reached this rank).
+        if CLAIM_ENV not in os.environ:
+            _error_line(f"speedboard: error: {exc}")
         code = 1
     except OutOfMemory as exc:
         # Every rank of a job ends so; rank 0 (which names the checkpoint it saved) and a rank that ran out

@@ -709,3 +709,25 @@ def test_a_run_id_is_refused_as_ascii_it_must_be():
 
     with pytest.raises(ConfigError, match=r"must be a plain folder name \(ASCII letters, digits"):
         check_run_id("rün")
+
+
+@pytest.mark.parametrize("launcher", [True, False])
+def test_a_rank_that_lost_its_peers_is_quiet_under_the_launcher(launcher, monkeypatch, capsys, tmp_path):
+    """Under `train --nproc` the launcher names the failed ranks in one line; a survivor whose collective failed
+    before torchrun's SIGTERM reached it printed its own line first. Under a bare torchrun it says it."""
+    from core.distributed import PeerLost
+    from core.runs import CLAIM_ENV
+    from core.trainer import Trainer
+
+    def lost(self):
+        raise PeerLost("rank 0: another process of this job failed or stopped, so this one cannot continue")
+
+    monkeypatch.setattr(Trainer, "run", lost)
+    if launcher:
+        monkeypatch.setenv(CLAIM_ENV, "token")
+    else:
+        monkeypatch.delenv(CLAIM_ENV, raising=False)
+    assert main(["train", *SMALL, "--steps", "1", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == ("" if launcher else "speedboard: error: rank 0: another process of this job failed or stopped, "
+                                       "so this one cannot continue\n"), err

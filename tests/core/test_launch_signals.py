@@ -201,6 +201,7 @@ def test_a_killed_rank_1_is_named_in_the_runs_ending_too(start_job):
     assert proc.returncode == 1, err
     (summary,) = [line for line in err if line.startswith("speedboard: rank")]
     assert summary.startswith("speedboard: rank 1 died (signal 9, SIGKILL)"), err
+    assert not any(line.startswith("speedboard: error:") for line in err), err  # the survivor stays quiet
     last = read_events(run_dir)[-1]
     assert isinstance(last, RunFailed) and last.message.startswith(summary.removeprefix("speedboard: ")), last
     assert "the job ended with it (rank 0: " in last.message
