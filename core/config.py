@@ -195,9 +195,13 @@ class ModelConfig:
             raise ConfigError("Llama configs with biases are not supported")
         if hf.get("hidden_act", "silu") != "silu":
             raise ConfigError(f"hidden_act {hf.get('hidden_act')!r} is not supported (only silu)")
+        # The figures the arithmetic below uses ("128" as text was "head_dim × num_attention_heads must equal
+        # hidden_size"); the config's own checks see the rest.
+        for key in ("num_attention_heads", "hidden_size", "head_dim"):
+            value = hf.get(key, 1) if key == "head_dim" else hf[key]
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"{key} must be a positive integer, got {value!r}")
         heads = hf["num_attention_heads"]
-        if not isinstance(heads, int) or heads <= 0:  # the divisor of hidden_size below
-            raise ConfigError(f"num_attention_heads must be a positive integer, got {heads!r}")
         head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
         if head_dim * heads != hf["hidden_size"]:
             raise ConfigError("head_dim × num_attention_heads must equal hidden_size")

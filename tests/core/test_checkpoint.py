@@ -490,13 +490,15 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
         path = tmp_path / "fp8.safetensors"
         save_file({k: v.to(torch.float8_e4m3fn) for k, v in make_model(7).state_dict().items()}, str(path))
         return path
-    if kind in ("hf_zero_heads", "hf_huge_positions"):
+    if kind in ("hf_zero_heads", "hf_huge_positions", "hf_width_as_text"):
         folder = tmp_path / kind
         folder.mkdir()
         hf = make_model(0).config.to_hf_dict()
         if kind == "hf_zero_heads":
             hf.pop("head_dim", None)
             hf["num_attention_heads"] = 0  # hidden_size // heads: a ZeroDivisionError's traceback
+        elif kind == "hf_width_as_text":
+            hf["hidden_size"] = "32"  # was "head_dim × num_attention_heads must equal hidden_size"
         else:
             hf["max_position_embeddings"] = 10**12  # rotary tables of 4 TB
         (folder / "config.json").write_text(json.dumps(hf))
@@ -602,6 +604,7 @@ BAD_CASES = {
     "non_float_weights": "non-float tensors",
     "float8_weights": r"holds quantized weights \(.*float8_e4m3fn.*dequantize them first",
     "hf_zero_heads": "num_attention_heads must be a positive integer, got 0",
+    "hf_width_as_text": "hidden_size must be a positive integer, got '32'",
     "hf_huge_positions": "max_position_embeddings",
     "tokenizer_too_large": r"the tokenizer has \d+ tokens but the model's embedding has only \d+ rows",
     "shapeless_config_mismatch": "architecture mismatch .*rope_theta: expected 10000.0, found 500000.0",
