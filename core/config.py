@@ -499,9 +499,8 @@ class RunConfig:
         train = sections["train"]
         mb = train.get("micro_batch")
         if isinstance(mb, str) and mb.strip().lower() == "auto":  # the preset's micro-batch, lowered to what fits
-            if train.get("auto_micro_batch") is False:
-                raise ConfigError('"micro_batch": "auto" and "auto_micro_batch": false contradict each other; '
-                                  'keep one', "micro_batch")
+            # "auto" is the request, whatever "auto_micro_batch" says: every run's config.json records it false,
+            # and setting "micro_batch" to "auto" there (the README's way) was refused as a contradiction.
             train = sections["train"] = {**{k: v for k, v in train.items() if k != "micro_batch"},
                                          "auto_micro_batch": True}
         if "lr" in train and "min_lr" not in train and isinstance(train["lr"], (int, float)):
