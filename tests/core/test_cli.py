@@ -731,3 +731,16 @@ def test_a_rank_that_lost_its_peers_is_quiet_under_the_launcher(launcher, monkey
     err = capsys.readouterr().err
     assert err == ("" if launcher else "speedboard: error: rank 0: another process of this job failed or stopped, "
                                        "so this one cannot continue\n"), err
+
+
+def test_generate_into_a_pipe_closed_early_ends_quietly_with_sigpipes_code(existing_run):
+    """``generate … | head -c 10``: the text is what it is for, so the reader gone ends it, as SIGPIPE ends
+    ``cat`` (exit code 141), without a word (``train``'s console goes quiet and the run trains on)."""
+    _, run_dir, _ = existing_run
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "generate", str(run_dir), "--prompt", "The",
+                             "--max-new-tokens", "100000", "--temperature", "1"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.read(3) == b"The"
+    proc.stdout.close()  # head exits
+    assert proc.wait(240) == 141
+    assert proc.stderr.read() == b""
