@@ -803,6 +803,13 @@ def write_store(source: Source, tokenizer: BPETokenizer, fingerprint: str, *, to
                     remove_store(final)
                 os.rename(tmp, final)
                 fsync(folder)
+        except DataError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not isinstance(exc, SourceChanged):
+                # A file rewritten while it was read fails to parse ("needs a string field 'text'", "damaged
+                # Parquet data"): the write is what to say, not the data's fault that named another remedy.
+                _check_unchanged(source)
+            raise
         except OSError as exc:
             # numpy's tofile reports a short write without an error number ("N requested and M written"):
             # why_write_failed asks the disk (free space, the file-size limit) for a reason a person can act on,

@@ -812,6 +812,30 @@ def test_a_file_written_to_while_it_is_prepared_keeps_no_store(tmp_path, cache, 
     assert len(store_folders(cache)) == 1
 
 
+def test_a_file_rewritten_while_it_is_prepared_is_said_as_changed_not_as_bad_data(tmp_path, cache, monkeypatch):
+    """A JSONL file rewritten mid-preparation with its text under another key failed to parse: "each line needs a
+    string field 'text' … choose another text field", and the tokenizer trained for the old text stayed cached."""
+    import json
+
+    monkeypatch.setattr("core.sources.Source.iter_documents", _small_batches(
+        __import__("core.sources", fromlist=["Source"]).Source.iter_documents))
+    monkeypatch.setattr("core.prepare._Reporter.progress", _every_progress)
+    docs = corpus(tmp_path, n=3000).read_text(encoding="utf-8").split("\n\n")
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    rewritten = []
+
+    def sink(event):
+        if isinstance(event, DataPreparationProgress) and event.stage == "tokens" and not rewritten:
+            rewritten.append(True)
+            path.write_text("".join(json.dumps({"body": d}) + "\n" for d in docs * 2), encoding="utf-8")
+
+    with pytest.raises(DataError, match="changed while it was being prepared; no token store was kept") as caught:
+        prepare_data(DataConfig(source=str(path), seq_len=32, vocab_size=300), sink=sink)
+    assert rewritten and store_folders(cache) == [] and "stays cached" not in str(caught.value)
+    assert list((cache / "tokenizers").glob("source-*.json")) == []
+
+
 @pytest.mark.parametrize("layout, says", [
     ("packed", "use more text or a shorter sequence length"),
     ("document", "use more documents (a sample is a document in this layout)"),  # a shorter one cannot help
