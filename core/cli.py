@@ -937,15 +937,22 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     sweep_stale_tokenizers()
     damaged = [m["path"] for m in list_stores() if "damaged" in m] if data != "all" else []
     stores = _stores_of(data, text_field, tokenizer)
+    # A store prepared from another corpus that is still there, whose content DATA shares (a copy that kept its
+    # times: the same fingerprint), is that corpus' too: --remove of a backup removed the original's store.
+    shared = [m for m in stores if data != "all" and _prepared_elsewhere(m, data)]
+    stores = [m for m in stores if m not in shared]
     for m in stores:
         remove_store(m["path"])
         _out(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {_where(m)})")
+    for m in shared:
+        _out(f"kept {m['path']}: prepared from {_where(m)}, whose content {data} shares; "
+             f"`speedboard prepare --remove {_where(m)}` removes it")
     if damaged:  # their manifests no longer say whose they are
         many = len(damaged) > 1
         _out(f"not removed: {len(damaged)} damaged store{'s' * many} whose corpus cannot be told "
              f"({damaged[0]}{' …' if many else ''}); --remove all removes {'them' if many else 'it'}")
     if tokenizer is not None:  # the stores of one tokenizer file: the tokenizers trained on DATA stay
-        if not stores:
+        if not stores and not shared:
             _out(_no_stores(data, tokenizer))
         return 0
     fingerprints = None
@@ -955,14 +962,30 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
             fingerprints.add(resolve_source(data, text_field or "text").fingerprint())
         except DataError:
             pass  # gone or unreadable now: its stores named what it was
+        # The tokenizers of a kept store stay with it (those trained on DATA's own place still go).
+        fingerprints -= {m.get("fingerprint") for m in shared}
     tokenizers = remove_trained_tokenizers(fingerprints, None if data == "all" else data, text_field)
     if tokenizers:
         _out(f"removed {len(tokenizers)} tokenizer{'s' * (len(tokenizers) > 1)} trained on "
               f"{'the corpora' if data == 'all' else data} ({sum(size for _, size in tokenizers) / 2**20:.1f} MiB, "
               f"{tokenizers[0][0].parent})")
-    if not stores and not tokenizers:
+    if not stores and not tokenizers and not shared:
         _out(_no_stores(data, None))
     return 0
+
+
+def _prepared_elsewhere(manifest: dict, data: str) -> bool:
+    """The store was prepared from another corpus that is still there: not DATA moved away, nor DATA named through
+    a link."""
+    from core.sources import source_location
+
+    where = (manifest.get("source") or {}).get("location")
+    if not where or not os.path.exists(where):
+        return False
+    try:
+        return not os.path.samefile(where, source_location(data))
+    except OSError:  # DATA itself is gone: the store is another corpus'
+        return True
 
 
 def _wait_for_preparations(data: str | None) -> None:

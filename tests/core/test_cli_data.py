@@ -301,6 +301,34 @@ def test_remove_finds_the_stores_of_earlier_versions_and_of_a_deleted_file(tmp_p
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_remove_of_a_copy_keeps_the_store_of_the_corpus_it_was_copied_from(tmp_path, cache, capsys):
+    """A copy that kept its times (``cp -p``) has the original's fingerprint and so its store: ``--remove`` of the
+    copy, never prepared, removed the original's store and its tokenizer (hours of preparation for a real corpus).
+    Once the original is gone (the file moved), the store is the copy's alone and goes with it."""
+    import shutil
+
+    original = Path(text_corpus(tmp_path))
+    assert main(["prepare", str(original), "--vocab-size", "300", "--no-progress"]) == 0
+    copy = tmp_path / "backup" / "corpus.txt"
+    copy.parent.mkdir()
+    shutil.copy2(original, copy)
+    capsys.readouterr()
+    assert main(["prepare", "--list", str(copy)]) == 0  # listed: the copy would train from it
+    assert str(original) in capsys.readouterr().out
+    assert main(["prepare", "--remove", str(copy)]) == 0
+    said, *rest = capsys.readouterr().out.splitlines()
+    assert rest == [], rest
+    assert said.startswith(f"kept {cache}/stores/") and said.endswith(
+        f": prepared from {original}, whose content {copy} shares; `speedboard prepare --remove {original}` removes "
+        f"it"), said
+    assert len(list((cache / "stores").iterdir())) == 1 and len(list((cache / "tokenizers").glob("*.json"))) == 1
+    original.unlink()  # moved away: the store is the copy's now
+    assert main(["prepare", "--remove", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"removed {cache}/stores/") and "removed 1 tokenizer" in out, out
+    assert list((cache / "stores").iterdir()) == []
+
+
 def test_relative_data_and_tokenizer_paths_are_recorded_absolute(tmp_path, cache, capsys, monkeypatch):
     """A resume from another folder reads the same corpus (the typed "c.txt" once named another file there)."""
     (tmp_path / "a").mkdir()
