@@ -801,14 +801,14 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
             _out(_no_stores(args.data, args.tokenizer))
         for m in stores:
             if "damaged" in m:  # its manifest says nothing more: named by its path
-                _out(f"{m['path']}: damaged ({m['damaged']}), {m['bytes'] / 2**30:.2f} GiB; preparing its corpus "
+                _out(f"{m['path']}: damaged ({m['damaged']}), {_room(m['bytes'])}; preparing its corpus "
                       f"again replaces it, --remove all removes it")
                 continue
             tok, source = m.get("tokenizer") or {}, m.get("source") or {}
             field = f" --text-field {source['text_field']}" if source.get("kind") not in ("text", "builtin", None) \
                 else ""
             _out(f"{m.get('created', '?')}  {m.get('documents', 0):>12,} docs  {m.get('tokens', 0):>15,} tokens  "
-                  f"{m['bytes'] / 2**30:7.2f} GiB  {_where(m)}{field}  "
+                  f"{_room(m['bytes']):>10}  {_where(m)}{field}  "
                   f"[{tok.get('origin', '?')}, {tok.get('vocab_size', '?')} tokens]  {m['path']}"
                   + (f"  damaged ({m['fault']}): preparing its corpus again replaces it" if "fault" in m else ""))
         if args.data in (None, "all") and args.tokenizer is None:
@@ -867,8 +867,13 @@ def _list_leftovers() -> None:
     if found:
         many = len(found) > 1
         _out(f"also {len(found)} unfinished store{'s' * many} of killed preparations or removals "
-             f"({sum(size for _, size in found) / 2**30:.2f} GiB: {found[0][0]}{' …' if many else ''}); "
+             f"({_room(sum(size for _, size in found))}: {found[0][0]}{' …' if many else ''}); "
              f"the next preparation or any prepare --remove deletes {'them' if many else 'it'}")
+
+
+def _room(size: int) -> str:
+    """A store's room on disk: a half store of 4 MB read "0.00 GiB" in GiB alone."""
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def _made_with(stores: list[dict], tokenizer: str | None) -> list[dict]:
@@ -943,7 +948,7 @@ def _remove_stores(data: str, text_field: str | None, tokenizer: str | None = No
     stores = [m for m in stores if m not in shared]
     for m in stores:
         remove_store(m["path"])
-        _out(f"removed {m['path']} ({m['bytes'] / 2**30:.2f} GiB, {_where(m)})")
+        _out(f"removed {m['path']} ({_room(m['bytes'])}, {_where(m)})")
     for m in shared:
         _out(f"kept {m['path']}: prepared from {_where(m)}, whose content {data} shares; "
              f"`speedboard prepare --remove {_where(m)}` removes it")

@@ -187,7 +187,7 @@ def test_list_names_the_half_stores_of_killed_preparations_and_the_room_they_hol
     assert main(["prepare", "--list"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and data in lines[0]
-    assert lines[1] == (f"also 1 unfinished store of killed preparations or removals (0.00 GiB: {dead}); "
+    assert lines[1] == (f"also 1 unfinished store of killed preparations or removals (3.0 MiB: {dead}); "
                         f"the next preparation or any prepare --remove deletes it")
     assert main(["prepare", "--list", data]) == 0  # a corpus' own stores only: the leftovers are no corpus'
     assert "unfinished" not in capsys.readouterr().out
