@@ -746,7 +746,9 @@ class Trainer:
             # A new total keeps the lineage's warmup in tokens: recorded as its share of the new total (0.5 of
             # the parent's 100 steps resumed with --steps 60 is 50 steps, 0.83 of 60; 0.5 read as 30).
             warmup = schedule.warmup_tokens / (schedule.end_tokens - schedule.start_tokens)
-        if given.warmup_ratio != lineage:  # a new segment's "no warmup" is the log's plan, not a value given
+        # A new segment's "no warmup" is the log's plan, not a value given; and a warmup given as the one this run
+        # trains with (a resumed run's own config.json reused) is no news.
+        if given.warmup_ratio != lineage and not math.isclose(given.warmup_ratio, warmup, abs_tol=1e-12):
             kept = (f"warmup {warmup * 100:g}% of its budget" if self.schedule.warmup_tokens
                     else "a new cosine without warmup after its finished budget")
             self.warn(f"warmup {given.warmup_ratio * 100:g}% does not apply: a resumed run keeps its schedule "

@@ -205,6 +205,27 @@ def test_a_resumed_run_records_the_seed_and_warmup_it_trains_with(stopped_parent
            f"budget); config.json records warmup_ratio {own['warmup_ratio']}" in err
 
 
+def test_a_warmup_given_as_the_one_the_run_trains_with_is_not_said(tmp_path):
+    """A resumed run's own config.json reused (a new segment after a finished budget: "warmup_ratio": 0.0, as it
+    trained) was told "warmup 0% does not apply … config.json records warmup_ratio 0.0"."""
+    from types import SimpleNamespace
+
+    from core.trainer import Trainer
+
+    said = []
+    trainer = SimpleNamespace(cfg=micro_config(tmp_path).replace(train={"warmup_ratio": 0.0}), seed=None,
+                              schedule=SimpleNamespace(warmup_tokens=0, end_tokens=10, start_tokens=0),
+                              warn=said.append)
+    trainer.seed = trainer.cfg.train.seed
+    state = {"train_config": {"warmup_ratio": 0.05}, "schedule": {"end_tokens": 10}}
+    Trainer._record_what_the_checkpoint_decides(trainer, state)
+    assert said == [] and trainer.cfg.train.warmup_ratio == 0.0
+    trainer.cfg = trainer.cfg.replace(train={"warmup_ratio": 0.2})  # another warmup given: said
+    Trainer._record_what_the_checkpoint_decides(trainer, state)
+    assert said == ["warmup 20% does not apply: a resumed run keeps its schedule (a new cosine without warmup after "
+                    "its finished budget); config.json records warmup_ratio 0.0"]
+
+
 # --------------------------------------------------------------------------- changing speedups on resume
 def test_resume_with_other_accumulation_continues_the_schedule_by_tokens(stopped_parent, tmp_path):
     parent_sink, checkpoint = stopped_parent
