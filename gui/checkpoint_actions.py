@@ -9,6 +9,7 @@ cleared once that run has started from it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings
@@ -44,15 +45,15 @@ class RecentFolders:
 
     def last(self) -> str:
         folder = stored_text(self.settings, "paths/last_dir")
-        return folder if folder and Path(folder).is_dir() else str(Path.home())
+        return folder if folder and os.path.isdir(folder) else str(Path.home())
 
     def save(self) -> str:
         folder = stored_text(self.settings, "paths/save_dir")
-        return folder if folder and Path(folder).is_dir() else self.last()
+        return folder if folder and os.path.isdir(folder) else self.last()
 
     def remember(self, path: str) -> None:
-        folder = Path(path).expanduser()
-        self.settings.setValue("paths/last_dir", str(folder if folder.is_dir() else folder.parent))
+        folder = Path(path).expanduser()  # (isdir, never is_dir: a folder that cannot be entered raised)
+        self.settings.setValue("paths/last_dir", str(folder if os.path.isdir(folder) else folder.parent))
 
     def remember_save(self, path: str) -> None:
         self.settings.setValue("paths/save_dir", str(Path(path).parent))
@@ -61,9 +62,9 @@ class RecentFolders:
         """Where Open run folders starts: the folder of the run folders opened last, else the first of
         ``fallbacks`` that is a folder (the latest run's, the runs folder), else the home folder."""
         folder = stored_text(self.settings, "paths/runs_dir")
-        if folder and Path(folder).is_dir():
+        if folder and os.path.isdir(folder):
             return folder
-        return str(next((f for f in fallbacks if f.is_dir()), Path.home()))
+        return str(next((f for f in fallbacks if os.path.isdir(f)), Path.home()))
 
     def remember_runs(self, folder: str) -> None:
         self.settings.setValue("paths/runs_dir", folder)

@@ -19,10 +19,10 @@ LOAD_FILTER = ("Checkpoints (config.json model.safetensors pytorch_model.bin met
 
 def checkpoint_target(picked: str) -> str:
     """What a file picked in the Load dialog means: its folder (checkpoint, Hugging Face or run) or itself."""
-    path = Path(picked)
-    if path.is_dir():
+    path = Path(picked)  # (os.path's tests never raise: pathlib's did for a folder that cannot be entered)
+    if os.path.isdir(path):
         return str(path)
-    if path.name in _FOLDER_FILES and (path.parent / "config.json").is_file() or path.name == "metrics.jsonl":
+    if path.name in _FOLDER_FILES and os.path.isfile(path.parent / "config.json") or path.name == "metrics.jsonl":
         return str(path.parent)
     return str(path)
 
@@ -30,6 +30,13 @@ def checkpoint_target(picked: str) -> str:
 def save_target_problem(path: str) -> str | None:
     """Why a checkpoint folder cannot be written at ``path`` (checked before asking the torch thread)."""
     target = Path(path).expanduser()
+    try:
+        return _save_target_problem(target)
+    except OSError as exc:  # a folder on the way that cannot be entered or listed: said in the dialog
+        return f"cannot look into {exc.filename or target}: {exc.strerror or exc}; choose another folder."
+
+
+def _save_target_problem(target: Path) -> str | None:
     if (why := unnameable(target)) is not None:  # else the first look at it raises "File name too long"
         return f"{why}."
     if target.exists() and not target.is_dir():

@@ -8,6 +8,7 @@ load-mode question, which needs its own button labels (tests replace
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -187,10 +188,24 @@ class SaveTargetDialog(QDialog):
                                       "existing folder given by its full path.")
         elif (why := unnameable(target)) is not None:  # else looking at it raises "File name too long"
             self.target_label.setText(f"Cannot save there: {why}.")
-        elif Path(target).is_dir() and any(Path(target).iterdir()):
+        elif isinstance(listed := _listing(target), str):
+            self.target_label.setText(f"Cannot save there: cannot look into {target} ({listed}).")
+        elif listed:
             self.target_label.setText(f"Replaces {target} (you are asked first)")
         else:
             self.target_label.setText(f"Writes {target}")
+
+
+def _listing(target: str) -> bool | str | None:
+    """Whether ``target`` is a folder with something in it (None: no folder there), or why it cannot be looked
+    into: on each keystroke, where a folder that cannot be listed raised out of the dialog, which never opened."""
+    if not os.path.isdir(target):
+        return None
+    try:
+        with os.scandir(target) as entries:
+            return next(entries, None) is not None
+    except OSError as exc:
+        return exc.strerror or str(exc)
 
 
 def _has_control(name: str) -> bool:

@@ -169,7 +169,7 @@ class AtomicFolder:
             raise
         fsync(self.target.parent)
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_aside(old)
 
     def _taken(self) -> CheckpointError:
         return CheckpointError(f"{self.what} folder {self.target} exists and is not empty")
@@ -256,8 +256,21 @@ def remove_folder(path: Path) -> bool:
         os.rename(path, aside)
     except OSError:
         return False
-    shutil.rmtree(aside, ignore_errors=True)
+    remove_aside(aside)
     return True
+
+
+def remove_aside(folder: Path) -> None:
+    """Remove a folder this process moved aside, whatever its mode: the folder of a read-only checkpoint (mode
+    0555, replaced by a save) kept its files, and a full hidden copy stayed beside the new one without a word."""
+    with contextlib.suppress(OSError):
+        os.chmod(folder, 0o700)
+        for root, dirs, _ in os.walk(folder):
+            for name in dirs:
+                inner = os.path.join(root, name)
+                if not os.path.islink(inner):  # (chmod follows a link: never change a folder outside)
+                    os.chmod(inner, 0o700)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
@@ -282,7 +295,7 @@ def _sweep(folder: Path, names: Iterable[str] | None) -> list[Path]:
                                                                     or not _SHORTENED.search(match["name"])):
                 os.rename(leftover, target)  # the last good checkpoint, back under its own name
             else:
-                shutil.rmtree(leftover, ignore_errors=True)
+                remove_aside(leftover)
         except OSError:
             continue
         touched.append(leftover)

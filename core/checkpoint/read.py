@@ -192,7 +192,9 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = parse_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and every JSON damage
+    except OSError as exc:  # not damaged JSON: a file this user may not read ("Permission denied")
+        raise _cannot_read(exc, path) from None
+    except ValueError as exc:  # UnicodeDecodeError and every JSON damage
         raise CheckpointError(f"{path} is not readable JSON ({first_line(exc, 160)})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a JSON object")

@@ -92,3 +92,35 @@ def test_the_command_line_says_it_in_one_line_with_exit_code_2(unreadable, tmp_p
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [f"speedboard: error: cannot read {closed}/config.json: "
                                                   f"Permission denied"], result.stderr
+
+
+REPLACE = """
+import os, sys
+from pathlib import Path
+sys.path.insert(0, os.getcwd())  # the checkout, for its test helpers
+from core.checkpoint import save_checkpoint
+from tests.core.checkpoint_helpers import make_model, make_tokenizer
+save_checkpoint(Path(sys.argv[1]), make_model(2), tokenizer=make_tokenizer())
+"""
+
+
+def test_replacing_a_read_only_checkpoint_leaves_no_hidden_copy(tmp_path):
+    """Its folder (mode 0555) was renamed aside and could not be emptied: a full hidden ``.NAME.old-…`` copy
+    stayed beside the new checkpoint without a word."""
+    folder = ck.save_checkpoint(tmp_path / "ck", make_model(1), tokenizer=make_tokenizer())
+    folder.chmod(0o555)
+    try:
+        result = as_a_user([sys.executable, "-c", REPLACE, str(folder)])
+        assert result.returncode == 0, result.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+        assert ck.read_checkpoint(folder).state_dict.keys() == make_model(2).state_dict().keys()
+    finally:
+        folder.chmod(0o755)
+
+
+def test_an_unreadable_config_json_is_said_as_unreadable_not_as_damaged_json(tmp_path):
+    folder = ck.save_checkpoint(tmp_path / "ck", make_model(1), tokenizer=make_tokenizer())
+    (folder / "config.json").chmod(0)
+    result = as_a_user([sys.executable, "-c", READ, str(folder)])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[f"read {folder}"] == f"cannot read {folder}/config.json: Permission denied"
