@@ -182,14 +182,20 @@ class Source:
             if not any(may_hold_text):
                 raise DataError(f"data source {self.spec} is empty (no text)")
         elif self.kind in ("parquet", "arrow"):
-            total = text_rows = 0
+            total = text_rows = valued = 0
             for f in self.files:
-                rows, typed = _parquet_rows(f.path, self.text_field) if f.format == "parquet" else \
-                    _arrow_rows(f.path, self.text_field)
+                if f.format == "parquet":
+                    rows, typed, not_null = _parquet_rows(f.path, self.text_field)
+                else:
+                    (rows, typed), not_null = _arrow_rows(f.path, self.text_field), None
                 total += rows
                 text_rows += rows if typed else 0
+                valued += (rows if not_null is None else not_null) if typed else 0
             if text_rows == 0:
                 raise DataError(f"data source {self.spec} is empty ({'no text' if total else 'no rows'})")
+            if valued == 0:  # it passed the data picker's check, then failed every start as "empty (no text)"
+                raise DataError(f"data source {self.spec} is empty (no text: its column '{self.text_field}' holds "
+                                f"only nulls)")
             self._documents[:] = [text_rows]
         elif self.kind == "hub":
             _hub_dataset(self)  # the package, the network, the name
@@ -894,10 +900,22 @@ def _parquet_text_column(path: Path, pf, text_field: str) -> bool:
     return typed
 
 
-def _parquet_rows(path: Path, text_field: str) -> tuple[int, bool]:
-    """The file's rows, and whether its text column may hold text (not of the null type)."""
+def _parquet_rows(path: Path, text_field: str) -> tuple[int, bool, int]:
+    """The file's rows, whether its text column may hold text (not of the null type), and how many of its rows
+    the file's statistics do not count as null there (every row where it keeps no null counts)."""
     pf = _parquet_file(path)
-    return pf.metadata.num_rows, _parquet_text_column(path, pf, text_field)
+    typed = _parquet_text_column(path, pf, text_field)
+    meta = pf.metadata
+    index = next((i for i in range(len(pf.schema)) if pf.schema.column(i).path == text_field), None)
+    if not typed or index is None:
+        return meta.num_rows, typed, meta.num_rows
+    not_null = 0
+    for group in range(meta.num_row_groups):
+        row_group = meta.row_group(group)
+        stats = row_group.column(index).statistics
+        nulls = stats.null_count if stats is not None and stats.has_null_count else 0
+        not_null += row_group.num_rows - nulls
+    return meta.num_rows, typed, not_null
 
 
 def _texts(column, path: Path, first_row: int) -> list[tuple[int, str]]:

@@ -77,6 +77,16 @@ def test_a_text_column_of_nulls_only_is_no_documents_not_another_type(tmp_path):
     alone = tmp_path / "nulls.parquet"
     pq.write_table(pa.table({"text": pa.nulls(30)}), alone)
     assert "nulls.parquet is empty (no text)" in one_line_error(lambda: resolve_source(str(alone)).check())
+    # A string column of nulls only: the data picker's check passed it ("500 rows; tokenized once …"), then every
+    # Start failed as "empty (no text)". The file's statistics count its nulls; shards with text beside it are read.
+    strings = tmp_path / "strings"
+    strings.mkdir()
+    pq.write_table(pa.table({"text": pa.array([None] * 500, pa.string())}), strings / "000.parquet",
+                   row_group_size=128)
+    assert one_line_error(lambda: resolve_source(str(strings)).check()).endswith(
+        "strings is empty (no text: its column 'text' holds only nulls)")
+    write_parquet(strings / "001.parquet", DOCS)
+    resolve_source(str(strings)).check()
     datasets = pytest.importorskip("datasets")
     dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": [None] * 10})})
     dd.save_to_disk(str(tmp_path / "hf_nulls"))
