@@ -322,7 +322,11 @@ class RunSession(QObject):
         (a paused run saves at once, where it stands)."""
         assert self._pending_save is None, "one save at a time"
         self._pending_save = str(user_path(path))  # as the run names it when saved: absolute, ``~`` expanded
-        deferred = self.controller.running and not (self._active is not None and self._active.state == "paused")
+        active = self._active
+        # Paused after a step, it saves where it stands; paused before its first step, it waits for that step (there
+        # is no trained model yet), which the window said as "Saving …" at once.
+        paused_after_a_step = active is not None and active.state == "paused" and not active.before_training
+        deferred = self.controller.running and not paused_after_a_step
         self.controller.save(self._pending_save)
         return deferred
 

@@ -200,6 +200,27 @@ def test_a_save_the_trainer_cannot_write_is_a_failed_save_and_the_run_goes_on(qt
     assert str(good) in record.checkpoints and session.pending_save is None
 
 
+def test_a_save_asked_while_paused_before_the_first_step_waits_for_that_step(qtbot, session, tmp_path):
+    """The window said "Saving …" at once, while the trainer waits for the first step (no trained model yet)."""
+    record = session.start(micro_config(tmp_path, **LONG))
+    with qtbot.waitSignal(session.controller.training_paused, timeout=RUN_TIMEOUT_MS):
+        session.pause()  # asked during set-up: the trainer holds before its first step
+    assert record.state == "paused" and record.before_training
+    target = tmp_path / "first"
+    assert session.save(str(target)) is True  # at the next optimizer step
+    with qtbot.waitSignal(session.save_finished, timeout=RUN_TIMEOUT_MS):
+        session.resume()
+    assert (target / "config.json").is_file() and record.step >= 1
+    with qtbot.waitSignal(session.controller.training_paused, timeout=RUN_TIMEOUT_MS):
+        session.pause()
+    qtbot.waitUntil(lambda: record.state == "paused", timeout=RUN_TIMEOUT_MS)
+    assert not record.before_training
+    with qtbot.waitSignal(session.save_finished, timeout=RUN_TIMEOUT_MS):
+        assert session.save(str(tmp_path / "now")) is False  # where it stands
+    session.stop()
+    qtbot.waitUntil(lambda: not session.running, timeout=RUN_TIMEOUT_MS)
+
+
 # --------------------------------------------------------------------------- source 2: torchrun processes
 def _event_lines(events: list[Event]) -> str:
     return "".join(json.dumps(e.to_dict()) + "\n" for e in events)
