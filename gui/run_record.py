@@ -368,7 +368,10 @@ class RunRecord:
             self.median_tokens_per_s = event.median_tokens_per_s
             if event.compile_seconds is not None and not self.compile_fallback:
                 self.compile_seconds = event.compile_seconds
-            self.peak_mem_gib = max(0.0, event.peak_mem_gib - self.mem_baseline_gib)
+            # The training's own figure where the run gave it: a folder whose run_started line is lost has no
+            # baseline here, and its process' whole peak read as training memory.
+            self.peak_mem_gib = event.train_mem_gib if event.train_mem_gib is not None else \
+                max(0.0, event.peak_mem_gib - self.mem_baseline_gib)
             self.checkpoint = event.checkpoint
         elif isinstance(event, RunFailed):
             # Stopped before it started: its data preparation was cancelled, nothing was kept.

@@ -256,6 +256,10 @@ class RunSession(QObject):
         # Its files there and whole, said now too (a file deleted or cut short became a failed row); their bytes
         # are compared with their checksums as the run reads them, off this thread.
         verify_checkpoint(parent.checkpoint, hash_files=False)
+        if not parent.config:  # its run_started line lost or damaged: the defaults were continued, another model
+            raise ConfigError(f"{parent.label} cannot be continued: its run folder does not say its model and data "
+                              f"(the first line of its metrics.jsonl is missing or damaged); start a new run from its "
+                              f"checkpoint with Load… instead")
         try:
             base = RunConfig.from_dict(parent.config)
             cfg = base.replace(train=settings.train, resume=parent.checkpoint, init_from=None,

@@ -513,3 +513,24 @@ def test_a_torchrun_job_whose_launcher_cannot_start_is_a_failed_row_and_frees_th
     qtbot.waitUntil(lambda: not session.running, timeout=RUN_TIMEOUT_MS)
     assert record.state == "failed" and "the training processes could not be started" in record.message
     assert not config_file.exists()
+
+
+def test_a_folder_whose_first_line_is_damaged_is_not_continued_with_default_settings(session, tmp_path):
+    """Its run_started line cut in half: the row read finished, its Train GiB was the whole process' peak, and
+    Continue built a run of the default settings (another model), a failed row."""
+    from core.errors import ConfigError
+    from core.events import RunFinished
+    from core.runs import read_events
+    from core.trainer import train
+
+    folder = train(micro_config(tmp_path / "cli", train={"budget": 3})).run_dir
+    finished = next(e for e in read_events(folder) if isinstance(e, RunFinished))
+    metrics = Path(folder) / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(True)
+    metrics.write_text(lines[0][: len(lines[0]) // 2] + "\n" + "".join(lines[1:]))
+    record, _ = session.follow_folder(str(folder))
+    assert record.state == "finished" and record.checkpoint
+    assert record.peak_mem_gib == finished.train_mem_gib  # the training's own figure, as the run gave it
+    with pytest.raises(ConfigError, match=r"cannot be continued: its run folder does not say its model and data"):
+        session.continue_from(record, micro_config(tmp_path))
+    assert len(session.records) == 1 and not session.running
