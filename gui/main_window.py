@@ -553,6 +553,9 @@ class MainWindow(QMainWindow):
                 self.status.showMessage(f"Still stopping: the window closes after {after} …")
                 return
             if self.session.ending or self.session.stopping:  # no question: the run ends already
+                if self.session.continue_pending:  # the log's "Continue: …" line is not what happens now
+                    self.log.add("Continue cancelled: the window closes once the run has stopped (its final "
+                                 "checkpoint is saved; Continue from it in the next session)", "warning")
                 self.session.stop_then_close()  # (no second stop is sent)
                 self.status.showMessage("The window closes once the run has ended …" if self.session.ending else
                                         f"Stopping: the window closes after {after} …")

@@ -158,6 +158,11 @@ class RunSession(QObject):
         return self._closing
 
     @property
+    def continue_pending(self) -> bool:
+        """A Continue waits for the run to stop (``stop_then_continue``)."""
+        return self._continue_with is not None
+
+    @property
     def active(self) -> RunRecord | None:
         return self._active
 

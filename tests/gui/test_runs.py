@@ -464,6 +464,23 @@ def test_core_exception_becomes_a_failed_row_and_the_next_run_works(qtbot, windo
     assert window.status.currentMessage() == ""  # the failure was #1's: not shown beside the next run
 
 
+def test_closing_while_a_continue_waits_for_the_stop_says_the_continue_is_cancelled(qtbot, make_window, dialogs):
+    """The window closed without a word about the Continue the user had asked for: the log's last line still
+    read "Continue: #1 … goes on …"."""
+    window = make_window(**LONG)
+    click(window, "startButton")
+    record = wait_steps(qtbot, window, 1)
+    click(window, "continueButton")  # stops the run, then continues it
+    assert window.session.continue_pending and window.session.stopping
+    window.close()
+    assert dialogs.questions() == []  # the run stops already: nothing to ask
+    assert window.log.messages()[-1].endswith("warning: Continue cancelled: the window closes once the run has "
+                                              "stopped (its final checkpoint is saved; Continue from it in the next "
+                                              "session)")
+    qtbot.waitUntil(window.isHidden, timeout=RUN_TIMEOUT_MS)
+    assert record.state == "stopped" and len(window.session.records) == 1
+
+
 def test_close_during_a_run_asks_then_stops_and_ends_the_thread(qtbot, make_window, dialogs):
     window = make_window(**LONG)
     click(window, "startButton")
