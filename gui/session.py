@@ -450,6 +450,11 @@ class RunSession(QObject):
             parent = self._by_run_id.get(event.parent) if event.parent else None
             if parent is not None:  # a continued run names its parent's row
                 record.parent_number = parent.number
+            # And its children shown before it (a folder of a continued run opened first) name it now.
+            for child in self.records:
+                if child is not record and child.parent_id == event.run_id and child.parent_number is None:
+                    child.parent_number = record.number
+                    self.record_changed.emit(child)
         changed = record.apply(event)
         if isinstance(event, Event):
             self.store.add(record.key, event)

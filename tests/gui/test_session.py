@@ -534,3 +534,19 @@ def test_a_folder_whose_first_line_is_damaged_is_not_continued_with_default_sett
     with pytest.raises(ConfigError, match=r"cannot be continued: its run folder does not say its model and data"):
         session.continue_from(record, micro_config(tmp_path))
     assert len(session.records) == 1 and not session.running
+
+
+def test_a_continued_run_opened_before_its_parent_names_it_once_the_parent_is_shown(qtbot, session, tmp_path):
+    """Opened child first (as a restart reopens them), it stayed "(continued)" with its parent's bare run id."""
+    import dataclasses
+
+    parent_dir, child_dir = tmp_path / "parent", tmp_path / "child"
+    for folder, started in ((parent_dir, _started(parent_dir, "p-run", 1)),
+                            (child_dir, dataclasses.replace(_started(child_dir, "c-run", 1), parent="p-run"))):
+        folder.mkdir()
+        (folder / "metrics.jsonl").write_text(_event_lines([started, _finished(1, False, started.run_id)]))
+    child, _ = session.follow_folder(str(child_dir))
+    assert child.parent_number is None and child.label.endswith("(continued)")
+    with qtbot.waitSignal(session.record_changed, check_params_cb=lambda record: record is child):
+        parent, _ = session.follow_folder(str(parent_dir))
+    assert child.parent_number == parent.number and child.label.endswith(f"← #{parent.number}")
