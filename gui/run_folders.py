@@ -89,12 +89,20 @@ class RunFolders:
                 refused.append(folder)
         if runs:
             self.folders.remember_runs(str(Path(runs[-1]).parent))
-        records = []
+        records, shown = [], []
         for folder in runs:
             try:
-                records.append(self._open_one(folder))
+                record, new = self._open_one(folder)
             except (OSError, SpeedboardError) as exc:  # said, and the other folders still open
                 unreadable.append(f"{folder}: {exc}")
+                continue
+            records.append(record)
+            if not new and record not in shown:
+                shown.append(record)
+        if shown:  # one word for one Open: a runs folder opened again said only its last run was shown
+            self.status.showMessage(f"{shown[0].label} is already shown" if len(shown) == 1 else
+                                    f"{len(shown)} of these runs are already shown ({shown[0].label} … "
+                                    f"{shown[-1].label})", 5_000)
         not_runs = [f"{', '.join(refused)}: no metrics.jsonl here or in the folders inside; choose folders that "
                     f"Speedboard runs wrote."] if refused else []
         if not_runs or unreadable:  # one message for one Open, whatever went wrong with which folder
@@ -103,16 +111,16 @@ class RunFolders:
         self.plots.refresh()
         return records
 
-    def _open_one(self, folder: str, note: str = "opened", number: int | None = None) -> RunRecord:
-        """Show one run folder; OSError or SpeedboardError when it cannot be read."""
+    def _open_one(self, folder: str, note: str = "opened", number: int | None = None) -> tuple[RunRecord, bool]:
+        """Show one run folder, and whether it was not shown yet; OSError or SpeedboardError when it cannot be
+        read."""
         record, new = self.session.follow_folder(folder, number)
         if not new:
-            self.status.showMessage(f"{record.label} is already shown", 5_000)
-            return record
+            return record, False
         state = ("reading its metrics.jsonl: the curves grow as it is read" if self.session.catching_up(record.key)
                  else "being written: followed live" if record.state == "following" else record.state)
         self.log.add(f"{record.label}: {note} {folder} ({state})")
-        return record
+        return record, True
 
     def reopen_last_session(self, settings: QSettings) -> None:
         """The rows of the last session come back, read from their run folders (those that still exist)."""

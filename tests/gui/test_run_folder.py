@@ -100,6 +100,16 @@ def test_several_folders_open_at_once_and_a_runs_folder_opens_its_runs(window, d
     (message,) = dialogs.warnings()
     assert "no metrics.jsonl" in message and str(binary) in message, message
 
+    # Opened again, all of them: one word for the Open (only the last run's "is already shown" was said).
+    dialogs.files["pick_run_folders"] = [first, second, first, fourth]
+    assert len(window.open_run_folders()) == 4 and len(window.session.records) == 4
+    labels = [r.label for r in records]
+    assert window.status.currentMessage() == (f"3 of these runs are already shown ({labels[0]} … "
+                                              f"{window.session.records[-1].label})")
+    dialogs.files["pick_run_folders"] = [second]
+    window.open_run_folders()
+    assert window.status.currentMessage() == f"{labels[1]} is already shown"
+
 
 def test_a_long_metrics_file_is_read_a_piece_per_tick_and_its_ending_still_counts(qtbot, window, tmp_path):
     """A folder of 100,000 steps was read whole on the GUI thread: the window froze for seconds. Its pieces come
