@@ -30,7 +30,7 @@ from collections.abc import Hashable
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFontMetrics
 from PySide6.QtWidgets import QLabel, QWidget
 
 X_HEADROOM = 0.25
@@ -117,20 +117,59 @@ class CountAxis(pg.AxisItem):
         return [count_text(v * scale) for v in values]
 
     def tickValues(self, minVal, maxVal, size):  # noqa: N802, N803 (pyqtgraph's names)
-        levels = super().tickValues(minVal, maxVal, size)
         if not self.whole:
-            return levels
-        whole = [(spacing, [v for v in values if float(v).is_integer()]) for spacing, values in levels
-                 if spacing >= 1]
-        if whole:
-            return whole
-        return [(1.0, [float(v) for v in range(math.ceil(minVal), math.floor(maxVal) + 1)])]
+            return super().tickValues(minVal, maxVal, size)
+        # One level of whole numbers spaced 1, 2, 5, 10, 20 … apart, as many as fit side by side with room between
+        # them: pyqtgraph's minor level labelled every step of a short run, and "10 11 12 13 14" read "1011121314".
+        if not (math.isfinite(minVal) and math.isfinite(maxVal)) or maxVal < minVal:
+            return []
+        metrics = QFontMetrics(self.style.get("tickFont") or self.font())
+        for spacing in _whole_spacings():
+            if (maxVal - minVal) / spacing * (TICK_GAP_PX + 1) > size:
+                continue  # surely too dense: not measured label by label
+            values = range(math.ceil(minVal / spacing) * spacing, math.floor(maxVal) + 1, spacing)
+            widest = max((metrics.horizontalAdvance(count_text(v)) for v in values), default=0) + TICK_GAP_PX
+            if len(values) <= 1 or size * spacing / max(maxVal - minVal, 1e-9) >= widest:
+                return [(float(spacing), [float(v) for v in values])]
+        return []  # not reached: the spacings grow without end
+
+
+TICK_GAP_PX = 12
+"""The least room between two tick labels of the step axis."""
+
+
+def _whole_spacings():
+    """1, 2, 5, 10, 20, 50, …"""
+    scale = 1
+    while True:
+        for step in (1, 2, 5):
+            yield step * scale
+        scale *= 10
+
+
+class ValueAxis(pg.AxisItem):
+    """The y axis: on a log scale spanning less than a decade, ticks at round values (5.5, 6, 6.5, 7): pyqtgraph's
+    fall on whole numbers and decades only and are written with one digit, so a loss from 5.4 to 7.6 read "6" and
+    "7" and nothing else."""
+
+    def tickValues(self, minVal, maxVal, size):  # noqa: N802, N803 (pyqtgraph's names)
+        if not self.logMode or not (math.isfinite(minVal) and math.isfinite(maxVal)) or maxVal - minVal > 1:
+            return super().tickValues(minVal, maxVal, size)
+        self.logMode = False  # the linear ticks of the values themselves, placed at their logarithms
+        try:
+            levels = super().tickValues(10 ** minVal, 10 ** maxVal, size)
+        finally:
+            self.logMode = True
+        return [(spacing, [math.log10(v) for v in values if v > 0]) for spacing, values in levels]
+
+    def logTickStrings(self, values, scale, spacing):  # noqa: N802 (pyqtgraph's name)
+        return [f"{10 ** v * scale:.3g}" for v in values]
 
 
 class MetricPlot(pg.PlotWidget):
     def __init__(self, name: str, title: str, y_label: str, hint: str = "", min_y_span: float = 0.0,
                  outlier_series: tuple[str, ...] = (), parent: QWidget | None = None) -> None:
-        super().__init__(parent=parent, axisItems={"bottom": CountAxis("bottom")})
+        super().__init__(parent=parent, axisItems={"bottom": CountAxis("bottom"), "left": ValueAxis("left")})
         self.setObjectName(name)
         self.setAccessibleName(f"{title} plot")  # what a screen reader says of it (its title is drawn, not a label)
         item = self.getPlotItem()

@@ -115,6 +115,42 @@ def test_an_axis_of_optimizer_steps_has_ticks_on_whole_steps_only(qtbot):
     assert [v for _, values in axis.tickValues(0.8, 3.2, 600) for v in values] != []
 
 
+def test_the_step_axis_labels_leave_room_between_them(qtbot):
+    """At 1024 × 640 a plot's step axis labelled every step: "10 11 12 13 14" read "1011121314"."""
+    from PySide6.QtGui import QFontMetrics
+
+    from gui.widgets.metric_plot import TICK_GAP_PX
+
+    plot = MetricPlot("p", "Loss", "loss")
+    qtbot.addWidget(plot)
+    plot.set_x_label("optimizer step", whole=True)
+    axis = plot.getPlotItem().getAxis("bottom")
+    width = QFontMetrics(axis.font()).horizontalAdvance("14")
+    for size in (240, 600, 2000):
+        ((spacing, values),) = axis.tickValues(0.5, 14.5, size)
+        assert values and all(float(v).is_integer() for v in values)
+        assert size / 14 * spacing >= width + TICK_GAP_PX, (size, spacing)  # pixels between two labels
+    assert axis.tickValues(0.5, 14.5, 240)[0][0] in (2.0, 5.0)
+    assert axis.tickValues(0.5, 14.5, 2000)[0][0] == 1.0  # room for every step: each is labelled
+    ((spacing, values),) = axis.tickValues(0, 1_000_000, 600)
+    assert spacing >= 100_000 and len(values) <= 11
+
+
+def test_a_log_loss_axis_within_a_decade_has_round_values(qtbot):
+    """A loss from 5.4 to 7.6 on a log scale read "6" and "7" and nothing else (pyqtgraph writes one digit)."""
+    import math
+
+    plot = MetricPlot("p", "Loss", "loss")
+    qtbot.addWidget(plot)
+    plot.set_log_y(True)
+    axis = plot.getPlotItem().getAxis("left")
+    values = [v for _, level in axis.tickValues(math.log10(5.4), math.log10(7.6), 300) for v in level]
+    shown = axis.tickStrings(values, 1.0, 0.5)
+    assert len(shown) >= 4 and "6.5" in shown and "5.5" in shown, shown
+    plot.set_log_y(False)
+    assert axis.tickStrings([6.5], 1.0, 0.5) == ["6.5"]
+
+
 def test_a_curve_of_one_point_shows_it_and_a_longer_one_is_a_plain_line(qtbot):
     """A run of a single step drew no loss and no learning rate: a line needs two points."""
     plot = MetricPlot("lossPlot", "Loss", "loss")
