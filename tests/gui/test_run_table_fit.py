@@ -112,3 +112,32 @@ def test_a_small_mfu_reads_with_a_decimal(qtbot):
     qtbot.addWidget(table)
     table.add_record(record)
     assert table.item(0, COLUMNS.index("MFU")).text() == "0.7%"
+
+
+def test_a_column_that_shows_nothing_gives_way_first(qtbot):
+    """At 1024 × 640 eager runs kept "Compile s" ("—" in every row) while Val loss and Train GiB went."""
+    from core.events import RunFinished, RunStarted
+    from gui.run_record import RunRecord
+
+    table = RunTable()
+    qtbot.addWidget(table)
+    table.show()
+    for key in range(2):
+        record = RunRecord(key=key, number=key + 1, config={"train": {"compile_mode": "off", "accum_steps": 1}})
+        record.apply(RunStarted(f"r{key}", 0.0, run_dir=f"/runs/r{key}", config=record.config, device="cpu",
+                                precision="fp32", num_parameters=1, tokens_per_step=1, budget_tokens=9,
+                                total_steps=9))
+        record.apply(RunFinished(f"r{key}", 1.0, step=9, tokens=9, stopped=False, final_loss=2.0, val_loss=2.1,
+                                 median_tokens_per_s=100.0, compile_seconds=None, peak_mem_gib=0.2,
+                                 checkpoint=None))
+        table.add_record(record)
+        table.update_record(record)
+    compile_s, val_loss = COLUMNS.index("Compile s"), COLUMNS.index("Val loss")
+    assert {table.item(r, compile_s).text() for r in range(2)} == {"—"}
+    shown = []
+    for width in range(300, 1600, 20):
+        table.resize(width, 200)
+        table.fit_columns()
+        shown.append((table.isColumnHidden(compile_s), table.isColumnHidden(val_loss)))
+    assert (True, False) in shown  # a width where Val loss is shown and the empty column is not
+    assert (False, True) not in shown  # never the empty column in Val loss' stead
