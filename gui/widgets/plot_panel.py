@@ -95,10 +95,14 @@ class PlotPanel(QWidget):
         self.throughput.setToolTip("The y axis fits the steps after warm-up; warm-up steps beyond it are drawn "
                                    "at its edge as triangles. Shaded: the compile warm-up, labelled with the "
                                    "same compile seconds as the run table and the log.")
-        self.memory = MetricPlot("memoryPlot", "Training memory", "GiB", min_y_span=MIN_MEMORY_SPAN_GIB,
-                                 hint="Memory the training itself holds.")
-        self.memory.setToolTip("Memory above what the process held before the model existed: CUDA allocated, "
-                               f"or the resident set on CPU. The axis spans at least {MIN_MEMORY_SPAN_GIB} GiB.")
+        # Between steps, not the peak: the table's Train GiB (the peak within the steps, activations and all)
+        # is higher, and read as a disagreement without a word on the plot.
+        self.memory = MetricPlot("memoryPlot", "Training memory (between steps)", "GiB",
+                                 min_y_span=MIN_MEMORY_SPAN_GIB, hint="Memory the training itself holds.")
+        self.memory.setToolTip("Memory above what the process held before the model existed, read after each "
+                               "step: CUDA allocated, or the resident set on CPU. The run table's Train GiB is the "
+                               "peak within the steps (activations and gradients included), so it reads higher. "
+                               f"The axis spans at least {MIN_MEMORY_SPAN_GIB} GiB.")
 
         options = QHBoxLayout()
         options.setContentsMargins(4, 0, 4, 0)
