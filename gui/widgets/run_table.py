@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 
 from PySide6.QtCore import QItemSelectionModel, QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor, QKeySequence
+from PySide6.QtGui import QAction, QColor, QKeySequence, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableWidget, QTableWidgetItem, QWidget
 
 from core.mfu import mfu_text
@@ -25,6 +25,8 @@ MARK_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMNS = ("Base", "Run", "State", "Compile", "Accum", "Micro", "Precision", "Device", "Procs", "Started from",
            "Compile s", "Tokens/s", "Speedup", "MFU", "Loss", "Val loss", "Train GiB")
 _STATE_COLORS = {"failed": "#b00020", "stopped": "#8a6d00", "finished": "#1b5e20"}
+SELECTION_COLOR = "#d5e3f0"
+"""Selected rows: light enough for every run's line colour to show on it."""
 _HIDDEN_COLOR = "#a0a0a0"
 _NOT_COMPARABLE_COLOR = "#8a6d00"
 _NOISE_COLOR = "#8c8c8c"
@@ -103,6 +105,13 @@ class RunTable(QTableWidget):
         self.verticalHeader().setVisible(False)
         self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.setAlternatingRowColors(True)
+        # A light selection, dark text on it: the first run's line colour (#1f77b4) vanished into Qt's blue
+        # highlight, and with it the swatch that ties a selected row to its curves.
+        palette = self.palette()
+        for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive):
+            palette.setColor(group, QPalette.ColorRole.Highlight, QColor(SELECTION_COLOR))
+            palette.setColor(group, QPalette.ColorRole.HighlightedText, QColor("#000000"))
+        self.setPalette(palette)
         self.setWordWrap(False)
         header = self.horizontalHeader()
         # Widths are set by ``_fit``, once per turn of the event loop for every change until then: a header that
