@@ -234,6 +234,7 @@ class RunTable(QTableWidget):
             # be painted with the next record's texts. The selection is told once rows and records agree.
             with QSignalBlocker(self):
                 self.removeRow(row)
+            self._mark_mfu_peaks()  # the run whose peak stood apart may be the one removed
         finally:
             self._filling = False
         if selected:  # else the selection is as it was: runs hidden in the legend stay hidden
@@ -305,9 +306,7 @@ class RunTable(QTableWidget):
             parent = f"continues run {record.parent_id}" if record.parent_id else ""
             origin.setToolTip(parent or record.started_from)
             self.item(row, self.column("Precision")).setToolTip(record.precision_reason)
-            if record.matmul_peak_flops:
-                self.item(row, self.column("MFU")).setToolTip(
-                    f"against {record.matmul_peak_flops / 1e9:,.0f} GFLOP/s of {record.precision} GEMMs per process")
+            self._mark_mfu_peaks()
         finally:
             self._filling = False
         if changed:
@@ -356,6 +355,31 @@ class RunTable(QTableWidget):
                 room = False  # strictly in order of use: a later, narrower column does not jump the queue
             if self.isColumnHidden(col) == fits:
                 self.setColumnHidden(col, not fits)
+
+    def _mark_mfu_peaks(self) -> None:
+        """Each MFU cell names the peak it divides by; where runs of one device and precision were measured
+        against peaks more than 5% apart (the cache keeps the higher one, measured again when a run came near it),
+        their MFU cells are marked as not on one scale: 4.3% against 165 GFLOP/s beside 23% against 344 read as
+        one column."""
+        col = self.column("MFU")
+        for row, record in enumerate(self._records):
+            item = self.item(row, col)
+            if item is None:
+                continue
+            peak = record.matmul_peak_flops
+            others = {r.matmul_peak_flops for r in self._records if r is not record and r.matmul_peak_flops
+                      and (r.device, r.precision) == (record.device, record.precision)}
+            apart = bool(peak) and any(abs(other - peak) > 0.05 * max(other, peak) for other in others)
+            tip = f"against {peak / 1e9:,.0f} GFLOP/s of {record.precision} GEMMs per process" if peak else ""
+            if apart:
+                tip += ("; other runs of this device and precision were measured against " + ", ".join(
+                    f"{other / 1e9:,.0f}" for other in sorted(others)) + " GFLOP/s: their MFU is not on the "
+                    "same scale (compare Tokens/s)")
+            if item.toolTip() != tip:
+                item.setToolTip(tip)
+            color = QColor(_NOT_COMPARABLE_COLOR if apart else "#202020")
+            if item.foreground().color() != color:
+                item.setForeground(color)
 
     def _priority(self) -> list[str]:
         """``PRIORITY``, with the columns that show nothing in any row ("—" throughout: Compile s of eager runs)

@@ -114,6 +114,32 @@ def test_a_small_mfu_reads_with_a_decimal(qtbot):
     assert table.item(0, COLUMNS.index("MFU")).text() == "0.7%"
 
 
+def test_mfu_against_peaks_apart_is_marked_as_not_on_one_scale(qtbot):
+    """Runs of one machine showed 4.3% against 165 GFLOP/s beside 23% against 344 (the cached peak measured
+    again in between) in one column, with nothing but a tooltip each to tell them apart."""
+    from gui.run_record import RunRecord
+    from gui.widgets.run_table import _NOT_COMPARABLE_COLOR, COLUMNS
+
+    table = RunTable()
+    qtbot.addWidget(table)
+    records = []
+    for key, peak in enumerate((165e9, 344e9, 340e9)):
+        record = RunRecord(key=key, number=key + 1, config={"train": {"compile_mode": "off"}})
+        record.median_tokens_per_s, record.flops_per_token, record.matmul_peak_flops = 1000.0, 7e6, peak
+        record.device, record.precision = "cpu", "fp32"
+        table.add_record(record)
+        records.append(record)
+    mfu = [table.item(row, COLUMNS.index("MFU")) for row in range(3)]
+    assert all(item.foreground().color().name() == _NOT_COMPARABLE_COLOR for item in mfu)
+    assert mfu[0].toolTip() == ("against 165 GFLOP/s of fp32 GEMMs per process; other runs of this device and "
+                                "precision were measured against 340, 344 GFLOP/s: their MFU is not on the same "
+                                "scale (compare Tokens/s)")
+    table.remove_record(records[0].key)  # 344 and 340: within 5%, one scale
+    assert all(table.item(row, COLUMNS.index("MFU")).foreground().color().name() != _NOT_COMPARABLE_COLOR
+               for row in range(2))
+    assert table.item(0, COLUMNS.index("MFU")).toolTip() == "against 344 GFLOP/s of fp32 GEMMs per process"
+
+
 def test_a_column_that_shows_nothing_gives_way_first(qtbot):
     """At 1024 × 640 eager runs kept "Compile s" ("—" in every row) while Val loss and Train GiB went."""
     from core.events import RunFinished, RunStarted
