@@ -13,9 +13,9 @@ _CONTROLS = {"--data": "the Data control", "--text-field": "the Text field"}
 _PHRASES = (
     # A split that fits (core.memory_budget): "(--micro-batch 512 --accum 8)".
     (re.compile(r"\(--micro-batch (\d+) --accum (\d+)\)"), r"(Micro-batch \1, Accumulation steps \2)"),
-    # The speed advisor's budget (core.tune): its field is the Time budget.
     # A run id taken meanwhile (another job's folder): the window names its runs itself, afresh at each Start.
     (re.compile(r"; choose another run id\b"), "; start again: a new run takes a new id"),
+    # The speed advisor's budget (core.tune): its field is the Time budget.
     (re.compile(r"give --budget-seconds (\d+) or more"),
      lambda m: f"set the Time budget to {int(m.group(1)):,} s or more"),
 )

@@ -362,13 +362,17 @@ class RunTable(QTableWidget):
         their MFU cells are marked as not on one scale: 4.3% against 165 GFLOP/s beside 23% against 344 read as
         one column."""
         col = self.column("MFU")
+        # The peaks of each device and precision, gathered once: this runs at every row's update.
+        peaks: dict[tuple[str, str], set[float]] = {}
+        for record in self._records:
+            if record.matmul_peak_flops:
+                peaks.setdefault((record.device, record.precision), set()).add(record.matmul_peak_flops)
         for row, record in enumerate(self._records):
             item = self.item(row, col)
             if item is None:
                 continue
             peak = record.matmul_peak_flops
-            others = {r.matmul_peak_flops for r in self._records if r is not record and r.matmul_peak_flops
-                      and (r.device, r.precision) == (record.device, record.precision)}
+            others = peaks.get((record.device, record.precision), set()) - {peak}
             apart = bool(peak) and any(abs(other - peak) > 0.05 * max(other, peak) for other in others)
             tip = f"against {peak / 1e9:,.0f} GFLOP/s of {record.precision} GEMMs per process" if peak else ""
             if apart:
