@@ -261,8 +261,9 @@ def remove_folder(path: Path) -> bool:
 
 
 def remove_aside(folder: Path) -> None:
-    """Remove a folder this process moved aside, whatever its mode: the folder of a read-only checkpoint (mode
-    0555, replaced by a save) kept its files, and a full hidden copy stayed beside the new one without a word."""
+    """Remove one of the hidden folders of saves and deletions (moved aside here, or left by a killed process),
+    whatever its mode: the folder of a read-only checkpoint (mode 0555, replaced by a save) kept its files, and a
+    full hidden copy stayed beside the new one without a word."""
     with contextlib.suppress(OSError):
         os.chmod(folder, 0o700)
         for root, dirs, _ in os.walk(folder):
