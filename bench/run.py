@@ -18,7 +18,8 @@ Phases:
 
 Ctrl-C (exit code 130), SIGTERM (143) or SIGHUP (129) stops the measurements; the temporary folders and any probe
 process go, and what was measured is printed and written as partial results (``"interrupted"`` in
-``bench.json``). A run that wrote nothing leaves no folder behind.
+``bench.json``), in ``--out`` unless that holds a finished bench's report, which they never replace: then in
+``<out>-partial``. A run that wrote nothing leaves no folder behind.
 
 Run ``python -m bench.run --help`` or ``speedboard bench --help``.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import json
 import math
 import os
 import platform
@@ -506,12 +508,26 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if interrupted is None:
         _report(raw, out, fresh)
         return 0
+    kept = ""
+    if not fresh and _holds_a_finished_report(out):
+        # Partial results never replace a finished bench's report: they take a folder of their own beside it.
+        kept, out, fresh = f" ({out} keeps its finished report)", out.with_name(out.name + "-partial"), True
     try:
         out = _report(raw, out, fresh)
     except SpeedboardError as exc:
         raise Interrupted(f"{raw['interrupted']}; the partial results were not written: {exc}",
                           _exit_code(interrupted)) from None
-    raise Interrupted(f"{raw['interrupted']}; partial results written to {out}", _exit_code(interrupted)) from None
+    raise Interrupted(f"{raw['interrupted']}; partial results written to {out}{kept}",
+                      _exit_code(interrupted)) from None
+
+
+def _holds_a_finished_report(out: Path) -> bool:
+    """``out/bench.json`` is the report of a bench that ran to its end (no ``"interrupted"`` in it)."""
+    try:
+        raw = json.loads((out / "bench.json").read_bytes())
+    except (OSError, ValueError):  # none, unreadable or not JSON: nothing finished to keep
+        return False
+    return isinstance(raw, dict) and "runs" in raw and not raw.get("interrupted")
 
 
 def _report(raw: dict, out: Path, fresh: bool = False) -> Path:

@@ -393,6 +393,40 @@ def test_quick_takes_the_modes_given(tmp_path, capsys, monkeypatch):
     assert code == 130 and started == ["default-model-a1-fp32"], capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_partial_results_never_replace_a_finished_report(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during a bench rerun into the --out of a finished one wrote its partial results over them."""
+    import bench.runners
+
+    out = tmp_path / "bench"
+    finished = {"runs": [{"cell": "off-a1-fp32"}], "summary": {}}
+    out.mkdir()
+    (out / "bench.json").write_text(json.dumps(finished))
+    earlier = _contents(out)
+    real_run = bench.runners.run_speedboard
+    runs = []
+
+    def second_run_interrupted(*args, **kwargs):
+        runs.append(1)
+        if len(runs) == 2:
+            raise KeyboardInterrupt
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(bench.runners, "run_speedboard", second_run_interrupted)
+    assert main(["bench", *TINY, "--repeats", "2", "--out", str(out)]) == 130
+    partial = tmp_path / "bench-partial"
+    line, = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"; partial results written to {partial} ({out} keeps its finished report)"), line
+    assert _contents(out) == earlier
+    assert json.loads((partial / "bench.json").read_text())["interrupted"].startswith("interrupted (Ctrl-C)")
+    # A partial report there is replaced by the next one: only a finished bench's is kept.
+    (out / "bench.json").write_text(json.dumps({**finished, "interrupted": "terminated"}))
+    runs.clear()
+    assert main(["bench", *TINY, "--repeats", "2", "--out", str(out)]) == 130
+    assert json.loads((out / "bench.json").read_text())["interrupted"].startswith("interrupted (Ctrl-C)")
+    assert capsys.readouterr().err.endswith(f"; partial results written to {out}\n")
+
+
 class _GoneTerminal:
     """A terminal that has closed (or a pipe whose reader went away): every write fails."""
 
