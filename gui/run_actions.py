@@ -9,7 +9,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
 from core.config import RunConfig
-from core.errors import SpeedboardError
+from core.errors import ConfigError, SpeedboardError
 from core.memory_budget import fit_run_config
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions
@@ -189,15 +189,20 @@ class RunActions(QObject):
             dialogs.show_error(self._window, "Nothing to continue", "Finish or stop a run first: Continue starts from "
                                                             "its final checkpoint.")
             return
-        self._note_what_continue_keeps(source)
         plan, problem = continue_plan(source, settings, self.panel.nproc)
-        if problem:
-            dialogs.show_error(self._window, "Cannot continue", problem)
+        try:
+            if problem:
+                raise ConfigError(problem)
+            cfg = self.session.continue_config(source, settings)
+        except SpeedboardError as exc:  # refused before anything is said in the log of what Continue trains
+            dialogs.show_error(self._window, "Cannot continue", str(exc))
             return
+        self._note_what_continue_keeps(source)
         self.log.add(plan)
         try:
-            self.session.continue_from(source, settings, self.panel.nproc)
-        except SpeedboardError as exc:
+            self.session.start(cfg, self.panel.nproc, source)
+        except SpeedboardError as exc:  # its processes could not be set up: the log's plan line is answered
+            self.log.add(f"Continue did not start: {exc}", "error")
             dialogs.show_error(self._window, "Cannot continue", str(exc))
 
 

@@ -255,6 +255,11 @@ class RunSession(QObject):
 
     def continue_from(self, parent: RunRecord, settings: RunConfig, nproc: int = 1) -> RunRecord:
         """A new run from ``parent``'s final checkpoint (weights, optimizer, schedule) with ``settings``' training."""
+        return self.start(self.continue_config(parent, settings), nproc, parent)
+
+    def continue_config(self, parent: RunRecord, settings: RunConfig) -> RunConfig:
+        """The configuration a run continued from ``parent`` with ``settings`` trains with; a SpeedboardError,
+        before anything starts, where ``parent`` cannot be continued."""
         if not parent.checkpoint or not Path(parent.checkpoint).exists():  # said now, not as a failed row
             raise CheckpointError(f"{parent.label}'s checkpoint {parent.checkpoint} no longer exists (its folder "
                                   f"was moved or deleted): open the run folder where it is now to continue it")
@@ -276,7 +281,7 @@ class RunSession(QObject):
         gone = parent_data_gone(parent)
         if gone:  # said now: it was a failed row at step 0
             raise DataError(gone)
-        return self.start(cfg, nproc, parent)
+        return cfg
 
     def start_tune(self, cfg: RunConfig, options, report_path: str | None) -> None:
         """The speed advisor on the torch thread, for ``cfg``'s model, data and effective batch."""

@@ -213,6 +213,8 @@ def test_continue_from_a_checkpoint_with_a_file_missing_or_cut_short_is_a_dialog
     (kind, title, text), = dialogs.messages
     assert title == "Cannot continue" and why in text, text
     assert len(window.session.records) == 1 and not window.session.running
+    # The log's "Continue: … goes on …" line came before the refusal: it told of a run that never was.
+    assert not [line for line in window.log.messages() if "Continue" in line]
 
 
 def test_continue_during_a_run_stops_it_and_continues_from_its_last_step(qtbot, make_window):
