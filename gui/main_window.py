@@ -405,6 +405,10 @@ class MainWindow(QMainWindow):
 
     def _on_running_changed(self, running: bool) -> None:
         self._update_controls()
+        if not self.session.closing:
+            # Kept at each run's start and end, not only at close: a window killed (or a machine that stops)
+            # comes back with its settings and its runs' rows.
+            self.save_settings()
         if running:
             self._show_focus()  # the new run is the active one now
             return

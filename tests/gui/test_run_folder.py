@@ -219,6 +219,18 @@ def test_runs_of_the_last_session_come_back(qtbot, make_window, tmp_path):
     assert again.session.continue_source(set()) is again.session.records[-1]  # they can be continued
 
 
+def test_a_window_that_never_closed_still_gives_back_its_runs_and_settings(qtbot, make_window):
+    """Its rows and settings were kept only at close: a window killed (or a machine that stopped) lost them."""
+    from tests.gui.conftest import run_once
+
+    window = make_window()
+    window.config_panel.seed.setValue(1234.0)
+    live = run_once(qtbot, window)
+    again = make_window()  # the first one still open: nothing was saved by closing it
+    assert [r.folder for r in again.session.records] == [live.folder]
+    assert again.config_panel.seed.number() == 1234
+
+
 def test_rows_of_the_last_session_keep_their_numbers(qtbot, make_window, tmp_path):
     """Rows #1 and #2 deleted, #3 and #4 came back as #1 and #2, their log lines too: the numbers a user wrote
     down no longer named the runs. A folder kept by an earlier version (no number) takes the next free one."""
