@@ -90,10 +90,17 @@ def make_schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None
     """
     schedule = _schedule(train, at, saved)
     if max(at.tokens_per_step, schedule.end_tokens) > MAX_COUNT:
-        raise ConfigError(f"{at.tokens_per_step:,} tokens per step and a budget of {schedule.end_tokens:,} tokens: "
-                          f"counts beyond 2**63 - 1 do not fit the 64-bit counters; give a smaller batch or budget",
+        raise ConfigError(f"{_big(at.tokens_per_step)} tokens per step and a budget of "
+                          f"{_big(schedule.end_tokens)} tokens: counts beyond 2**63 - 1 do not fit the 64-bit "
+                          f"counters; give a smaller batch or budget",
                           "budget")
     return schedule
+
+
+def _big(count: int) -> str:
+    """``count`` with thousands separators, or as 1e+23 past 2**53: a budget given as 1e23 is a float's nearest
+    integer (99,999,999,999,999,991,611,392), digits the user never wrote."""
+    return f"{count:,}" if count <= 2**53 else f"{float(count):.6g}"
 
 
 def _schedule(train: TrainConfig, at: Position, saved: dict[str, Any] | None) -> LRSchedule:
