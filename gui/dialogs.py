@@ -79,8 +79,8 @@ def confirm_apply_other(parent: QWidget | None, differences: list[str]) -> bool:
     """Apply a tuning report's pick, measured for other settings than those shown?"""
     return _yes(parent, "Apply a pick measured for other settings?",
                 f"This report was measured for {'; '.join(differences)}.\n\nIts pick may not be the fastest for "
-                f"the settings here, and its micro-batch × accumulation sets the report's effective batch. Apply "
-                f"it anyway?")
+                f"the settings here, and its micro-batch × accumulation, in one process, sets the report's effective "
+                f"batch. Apply it anyway?")
 
 
 def ask_load_mode(parent: QWidget | None, description: str) -> str | None:

@@ -111,9 +111,10 @@ def _resolved(device: object) -> object:
         return device
 
 
-def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> list[str]:
-    """What a report's trials ran with (its plan's config) that differs from ``current``, in words ("preset
-    micro (here tiny)"); empty when they match, or when either is unknown."""
+def measured_for_other(measured_for: dict | None, current: RunConfig | None, processes: int = 1) -> list[str]:
+    """What a report's trials ran with (its plan's config, one process) that differs from ``current`` trained by
+    ``processes`` processes, in words ("preset micro (here tiny)"); empty when they match, or when either is
+    unknown."""
     if measured_for is None or current is None:
         return []
     if not isinstance(measured_for, dict):  # a damaged report: its settings are unknown, which is asked about
@@ -124,7 +125,7 @@ def measured_for_other(measured_for: dict | None, current: RunConfig | None) -> 
         sequences = int(train["micro_batch"]) * int(train["accum_steps"])
     except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite number
         sequences = None
-    here = current.train.sequences_per_step()
+    here = current.train.sequences_per_step() * processes  # the panel's effective batch: all its processes'
     pairs = [
         ("preset", measured_for.get("preset"), current.preset),
         ("data", data.get("source"), current.data.source),
@@ -356,11 +357,11 @@ class TuneDialog(QDialog):
             return
         measured_for = (self.report or {}).get("plan", {}).get("config")
         current = self._settings()
-        differences = measured_for_other(measured_for, current)
+        differences = measured_for_other(measured_for, current, self._processes())
         if current is None:  # nothing to compare with: asked, not applied as if it matched
             problem = self._panel_error() or "a setting is invalid"
             differences.append(f"settings the panel's may differ from: they cannot be read now ({problem})")
-        if self._processes() > 1:  # the trials are one process' (per-process batches, as here)
+        if self._processes() > 1:  # the trials are one process': Apply sets one, else the batch would multiply
             differences.append(f"processes 1 (here {self._processes()})")
         if differences and not dialogs.confirm_apply_other(self, differences):
             return
@@ -370,6 +371,9 @@ class TuneDialog(QDialog):
                                                     "accumulation, so nothing was set: the other settings with the "
                                                     "current split are a combination no trial measured.")
             return
+        processes = self._panel.findChild(QSpinBox, "processesSpin")
+        if processes is not None:
+            processes.setValue(1)  # what the trials measured: more would multiply the effective batch they kept
         if missed:
             dialogs.show_error(self, "Not all settings applied",
                                f"Not set (the panel does not offer the value): {', '.join(missed)}.")
@@ -388,7 +392,7 @@ class TuneDialog(QDialog):
         was the settings measured with is held while the panel shows those as they were given (precision
         ``auto``, which the trials measured as what it chose)."""
         current = getattr(self._panel, "config", None) if rec else None  # as shown: nothing being typed is taken
-        if current is None:
+        if current is None or self._processes() > 1:  # the trials measured one process
             return False
 
         def shows(values: dict) -> bool:

@@ -299,16 +299,21 @@ def test_apply_asks_before_setting_a_pick_measured_for_other_settings(qtbot, win
     click(dialog, "tuneApplyButton")
     assert dialogs.questions() == ["This report was measured for effective batch 4 sequences (here 12 sequences)."
                                    "\n\nIts pick may not be the fastest for the settings here, and its micro-batch "
-                                   "× accumulation sets the report's effective batch. Apply it anyway?"]
+                                   "× accumulation, in one process, sets the report's effective batch. Apply it "
+                                   "anyway?"]
     assert (panel.micro_batch.value(), panel.accum.value()) == (4, 3)  # No: nothing changed
     dialogs.question_answer = QMessageBox.StandardButton.Yes
     click(dialog, "tuneApplyButton")
     assert (panel.micro_batch.value(), panel.accum.value()) == (2, 2)
     panel.accum.setValue(1)  # the pick is no longer what the panel holds
-    child(window, "processesSpin").setValue(2)  # the trials timed one process
+    child(window, "processesSpin").setValue(2)  # the trials timed one process; 2 × 1 × 2 processes: their batch
     dialogs.question_answer = QMessageBox.StandardButton.No
     click(dialog, "tuneApplyButton")
-    assert "processes 1 (here 2)" in dialogs.questions()[-1]
+    assert "measured for processes 1 (here 2)." in dialogs.questions()[-1]  # (the effective batch is the same)
+    # Applied, the panel trains the split in one process: kept at 2, it trained twice the batch the report kept.
+    dialogs.question_answer = QMessageBox.StandardButton.Yes
+    click(dialog, "tuneApplyButton")
+    assert (panel.micro_batch.value(), panel.accum.value(), child(window, "processesSpin").value()) == (2, 2, 1)
     panel.preset.setCurrentText("tiny")
     assert measured_for_other(dialog.report["plan"]["config"], panel.config)[0] == "preset micro (here tiny)"
     # Settings the panel cannot give now (its data file empty): asked too, naming why (it applied as if they
