@@ -475,11 +475,12 @@ def read_events(run_dir: str | Path) -> list[Event]:
 
 def is_run_dir(path: str | Path) -> bool:
     """A folder a run wrote: it has a metrics.jsonl or a checkpoints folder, or the heartbeat of a run still
-    setting up (its first event not yet written)."""
+    setting up (its first event not yet written), or the claim of a live launcher whose processes are starting
+    (``speedboard train --nproc``: seconds before its rank 0 writes anything; a dead launcher's is no run)."""
     path = Path(path)
     try:
         return any((path / name).is_file() for name in (METRICS_FILE, HEARTBEAT_FILE)) or \
-            (path / CHECKPOINTS_DIR).is_dir()
+            (path / CHECKPOINTS_DIR).is_dir() or launcher_starting(path)
     except OSError:  # a name too long for the system (pathlib passes ENAMETOOLONG on): no run's folder
         return False
 
@@ -559,6 +560,8 @@ def writer_alive(run_dir: str | Path, now: float | None = None, stale_after: flo
         age = now - beat.stat().st_mtime
         info = parse_json(beat.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        if launcher_starting(run_dir):
+            return True
         try:
             return now - (run_dir / METRICS_FILE).stat().st_mtime < stale_after
         except OSError:
@@ -568,6 +571,12 @@ def writer_alive(run_dir: str | Path, now: float | None = None, stale_after: flo
     if isinstance(info, dict) and info.get("host") == _host() and isinstance(info.get("pid"), int):
         return _pid_alive(info["pid"])
     return True
+
+
+def launcher_starting(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds the claim of a launcher that lives and whose rank 0 has not taken it over yet:
+    a job whose processes are starting (the claim's lock is held while its launcher lives)."""
+    return is_locked(Path(run_dir) / CLAIM_FILE)
 
 
 @dataclass(frozen=True)

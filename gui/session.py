@@ -32,7 +32,7 @@ from core.errors import CheckpointError, ConfigError, DataError, SpeedboardError
 from core.events import CheckpointSaved, Event, RunFailed, RunStarted, StepMetrics, WarningRaised
 from core.launch import prepare_launch
 from core.paths import user_path
-from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, run_state, writer_alive
+from core.runs import HEARTBEAT_FILE, METRICS_FILE, EventTail, launcher_starting, run_state, writer_alive
 from core.sources import source_location
 from gui.controller import Controller, RunJobEnded
 from gui.metric_store import MetricStore
@@ -603,7 +603,9 @@ def _check_events_to_come(folder: str) -> None:
         head = None
     lines = head is not None and b"\n" in head.lstrip()  # blank lines are no lines: readers skip them
     # The heartbeat itself, not writer_alive's fallback on the age of metrics.jsonl: one just created is no writer.
-    if not lines and (Path(folder) / HEARTBEAT_FILE).is_file() and writer_alive(folder):
+    # Or a launcher's claim while its processes start (``--nproc``): it lives while the claim is locked.
+    if not lines and ((Path(folder) / HEARTBEAT_FILE).is_file() and writer_alive(folder)
+                      or launcher_starting(folder)):
         return
     gone = f"and no process writes this run (no live {HEARTBEAT_FILE})"
     if head is None:

@@ -16,7 +16,15 @@ import torch
 from core import checkpoint as ck
 from core.cli import main
 from core.errors import ConfigError
-from core.runs import CLAIM_ENV, CLAIM_FILE, claim_run_dir, create_run_dir, release_run_dir
+from core.runs import (
+    CLAIM_ENV,
+    CLAIM_FILE,
+    claim_run_dir,
+    create_run_dir,
+    is_run_dir,
+    release_run_dir,
+    run_state,
+)
 from core.trainer import train
 from tests.conftest import micro_config
 from tests.core.checkpoint_helpers import corpus_file, one_thread
@@ -354,4 +362,16 @@ def test_a_claim_whose_launcher_is_gone_frees_its_run_id(tmp_path):
     release_run_dir(folder, token)
     assert not folder.exists()
     subprocess.run([sys.executable, "-c", script, str(folder)], check=True, cwd=Path(__file__).parents[2])
+    assert not is_run_dir(folder)  # to a reader: no run was ever written there (a live claim: the next test)
     assert create_run_dir(tmp_path / "runs", "job") == folder and list(folder.iterdir()) == []
+
+
+def test_a_folder_whose_processes_are_starting_is_a_run_folder_with_a_live_writer(tmp_path):
+    """For the seconds torchrun takes to start, a job's folder holds only its launcher's claim: a reader took
+    it for no run folder at all."""
+    folder = tmp_path / "runs" / "job"
+    token = claim_run_dir(folder)
+    try:
+        assert is_run_dir(folder) and run_state(folder).state == "running"
+    finally:
+        release_run_dir(folder, token)

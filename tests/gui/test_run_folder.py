@@ -556,6 +556,31 @@ def test_a_run_folder_picked_before_its_first_event_is_followed(qtbot, window, d
     assert record.step == 3
 
 
+@pytest.mark.parametrize("picked", ["run", "parent"])
+def test_a_job_folder_picked_while_its_processes_start_is_followed(qtbot, window, dialogs, tmp_path, picked):
+    """`speedboard train --nproc N`: for the seconds its processes take to start, its folder holds only the
+    launcher's claim. Picked then, it was refused as "Not a run folder" (or skipped in the runs folder above)."""
+    import shutil
+    from pathlib import Path
+
+    from core.runs import CLAIM_FILE, claim_run_dir, release_run_dir
+
+    written = Path(_finished_run(tmp_path / "elsewhere", "job"))
+    folder = tmp_path / "runs" / written.name
+    token = claim_run_dir(folder)  # held by this process: a launcher that lives
+    try:
+        dialogs.files["pick_run_folders"] = [str(folder if picked == "run" else folder.parent)]
+        (record,) = window.open_run_folders()
+        assert not dialogs.warnings() and record.state == "following"
+        for path in written.iterdir():  # its rank 0 writes, and takes the claim over
+            shutil.move(path, folder / path.name)
+        (folder / CLAIM_FILE).unlink()
+        qtbot.waitUntil(lambda: record.state == "finished", timeout=10_000)
+    finally:
+        release_run_dir(folder, token)
+    assert record.step == 3
+
+
 def test_a_removed_row_opened_again_shows_again(window, tmp_path):
     folder = _finished_run(tmp_path, "twice")
     first = window.open_run_folder(folder)
