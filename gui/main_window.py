@@ -67,6 +67,10 @@ NOTHING_TO_SAVE = ("No model to save: Save writes the model of a run trained in 
 LOADING = "Waits for the weights being read (Load weights…) and the question that follows them"
 TUNING = ("Waits for the speed advisor's trials (Find fastest settings…), which hold the torch thread: cancel them "
           "there, or wait for their end")
+TUNE_WAITS = ("Waits for the run to end: the trials time this machine, which a run training beside them (here or "
+              "in its processes) would share, and slow")
+TUNE_TIP = ("Times short trials of compile settings, precisions and micro-batch × accumulation splits of these "
+            "settings' effective batch, and recommends the fastest")
 
 
 _STANDARD_FALLBACKS = {QKeySequence.StandardKey.Quit: "Ctrl+Q"}
@@ -219,6 +223,7 @@ class MainWindow(QMainWindow):
         self.actions: dict[str, QAction] = {}
         for title, actions in menus.items():
             menu = self.menuBar().addMenu(title)
+            menu.setToolTipsVisible(True)  # a greyed item says why, as its button does
             if title == "&Run":
                 self._add_tune_action(menu)
             for entry in actions:
@@ -525,11 +530,13 @@ class MainWindow(QMainWindow):
                                 in_processes=session.in_processes,
                                 busy=TUNING if session.tuning else LOADING if loading else "")
         self.tune_action.setEnabled(not running)
-        # The Run menu offers what the buttons offer, enabled alike.
+        self.tune_action.setToolTip(TUNE_WAITS if running else TUNE_TIP)
+        # The Run menu offers what the buttons offer, enabled alike, with their tooltips (why one is grey).
         for text, button in (("Start", self.controls.start), ("Pause", self.controls.pause),
                              ("Stop", self.controls.stop), ("Continue with these settings", self.controls.continue_),
                              ("Save model…", self.controls.save), ("Load weights…", self.controls.load)):
             self.actions[text].setEnabled(button.isEnabled())
+            self.actions[text].setToolTip(button.toolTip())
         self.actions["Pause"].setText("Resume" if session.paused else "Pause")
 
     # ------------------------------------------------------------------ closing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QMenu
 
 from core.config import config_from_preset
 from gui.widgets.config_panel import CPU_TINY_STEPS, first_run_budget, presets_with
@@ -20,10 +21,15 @@ def test_the_run_menu_offers_pause_and_continue_and_stop_only_while_running(qtbo
                                    "Continue with these settings": False}
     # No model yet: File ▸ Save model… is disabled as the Save button is, and enabled with it.
     assert not window.actions["Save model…"].isEnabled() and not window.controls.save.isEnabled()
+    assert "recommends the fastest" in window.tune_action.toolTip()
     window.actions["Start"].trigger()
     record = wait_steps(qtbot, window, 1)
     assert _menu_state(window) == {"Start": False, "Pause": True, "Stop": True,
                                    "Continue with these settings": True}
+    # A greyed item says why, as its button does (the speed advisor had nothing to say).
+    assert not window.tune_action.isEnabled() and window.tune_action.toolTip().startswith("Waits for the run to end")
+    assert window.actions["Start"].toolTip() == window.controls.start.toolTip() != ""
+    assert all(menu.toolTipsVisible() for menu in window.menuBar().findChildren(QMenu))
     pause = window.actions["Pause"]
     pause.trigger()
     qtbot.waitUntil(lambda: record.state == "paused")
