@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cells", type=_cells,
                    help="comma-separated cell names or patterns, e.g. 'off-*,default-model-a1'")
     p.add_argument("--out", type=path_arg,
-                   help="folder for bench.json, bench.md, bench.png (default: the per-user data folder)")
+                   help="folder for bench.json, bench.md, bench.png (default: "
+                        "bench/<date>-<time>-<preset>-<device> in the per-user data folder)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny preset, eager cells, 1 timed step, 1 repeat (options given still win)")
     p.add_argument("--no-hf", action="store_true", help="skip the Hugging Face reference")

@@ -138,7 +138,7 @@ def _add_settings_flags(t: argparse.ArgumentParser) -> None:
     t.add_argument("--precision", choices=PRECISIONS)
     t.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
     t.add_argument("--seed", type=_integer, help=f"weights and sample order (default {TrainConfig.seed})")
-    t.add_argument("--out", type=path_arg, help="folder for run folders (default: the per-user data folder)")
+    t.add_argument("--out", type=path_arg, help="folder for run folders (default: runs/ in the per-user data folder)")
     t.add_argument("--eval-every", type=_integer)
     t.add_argument("--eval-batches", type=_integer)
     t.add_argument("--sample-every", type=_integer)
