@@ -243,6 +243,9 @@ class RunFinished(Event):
 class RunFailed(Event):
     message: str
     step: int = 0
+    peer_lost: bool = False
+    """A process of a torchrun job that failed only because another one did (``core.distributed.PeerLost``):
+    the process that failed, or the launcher once the job has ended, says the first failure."""
 
 
 @dataclass(frozen=True)

@@ -396,7 +396,8 @@ class Trainer:
                 message = str(failure)
             else:
                 message = describe_exception(failure)
-            self.emit(RunFailed(self.run_id, self.now(), message.strip() or type(failure).__name__, self.step))
+            self.emit(RunFailed(self.run_id, self.now(), message.strip() or type(failure).__name__, self.step,
+                                peer_lost=isinstance(failure, PeerLost)))
             if failure is not exc:
                 raise failure from exc
             raise

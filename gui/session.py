@@ -41,6 +41,8 @@ from gui.run_record import RunNote, RunRecord, StopRequested, TrainingPaused, Tr
 from gui.window_words import in_window_words
 
 TAIL_INTERVAL_MS = 500
+PEER_LOST_WAIT_MS = 10_000
+"""How long rank 0's "another process failed" waits for the launcher's end, which names the one that did."""
 TAIL_CHUNK_BYTES = 128 * 1024
 """A followed folder's metrics.jsonl is read this much at a time: a long one (100,000 steps, 37 MB) was read
 whole on the GUI thread, which froze the window for seconds. About 350 step lines, 10-20 ms to read and show."""
@@ -101,6 +103,9 @@ class RunSession(QObject):
         self._active: RunRecord | None = None
         """The record of the run that trains: in the torch thread or in ``_process``."""
         self._process: ProcessRun | None = None
+        self._peer_lost: RunFailed | None = None
+        """Rank 0's failure that only says another process failed: held until the launcher names that one."""
+        self._peer_lost_until = 0.0
         self._tails: dict[int, EventTail] = {}
         self._polls = 0
         self._progressed: set[int] = set()
@@ -478,6 +483,13 @@ class RunSession(QObject):
             return
         if isinstance(event, (RunFailed, WarningRaised)):  # a run of this window: its controls, not the CLI's flags
             event = dataclasses.replace(event, message=in_window_words(event.message))
+        if isinstance(event, RunFailed) and event.peer_lost and self._process is not None and record is self._active:
+            # Said first, it was the job's failure in the log, the row and the status bar, and the launcher's line
+            # naming the rank that died came after it as a second one. Held until the launcher ends (it does once
+            # its ranks have: torchrun ends the others), or for PEER_LOST_WAIT_MS at most.
+            self._peer_lost, self._peer_lost_until = event, time.monotonic() + PEER_LOST_WAIT_MS / 1000
+            QTimer.singleShot(PEER_LOST_WAIT_MS, self._route_peer_lost)
+            return
         self._route(record, event)
         if (isinstance(event, CheckpointSaved) and self._pending_save is not None
                 and user_path(event.path) == Path(self._pending_save)):
@@ -535,10 +547,22 @@ class RunSession(QObject):
         self._has_model = ended.has_model
         self._run_ended()
 
+    def _route_peer_lost(self) -> None:
+        """Rank 0's held failure, as it said it: its launcher has not ended in time to name the first one."""
+        if self._peer_lost is None or time.monotonic() < self._peer_lost_until - 0.1:  # a later job's is held
+            return
+        peer, self._peer_lost = self._peer_lost, None
+        if peer is not None and self._active is not None and not self._active.ended:
+            self._route(self._active, peer)
+
     def _on_process_ended(self, code: int, message: str) -> None:
         process, self._process = self._process, None
         record = self._active
-        if record is not None and not record.ended:
+        peer, self._peer_lost = self._peer_lost, None
+        if peer is not None and record is not None and not record.ended:
+            # The launcher's line names the rank that failed first and how: the job's one failure.
+            self._route(record, dataclasses.replace(peer, message=in_window_words(message)) if message else peer)
+        elif record is not None and not record.ended:
             # No final event in the folder (bad settings, or a crash before rank 0 wrote one). A Stop before any
             # rank began is said as such, not by the exit code of a launcher ended in its own start.
             stopped_early = record.state == "stopping" and record.before_training
