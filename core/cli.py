@@ -388,7 +388,8 @@ def _read_config_data(path: str) -> dict[str, Any]:
     try:
         if not stat.S_ISREG(os.stat(user_path(path)).st_mode):  # a FIFO or a device would block or never end
             raise ConfigError(f"the configuration file {path} is not a regular file", "config")
-        data = parse_json(user_path(path).read_text(encoding="utf-8"))
+        # A byte order mark (Windows' editors) is no JSON; a key given twice was taken as its last value.
+        data = parse_json(user_path(path).read_text(encoding="utf-8-sig"), unique_keys=True)
     except ConfigError:
         raise
     except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError and every JSON damage

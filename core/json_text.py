@@ -16,10 +16,11 @@ import sys
 from typing import Any
 
 
-def parse_json(text: str | bytes) -> Any:
-    """``json.loads(text)``; every kind of damage is a ValueError (``JSONDecodeError`` included)."""
+def parse_json(text: str | bytes, unique_keys: bool = False) -> Any:
+    """``json.loads(text)``; every kind of damage is a ValueError (``JSONDecodeError`` included). ``unique_keys``:
+    a key given twice in one object is such damage too (a file a user wrote, where JSON would keep the last)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique if unique_keys else None)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     except json.JSONDecodeError:
@@ -28,6 +29,15 @@ def parse_json(text: str | bytes) -> Any:
         if "integer string conversion" not in str(exc):
             raise
         raise ValueError(f"an integer of more than {sys.get_int_max_str_digits():,} digits") from None
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} is given twice in one object")
+        seen[key] = value
+    return seen
 
 
 def finite_json(value: Any, **dumps_kwargs: Any) -> str:

@@ -267,6 +267,21 @@ def control_character(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def not_there(path: str | os.PathLike[str]) -> str:
+    """How ``path``, found missing, is missing: "does not exist", or the symbolic link that leads nowhere (a link
+    loop read as "does not exist", though the link was there to see)."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # no link: nothing there
+        return "does not exist"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link that loops back on itself"
+    return f"is a broken symbolic link (to {target}, which does not exist)"
+
+
 def why_not_writable(path: str | os.PathLike[str], room: int = 0) -> str | None:
     """Why a folder cannot be created (or written into) at ``path``; None when nothing stands in the way.
 

@@ -19,6 +19,7 @@ content cheaply (see there); the token store is keyed by it.
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import io
 import json
@@ -32,7 +33,7 @@ from pathlib import Path
 from core.config import BUILTIN_CORPUS
 from core.errors import DataError, first_line
 from core.json_text import parse_json
-from core.paths import locale_free, user_path
+from core.paths import locale_free, not_there, user_path
 from core.tokenizer import piece_end
 
 HUB_PREFIX = "hf:"
@@ -258,9 +259,9 @@ def _resolved(spec: str, text_field: str) -> Source:
     path = Path(spec).expanduser()
     try:
         st = path.stat()
-    except FileNotFoundError:
-        raise DataError(f"data source {spec} does not exist") from None
     except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):  # gone, or a link to nothing
+            raise DataError(f"data source {spec} {not_there(path)}") from None
         raise DataError(f"cannot read data source {spec}: {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         return _resolve_folder(spec, path, text_field)

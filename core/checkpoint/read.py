@@ -31,7 +31,7 @@ from core.checkpoint.keys import check_plain_tensors, clean_state_dict
 from core.config import MAX_SEED, ModelConfig, RunConfig
 from core.errors import CheckpointError, ConfigError, first_line
 from core.json_text import parse_json
-from core.paths import user_path
+from core.paths import not_there, user_path
 from core.runs import CHECKPOINTS_DIR, CONFIG_FILE, is_run_dir
 from core.tokenizer import TOKENIZER_FILE, BPETokenizer
 
@@ -316,7 +316,7 @@ def latest_checkpoint(run_or_checkpoint: str | Path) -> Path:
 
 def _latest_checkpoint(path: Path) -> Path:
     if not path.exists():
-        raise CheckpointError(f"{path} does not exist")
+        raise CheckpointError(f"{path} {not_there(path)}")
     if path.is_file():
         return path
     if (path / CONFIG_FILE).is_file() and not is_run_dir(path):

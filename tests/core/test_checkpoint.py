@@ -368,6 +368,13 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
     """Build one kind of bad checkpoint under ``tmp_path`` and return its path."""
     if kind == "missing":
         return tmp_path / "nowhere"
+    if kind == "link_loop":  # said as "does not exist" though the link was there to see
+        (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+        (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+        return tmp_path / "loop_a"
+    if kind == "broken_link":
+        (tmp_path / "latest").symlink_to(tmp_path / "step_0000010")
+        return tmp_path / "latest"
     if kind == "truncated_weights_in_folder":
         folder = _good_folder(tmp_path, tok)
         data = (folder / "model.safetensors").read_bytes()
@@ -574,7 +581,9 @@ def _bad(kind: str, tmp_path: Path, tok) -> Path:
 
 
 BAD_CASES = {
-    "missing": "does not exist",
+    "missing": "nowhere does not exist",
+    "link_loop": "loop_a is a symbolic link that loops back on itself",
+    "broken_link": r"latest is a broken symbolic link \(to .*step_0000010, which does not exist\)",
     "truncated_weights_in_folder": "model.safetensors in .* is truncated or damaged",
     "truncated_weights_unrecorded": "model.safetensors is truncated or corrupted",
     "corrupted_weights": "model.safetensors in .* is corrupted: its checksum differs",
@@ -715,6 +724,8 @@ ALL_COMMANDS = ("export", "init-from", "resume", "generate")
     ("folder_missing_weights", ALL_COMMANDS, None),
     ("tokenizer_too_large", ALL_COMMANDS, None),
     ("missing", ALL_COMMANDS, None),
+    ("link_loop", ALL_COMMANDS, None),
+    ("broken_link", ("resume", "generate"), None),
     ("config_edited", ALL_COMMANDS, None),
     ("random_bytes_pt", ("init-from", "resume", "generate"), None),
 ])

@@ -480,10 +480,21 @@ def test_lr_scales_the_schedule_and_its_floor_keeps_its_ratio(tmp_path):
     assert parsed("--config", str(path), "--lr", "1e-3").min_lr == pytest.approx(5e-4)  # half, as in the file
 
 
+def test_a_config_file_a_windows_editor_saved_with_a_byte_order_mark_is_read(tmp_path):
+    from core.cli import _read_config_data
+
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"preset": "tiny"}).encode())
+    assert _read_config_data(str(path)) == {"preset": "tiny"}
+
+
 @pytest.mark.parametrize("text, words", [
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ('{"train": {"lr": ' + "9" * 5000 + "}}", "an integer of more than 4,300 digits)"),  # not Python's advice
     ('{"preset": "tiny", "train": {"lr": 1' + "0" * 400 + "}}", "not a valid run configuration"),  # lr / 10
+    # JSON keeps a key's last value: the small preset trained where the file said tiny first.
+    ('{"preset": "tiny", "preset": "small"}', "(the key 'preset' is given twice in one object)"),
+    ('{"train": {"lr": 0.1, "lr": 0.2}}', "(the key 'lr' is given twice in one object)"),
 ])
 def test_a_config_file_of_pathological_json_is_one_line(text, words, tmp_path, capsys):
     path = tmp_path / "config.json"

@@ -108,6 +108,8 @@ def test_text_file_and_folder_sources(tmp_path):
     (lambda p: p.write_text(""), "is empty"),
     (lambda p: p.write_bytes(b"caf\xe9 latin-1"), "not UTF-8"),
     (lambda p: p.write_text("{not json"), None),
+    (lambda p: p.symlink_to(p.with_name("moved.txt")), "c.txt is a broken symbolic link (to "),
+    (lambda p: p.symlink_to(p), "c.txt is a symbolic link that loops back on itself"),  # was "Too many levels…"
 ])
 def test_bad_sources_give_one_line(tmp_path, setup, message):
     path = tmp_path / ("c.jsonl" if message is None else "c.txt")
