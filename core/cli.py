@@ -795,6 +795,8 @@ def cmd_prepare(args: argparse.Namespace, argv: list[str]) -> int:
         if args.text_field is not None and args.data in (None, "all"):  # ignored, --remove all removed every store
             raise ConfigError(f"--text-field picks the stores of one corpus: give DATA with it (--"
                               f"{'list' if args.list else 'remove'} DATA --text-field {args.text_field})")
+        if args.text_field is not None:
+            _check_text_field(args.data, args.text_field)
     if args.list:
         stores = _stores_of(args.data, args.text_field, args.tokenizer) if args.data is not None else \
             _made_with(list_stores(), args.tokenizer)
@@ -886,6 +888,23 @@ def _made_with(stores: list[dict], tokenizer: str | None) -> list[dict]:
 
     sha = tokenizer_sha256(load_tokenizer_file(tokenizer))
     return [m for m in stores if (m.get("tokenizer") or {}).get("sha256") == sha]
+
+
+def _check_text_field(data: str, text_field: str) -> None:
+    """--list/--remove DATA --text-field: refused as ``prepare`` refuses it (an empty field, or one of plain text,
+    which has no fields), not taken as a filter that matched all of plain text's stores, or the tokenizers of
+    an empty field's: --remove deleted them."""
+    from core.errors import ConfigError, DataError
+    from core.sources import resolve_source
+
+    if not text_field.strip():
+        raise ConfigError("text field is empty", "text_field")
+    try:
+        resolve_source(data, text_field)
+    except DataError as exc:
+        if exc.field == "text_field":
+            raise
+        # Gone or unreadable now: its stores still name what it was, with their own fields.
 
 
 def _stores_of(data: str, text_field: str | None, tokenizer: str | None = None) -> list[dict]:

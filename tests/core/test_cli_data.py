@@ -156,6 +156,26 @@ def test_a_text_field_without_its_corpus_is_refused_not_ignored(args, tmp_path, 
     assert len(store_folders(cache)) == 1
 
 
+@pytest.mark.parametrize("kind, field, message", [
+    ("jsonl", "", "text field is empty"),  # --remove took it, and removed the corpus' tokenizers
+    ("jsonl", " ", "text field is empty"),
+    ("text", "body", "text field 'body' does not apply to"),  # --remove removed every store of the corpus
+])
+@pytest.mark.parametrize("command", ["--remove", "--list"])
+def test_a_text_field_prepare_refuses_is_refused_by_list_and_remove_too(kind, field, message, command, tmp_path,
+                                                                         cache, capsys):
+    data = tmp_path / ("c.jsonl" if kind == "jsonl" else "c.txt")
+    data.write_text("".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(30))
+                    if kind == "jsonl" else "\n\n".join(f"document {i} " * 20 for i in range(30)))
+    assert main(["prepare", str(data), "--vocab-size", "300", "--no-progress"]) == 0
+    stores, tokenizers = store_folders(cache), sorted((cache / "tokenizers").iterdir())
+    capsys.readouterr()
+    assert main(["prepare", command, str(data), "--text-field", field]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1, err
+    assert store_folders(cache) == stores and sorted((cache / "tokenizers").iterdir()) == tokenizers
+
+
 def test_remove_and_list_take_a_tokenizer_and_say_what_they_leave(tmp_path, cache, capsys):
     """--tokenizer beside --remove removed the stores of every tokenizer without a word; a damaged store was
     left while the command said only what it removed."""
