@@ -51,6 +51,7 @@ from core.schedule import Position, make_schedule
 from core.sources import DEFAULT_TEXT_FIELD
 from core.tokenizer import TOKENIZER_FILE
 from gui.stored_settings import stored_number, stored_text
+from gui.widgets.eliding_combo import ElidingComboBox
 from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
 from gui.widgets.wheel_guard import guard_wheel
 from gui.window_words import in_window_words
@@ -115,7 +116,7 @@ def _about(field: str):
 
 
 def _combo(name: str, items: dict[str, str]) -> QComboBox:
-    combo = QComboBox()
+    combo = ElidingComboBox()
     combo.setObjectName(name)
     # A combo is as wide as its longest item by default: "auto (bf16: training 3.2× faster than fp32 on this
     # CPU)" then made the whole settings panel scroll sideways. It shrinks to the panel instead, eliding
