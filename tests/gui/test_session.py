@@ -360,11 +360,15 @@ def test_a_torchrun_job_that_dies_without_a_final_event_is_a_failed_run(qtbot, s
     assert record.step == 1 and not session.running
 
 
-def test_the_launchers_line_on_which_rank_died_is_the_jobs_one_failure(qtbot, session, tmp_path, monkeypatch):
+@pytest.mark.parametrize("peer_lost", [True, False])
+def test_the_launchers_line_on_which_rank_died_is_the_jobs_one_failure(peer_lost, qtbot, session, tmp_path,
+                                                                       monkeypatch):
     """Rank 0 records only that another process went away; the launcher says which rank died and how. Rank 0's
-    line was the job's failure first (log, row, status bar), the launcher's a second one after it."""
+    line was the job's failure first (log, row, status bar), the launcher's a second one after it. A failure of
+    rank 0's own stays the job's, the launcher's line after it."""
     run_dir = tmp_path / "runs" / "job"
-    failed = RunFailed("job", 2.0, "rank 0: another process of this job failed or stopped", 1, peer_lost=True)
+    failed = (RunFailed("job", 2.0, "rank 0: another process of this job failed or stopped", 1, peer_lost=True)
+              if peer_lost else RunFailed("job", 2.0, "rank 0: the corpus went away", 1))
     launcher = "rank 1 died (signal 9, SIGKILL); rank 0 exited with code 1"
     monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
         tmp_path, [_started(run_dir), _step(1)], [failed], exit_code=1, last_line=f"speedboard: {launcher}"))
@@ -375,28 +379,13 @@ def test_the_launchers_line_on_which_rank_died_is_the_jobs_one_failure(qtbot, se
     session.stop()  # the fake job "fails" once it gets the signal
     with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
         pass
-    assert record.state == "failed" and record.message == launcher and record.step == 1
-    assert [e for e in applied if isinstance(e, (RunFailed, WarningRaised))] == [
-        RunFailed("job", 2.0, launcher, 1, peer_lost=True)]
-
-
-def test_rank_0s_own_failure_stays_the_jobs_with_the_launchers_line_after_it(qtbot, session, tmp_path,
-                                                                             monkeypatch):
-    run_dir = tmp_path / "runs" / "job"
-    failed = RunFailed("job", 2.0, "rank 0: the corpus went away")
-    monkeypatch.setattr("gui.session.prepare_launch", _fake_launch(
-        tmp_path, [_started(run_dir), _step(1)], [failed], exit_code=1,
-        last_line="speedboard: rank 1 died (signal 9, SIGKILL); rank 0 exited with code 1"))
-    applied = []
-    session.event_applied.connect(lambda record, event: applied.append(event))
-    record = session.start(micro_config(tmp_path), nproc=2)
-    qtbot.waitUntil(lambda: record.step == 1, timeout=RUN_TIMEOUT_MS)
-    session.stop()  # the fake job "fails" once it gets the signal
-    with qtbot.waitSignal(session.running_changed, timeout=RUN_TIMEOUT_MS):
-        pass
-    assert record.state == "failed" and record.message == failed.message
-    assert applied[-1] == WarningRaised("job", 0.0, "launcher: rank 1 died (signal 9, SIGKILL); rank 0 exited "
-                                                    "with code 1")
+    said = [e for e in applied if isinstance(e, (RunFailed, WarningRaised))]
+    assert record.state == "failed" and record.step == 1
+    if peer_lost:
+        assert record.message == launcher and said == [RunFailed("job", 2.0, launcher, 1, peer_lost=True)]
+    else:
+        assert record.message == failed.message
+        assert said == [failed, WarningRaised("job", 0.0, f"launcher: {launcher}")]
 
 
 # --------------------------------------------------------------------------- source 3: opened run folders
