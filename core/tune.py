@@ -1033,6 +1033,11 @@ def _check_readable(report: dict[str, Any]) -> None:
             value = rates.get(key)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{row['name']}: tokens/s {key} is {value!r}")
+    rec = report.get("recommendation") or report["summary"].get("recommendation")
+    if rec:  # a pick of no measured row (rows removed by hand) showed beside an empty table
+        picked = rows.get(rec["cell"])
+        if not isinstance(picked, dict) or not picked["tokens_per_s"]:
+            raise ValueError(f"the recommended setting {rec['cell']!r} is not among the measured rows")
     format_report(report)
     time_taken(report)
     settings = report_settings(report)
