@@ -472,7 +472,9 @@ def test_the_table_keeps_four_whole_rows_when_the_dialog_is_made_small(qtbot, wi
     wait_done(qtbot, dialog)
     report = dialog.report
     row = next(iter(report["summary"]["rows"].values()))
-    report["summary"]["rows"] = {f"cell-{i}": {**row, "name": f"cell-{i}", "current": i == 0} for i in range(30)}
+    picked = report["recommendation"]["cell"]
+    report["summary"]["rows"] = {f"cell-{i}": {**row, "name": f"cell-{i}", "current": i == 0} for i in range(29)}
+    report["summary"]["rows"][picked] = {**row, "name": picked, "current": False}  # the pick is one of them
     path = tmp_path / "many.json"
     path.write_text(json.dumps(report))
     assert dialog.open_report(str(path))
