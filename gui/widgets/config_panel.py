@@ -54,6 +54,7 @@ from gui.stored_settings import stored_number, stored_text
 from gui.widgets.eliding_combo import ElidingComboBox
 from gui.widgets.number_fields import EXACT_INTEGERS, BoundedSpin, NumberField
 from gui.widgets.wheel_guard import guard_wheel
+from gui.widgets.wrapping_label import WrappingLabel
 from gui.window_words import in_window_words
 
 COMPILE_MODE_TEXT = {"off": "off (eager)", "default": "default", "reduce-overhead": "reduce-overhead",
@@ -238,7 +239,7 @@ class ConfigPanel(QWidget):
         self.text_field.setObjectName("textFieldEdit")
         self.text_field.setToolTip("The field of each JSONL line, or the column of Parquet, Arrow and Hugging Face "
                                    "data, that holds the text (--text-field); plain text files have none")
-        self.source_info = QLabel()
+        self.source_info = WrappingLabel()
         self.source_info.setObjectName("dataInfoLabel")
         self.source_info.setWordWrap(True)
         self.source_info.setStyleSheet("color: #606060;")
@@ -281,13 +282,13 @@ class ConfigPanel(QWidget):
         self.budget.setToolTip("How long the run trains, in optimizer steps or tokens (tokens stay comparable when "
                                "accumulation changes); no effect on speed or memory; warmup and the cosine decay of "
                                f"the learning rate span it. {budget_note[0].upper()}{budget_note[1:]}.")
-        self.start_from_label = QLabel("random initialisation")
+        self.start_from_label = WrappingLabel("random initialisation")
         self.start_from_label.setObjectName("startFromLabel")
         self.start_from_label.setWordWrap(True)
         self.clear_start_button = QPushButton("Clear")
         self.clear_start_button.setObjectName("clearStartFromButton")
         self.clear_start_button.setEnabled(False)
-        self.general_error = QLabel()
+        self.general_error = WrappingLabel()
         self.general_error.setObjectName("configErrorLabel")
         self.general_error.setWordWrap(True)
         self.general_error.setStyleSheet("color: #b00020;")
@@ -300,8 +301,7 @@ class ConfigPanel(QWidget):
 
     # ------------------------------------------------------------------ layout
     def _error_label(self) -> QLabel:
-        label = QLabel()
-        label.setWordWrap(True)
+        label = WrappingLabel()  # a long data path wraps: it pushed the column sideways, its labels out of view
         label.setStyleSheet("color: #b00020;")
         return label
 

@@ -89,6 +89,18 @@ def test_a_missing_data_file_is_shown_under_the_data_row(panel, tmp_path):
     assert shown(panel) == ["sourceError"]
 
 
+def test_a_long_data_path_in_an_error_wraps_instead_of_widening_the_panel(panel, tmp_path):
+    """The path is one word to a word-wrapped label: the panel grew as wide as it, and the settings column
+    scrolled sideways, its labels out of view."""
+    narrow = panel.minimumSizeHint().width()
+    deep = tmp_path / ("a_folder_with_a_long_name_" * 4) / ("and_another_one_" * 4)
+    panel.set_source(str(deep / "corpus_of_a_long_name.txt"))
+    label = child(panel, "sourceError")
+    assert "does not exist" in panel.error and label.text() == panel.error  # as set: the breaks are the view's
+    assert panel.minimumSizeHint().width() <= narrow + 10
+    assert label.heightForWidth(300) > label.fontMetrics().height()  # wrapped onto several lines
+
+
 def test_the_auto_precision_item_says_what_a_job_of_several_cpu_processes_will_choose(panel, monkeypatch, tmp_path):
     """Each of its processes trains on its share of the cores, where the probe (cached per thread count) may
     choose otherwise: the item said fp32 while the 2-process job trained in bf16."""
