@@ -170,6 +170,7 @@ class SaveTargetDialog(QDialog):
         if problem:  # said here: the dialog stays open with what was typed
             self.problem_label.setText(f"Cannot save there: {problem}")
             self.problem_label.show()
+            self._fit_height()
             return
         self.accept()
 
@@ -194,6 +195,21 @@ class SaveTargetDialog(QDialog):
             self.target_label.setText(f"Replaces {target} (you are asked first)")
         else:
             self.target_label.setText(f"Writes {target}")
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """As tall as its wrapped lines need at its width: a window keeps the height it opened with, and a second
+        line of the label squeezed both into the height of one, clipped at the top and bottom."""
+        layout = self.layout()
+        need = layout.heightForWidth(self.width()) if layout.hasHeightForWidth() else layout.sizeHint().height()
+        self.setMinimumHeight(need)
+        if self.height() < need:
+            self.resize(self.width(), need)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():  # narrower: more lines
+            self._fit_height()
 
 
 def _listing(target: str) -> bool | str | None:

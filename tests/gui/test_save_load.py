@@ -465,6 +465,26 @@ def test_save_over_an_existing_checkpoint_asks_then_replaces_it(qtbot, window, d
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".keep")] == []  # no leftovers
 
 
+def test_the_save_dialogs_wrapped_lines_get_their_height(qtbot, tmp_path):
+    """Its help line wraps onto two lines when the name is cleared (or a long target is named): the dialog kept
+    the height it opened with, both lines squeezed into one's room, clipped at the top and bottom."""
+    from gui.dialogs import SaveTargetDialog
+
+    dialog = SaveTargetDialog(None, str(tmp_path), "ckpt")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    label = dialog.target_label
+
+    def whole() -> bool:
+        return label.height() >= label.heightForWidth(label.width())
+
+    for name in ("", "y" * 120, "ckpt"):
+        dialog.name.setText(name)
+        qtbot.waitUntil(whole)
+    dialog.resize(300, dialog.height())  # narrower: more lines, and the room for them
+    qtbot.waitUntil(whole)
+
+
 def test_the_save_dialog_chooses_a_folder_and_a_name_and_never_opens_the_target(qtbot, dialogs, tmp_path):
     from gui.dialogs import SaveTargetDialog
 
