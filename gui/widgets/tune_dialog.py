@@ -153,7 +153,7 @@ class TuneChart(pg.PlotWidget):
         self.setObjectName("tuneChart")
         self.setMinimumHeight(100)
         self.setLabel("left", "tokens/s")
-        self.setLabel("bottom", "setting: its row in the table (green: the pick, grey: the current settings)")
+        self.setLabel("bottom", colour_key([], None))
         self.setMenuEnabled(False)
         self.setMouseEnabled(x=False, y=False)
         self.hideButtons()
@@ -168,6 +168,7 @@ class TuneChart(pg.PlotWidget):
         self.clear()
         measured = [(i, r) for i, r in enumerate(rows) if r["tokens_per_s"]]
         self.bars = [r["tokens_per_s"]["median"] for _, r in measured]
+        self.setLabel("bottom", colour_key([r for _, r in measured], recommended))
         if measured:
             xs = [i for i, _ in measured]
             medians = self.bars
@@ -186,6 +187,20 @@ class TuneChart(pg.PlotWidget):
         self.getAxis("bottom").setTicks([self.ticks])
         self.setXRange(-0.6, max(len(rows) - 0.4, 0.6), padding=0)
         self.enableAutoRange(axis="y")
+
+
+def colour_key(measured: list[dict], recommended: str | None) -> str:
+    """The chart's axis title, naming the bar colours it shows: it named a grey bar of the current settings when
+    they were the pick (green), and never the others' blue."""
+    parts = []
+    if any(r["name"] == recommended for r in measured):
+        picked_current = any(r["name"] == recommended and r["current"] for r in measured)
+        parts.append("green: the pick" + (", the current settings" if picked_current else ""))
+    if any(r["current"] and r["name"] != recommended for r in measured):
+        parts.append("grey: the current settings")
+    if any(not r["current"] and r["name"] != recommended for r in measured):
+        parts.append("blue: the others" if parts else "blue: measured")
+    return "setting: its row in the table" + (f" ({'; '.join(parts)})" if parts else "")
 
 
 class TuneDialog(QDialog):

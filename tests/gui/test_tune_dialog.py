@@ -548,3 +548,19 @@ def test_settings_that_cannot_run_are_named_in_the_message(qtbot, window, dialog
     dialog.start()
     kind, title, text = dialogs.messages[-1]
     assert title == "Invalid settings" and "empty.txt" in text and "empty" in text.split("\n\n")[-1], text
+
+
+def test_the_charts_colour_key_names_the_colours_it_shows():
+    """It said "grey: the current settings" when they were the pick (green, no grey bar), and never named the
+    blue of the other settings."""
+    from gui.widgets.tune_dialog import colour_key
+
+    def row(name, current=False):
+        return {"name": name, "current": current}
+
+    assert colour_key([row("a", True), row("b")], "a") == ("setting: its row in the table (green: the pick, the "
+                                                           "current settings; blue: the others)")
+    assert colour_key([row("a", True), row("b"), row("c")], "b") == (
+        "setting: its row in the table (green: the pick; grey: the current settings; blue: the others)")
+    assert colour_key([row("b")], None) == "setting: its row in the table (blue: measured)"
+    assert colour_key([], None) == "setting: its row in the table"
