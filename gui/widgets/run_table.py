@@ -49,6 +49,12 @@ def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _gib(value: float | None) -> str:
+    """GiB to two decimals; "<0.01" for less than that but more than nothing (a micro model's "0.00" read as
+    unmeasured)."""
+    return "—" if value is None else "<0.01" if 0 < value < 0.005 else f"{value:.2f}"
+
+
 def _quartiles(times: list[float]) -> tuple[float, float] | None:
     if len(times) < MIN_STEPS_FOR_RANGE:
         return None
@@ -276,7 +282,7 @@ class RunTable(QTableWidget):
             "Loss": _fmt(record.final_loss if record.final_loss is not None else record.last_loss, ".4f"),
             "Val loss": _fmt(record.val_loss, ".4f"),
             # No step trained, no training memory to show (not 0.00: a run stopped while it compiled).
-            "Train GiB": _fmt(record.peak_mem_gib if record.step > record.start_step else None, ".2f"),
+            "Train GiB": _gib(record.peak_mem_gib if record.step > record.start_step else None),
         }
         self._filling = True
         changed = False

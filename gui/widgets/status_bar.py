@@ -28,6 +28,11 @@ def format_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def memory_text(gib: float) -> str:
+    """``1.23 GiB``, or in MiB below a tenth of a GiB: a micro model's 3 MiB read "0.00 GiB", as if not measured."""
+    return f"{gib:.2f} GiB" if gib >= 0.1 else f"{gib * 1024:.1f} MiB" if gib < 0.01 else f"{gib * 1024:.0f} MiB"
+
+
 class ElidedLabel(QLabel):
     """A one-line label that cuts its text with "…" to fit, the whole text in its tooltip."""
 
@@ -185,8 +190,8 @@ class StatusBar(QStatusBar):
         self.eta.setText(f"ETA {format_duration(eta)}" if eta is not None else "")
         self.device.setText(record.device)
         now, peak = record.mem_gib, record.peak_mem_gib
-        self.memory.setText("" if now is None else f"mem {now:.2f} GiB" if peak is None else
-                            f"mem {now:.2f} GiB · peak {peak:.2f}")
+        self.memory.setText("" if now is None else f"mem {memory_text(now)}" if peak is None else
+                            f"mem {memory_text(now)} · peak {memory_text(peak)}")
         rank0 = (f" Rank 0's, one of {record.processes} processes (each holds as much)."
                  if record.processes > 1 else "")
         self.memory.setToolTip("Memory the training holds now, and its peak so far (the run table's Train GiB): "

@@ -376,7 +376,7 @@ def test_memory_is_the_trainings_own_with_a_sensible_range(window, tmp_path):
     (record,) = open_runs(window, tmp_path, 1, baseline_gib=0.5, mem_gib=0.78501)
     assert cell(window, record.key, "Train GiB").text() == "0.30"  # 0.79501 peak − 0.5 before the model
     window.table.selectRow(0)  # the status bar follows it: now and peak, named, the peak the table's figure
-    assert window.status.memory.text() == f"mem {record.mem_gib:.2f} GiB · peak 0.30"
+    assert window.status.memory.text() == f"mem {record.mem_gib:.2f} GiB · peak 0.30 GiB"
     assert "before the model existed" in window.table.horizontalHeaderItem(
         window.table.column("Train GiB")).toolTip()
     memory = child(window, "memoryPlot")
@@ -721,3 +721,12 @@ def test_every_control_a_screen_reader_reaches_has_a_name(window):
     window.plots.grad_norm.setChecked(False)
     assert lr.text(QAccessible.Text.Name) == "Learning rate plot"
     assert window.settings_scroll.focusPolicy() == Qt.FocusPolicy.NoFocus  # no Tab stop that says nothing
+
+
+def test_a_micro_models_memory_is_not_shown_as_zero():
+    """3 MiB read "mem 0.00 GiB · peak 0.00" in the status bar and "0.00" in the table, as if not measured."""
+    from gui.widgets.run_table import _gib
+    from gui.widgets.status_bar import memory_text
+
+    assert [memory_text(g) for g in (0.003, 0.05, 0.3, 1.234)] == ["3.1 MiB", "51 MiB", "0.30 GiB", "1.23 GiB"]
+    assert [_gib(g) for g in (None, 0.0, 0.003, 0.3)] == ["—", "0.00", "<0.01", "0.30"]
