@@ -19,6 +19,8 @@ from gui.run_record import RunRecord
 GAP_PX = 16
 """Room between a message and the state label."""
 MAX_STATE_PX = 360
+"""The state label's widest beside a message; with none shown, it takes the room it needs."""
+ANY_WIDTH = 16_777_215  # Qt's QWIDGETSIZE_MAX
 
 
 def format_duration(seconds: float) -> str:
@@ -99,7 +101,7 @@ class StatusBar(QStatusBar):
         self.state = ElidedLabel("idle")
         self.state.setObjectName("stateLabel")
         self.state.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
-        self.state.setMaximumWidth(MAX_STATE_PX)
+        self.state.setMaximumWidth(ANY_WIDTH)  # capped beside a message (_fit_state)
         self.progress = QProgressBar()
         self.progress.setObjectName("progressBar")
         self.progress.setMinimumWidth(120)
@@ -129,6 +131,7 @@ class StatusBar(QStatusBar):
         """A message left of the run's state, elided to its room; cleared after ``timeout`` ms (0: kept),
         or sooner once ``until(run in focus)`` holds: "Stopping …" must not outlive the stop."""
         self.message.setText(text)
+        self._fit_state()
         self._until = until
         if timeout > 0:
             self._clear.start(timeout)
@@ -142,6 +145,13 @@ class StatusBar(QStatusBar):
         self._clear.stop()
         self._until = None
         self.message.setText("")
+        self._fit_state()
+
+    def _fit_state(self) -> None:
+        """The state is capped only while a message shares the bar: "compiling 0:05 (the whole model, mod…" was cut
+        with most of the bar empty beside it."""
+        self.state.setMaximumWidth(MAX_STATE_PX if self.message.full_text() else ANY_WIDTH)
+        self.state.updateGeometry()  # its size hint is capped by the maximum: the bar lays it out again
 
     # ------------------------------------------------------------------ the run in focus
     def show_run(self, record: RunRecord, step_time: float | None) -> None:

@@ -331,6 +331,27 @@ def test_long_failure_message_elides_before_the_state_label(qtbot, window):
     assert state.text() == "idle"
 
 
+def test_a_long_state_takes_the_bars_room_while_no_message_shares_it(qtbot):
+    """"compiling 0:05 (the whole model, mod…" was cut at 360 px with most of the bar empty beside it."""
+    from PySide6.QtWidgets import QMainWindow
+
+    from gui.widgets.status_bar import MAX_STATE_PX, StatusBar
+
+    window, status = QMainWindow(), StatusBar()  # (a window's refresh would show its own run in the bar)
+    qtbot.addWidget(window)
+    window.setStatusBar(status)
+    window.resize(1400, 300)
+    window.show()
+    state = status.state
+    long = "#1 default ×1: compiling 0:05 (the whole model, mode default; a cold compile takes a while)"
+    status.show_idle(long)
+    qtbot.waitUntil(lambda: state.text() == long)  # whole: the bar has room for it
+    status.showMessage("Stopping at the next optimizer step …")
+    qtbot.waitUntil(lambda: state.width() <= MAX_STATE_PX and state.text().endswith("…"))
+    status.clearMessage()
+    qtbot.waitUntil(lambda: state.text() == long)
+
+
 def test_a_failed_runs_later_message_replaces_its_first_in_the_status_bar(qtbot):
     """A torchrun job's rank 0 fails first ("another process of this job failed"), then its launcher names the
     rank that died: the table said so, the status bar kept the first line."""
