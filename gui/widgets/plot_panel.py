@@ -312,7 +312,7 @@ class PlotPanel(QWidget):
     def _on_grad_norm(self, on: bool) -> None:
         """The learning rate's plot shows the gradient norm instead (TensorBoard's grad-norm scalar)."""
         if on:
-            self.lr.set_titles("Gradient norm (before clipping)", "‖g‖",
+            self.lr.set_titles("Gradient norm (before clipping)", "grad norm",  # "‖g‖" drew as blocks, rotated
                                "The gradient's norm at every optimizer step, before clipping.")
         else:
             self.lr.set_titles("Learning rate", "lr", LR_HINT)
