@@ -261,7 +261,9 @@ class ConfigPanel(QWidget):
         self.lr = NumberField("lrSpin", 1e3, integer=False)  # 3e-4 or 0.0003; the arrows walk 1-2-5 per decade
         self.lr.setToolTip("Peak learning rate (after warmup; the cosine decays it to a tenth): type 3e-4 or 0.0003")
         self.warmup = _spin("warmupSpin", 0, 99)  # percent of the budget
-        self.warmup.setSuffix(" %")
+        self.warmup.setSuffix(" % of budget")  # said in the field: a label of its own set every group's indent
+        self.warmup.setToolTip("Warmup: the share of the budget over which the learning rate rises linearly to its "
+                               "peak, before the cosine decay")
         self.budget = NumberField("budgetSpin", EXACT_INTEGERS, integer=True)  # 5e9, 10B or 10,000,000,000
         self.budget.setAccessibleName("Budget")
         self.budget.setSingleStep(10)
@@ -316,6 +318,7 @@ class ConfigPanel(QWidget):
     def _group(self, title: str) -> tuple[QGroupBox, QFormLayout]:
         box = QGroupBox(title)
         form = QFormLayout(box)
+        self._forms.append(form)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         # In a narrow panel a field goes below its label rather than the panel scrolling sideways.
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -323,6 +326,7 @@ class ConfigPanel(QWidget):
         return box, form
 
     def _build_layout(self) -> None:
+        self._forms: list[QFormLayout] = []
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
 
@@ -347,7 +351,7 @@ class ConfigPanel(QWidget):
 
         box, form = self._group("Batch")
         self._row(form, "micro_batch", "Micro-batch", self.micro_batch)
-        self._row(form, "accum_steps", "Accumulation steps", self.accum)
+        self._row(form, "accum_steps", "Accumulation", self.accum)
         form.addRow("Effective batch", self.effective)
         outer.addWidget(box)
 
@@ -361,7 +365,7 @@ class ConfigPanel(QWidget):
 
         box, form = self._group("Schedule")
         self._row(form, "lr", "Learning rate", self.lr)
-        self._row(form, "warmup", "Warmup (share of budget)", self.warmup)
+        self._row(form, "warmup", "Warmup", self.warmup)
         budget_row = QWidget()
         row = QHBoxLayout(budget_row)
         row.setContentsMargins(0, 0, 0, 0)
@@ -382,6 +386,17 @@ class ConfigPanel(QWidget):
         outer.addWidget(box)
         outer.addWidget(self.general_error)
         outer.addStretch(1)
+        self._align_labels()
+
+    def _align_labels(self) -> None:
+        """One label column for every group: each form sized its own, and the fields started at a different
+        place in each group (Preset's, torch.compile's and Learning rate's fields at three indents)."""
+        labels = [item.widget() for form in self._forms for i in range(form.rowCount())
+                  if (item := form.itemAt(i, QFormLayout.ItemRole.LabelRole)) is not None and item.widget()]
+        width = max(label.sizeHint().width() for label in labels)
+        for label in labels:
+            label.setMinimumWidth(width)
+            label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)  # as the forms align
 
     def _connect(self) -> None:
         self.preset.currentIndexChanged.connect(self._on_preset)

@@ -435,3 +435,20 @@ def test_a_number_still_being_typed_counts_as_left_when_the_settings_are_taken(q
     assert cfg is not None and cfg == panel.config
     taken = {"accum": cfg.train.accum_steps, "micro_batch": cfg.train.micro_batch, "lr": cfg.train.lr}[field]
     assert taken == value
+
+
+def test_every_group_s_fields_start_at_one_indent(panel):
+    """Each group's form sized its own label column: Preset's, torch.compile's and Learning rate's fields started
+    at three different places."""
+    from PySide6.QtWidgets import QFormLayout, QGroupBox
+
+    panel.resize(420, 1200)
+    starts = set()
+    for box in panel.findChildren(QGroupBox):
+        form = box.layout()
+        for i in range(form.rowCount()):
+            label, field = (form.itemAt(i, role) for role in (QFormLayout.ItemRole.LabelRole,
+                                                              QFormLayout.ItemRole.FieldRole))
+            if label is not None and field is not None and field.widget().isVisibleTo(panel):
+                starts.add(field.widget().mapTo(panel, field.widget().rect().topLeft()).x())
+    assert len(starts) == 1, starts
