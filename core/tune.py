@@ -563,9 +563,15 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
         pace = min(3.0, max(0.05, max(compile_ratios))) if compile_ratios else 1.0
         return e["first"] - cold + cold * pace + steps
 
+    dropped: set[str] = set()
+    """Planned cells whose first trial did not fit the budget: none of their trials will run."""
+    later_skips = 0
+    """Trials of started cells that a later repeat's budget left out."""
+
     def in_count(cell: Cell) -> bool:
-        """In the ETA and the trial count: a planned cell, or a spare one that started."""
-        return cell.name not in spare or cell in started
+        """In the ETA and the trial count: a planned cell that was not dropped, or a spare one that started
+        ("Trial 2 of 4" was said of a tune whose budget had left the third and fourth out)."""
+        return (cell.name not in spare or cell in started) and cell.name not in dropped
 
     def eta(repeat: int, position: int) -> float:
         """Seconds of the trials from ``position`` of ``repeat`` on: the rest of this repeat, then the later
@@ -609,6 +615,10 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
                     if cell.name not in spare:  # a spare cell is already listed as left out
                         skipped.append({"cell": cell.name, "repeat": repeat,
                                         "reason": "it would not fit in the time budget left"})
+                        if repeat == 0:
+                            dropped.add(cell.name)
+                        else:
+                            later_skips += 1
                     continue
             if repeat == 0:
                 started.append(cell)
@@ -617,7 +627,7 @@ def run_tune(plan: TunePlan, sink: Callable[[Any], None] | None = None,
                     live.cells.append(cell)
                     live.estimates[cell.name] = estimates[cell.name]
                     live.left_out = [x for x in live.left_out if x["cell"] != cell.name]
-            total = plan.repeats * sum(1 for c in lineup if in_count(c))
+            total = plan.repeats * sum(1 for c in lineup if in_count(c)) - later_skips
             emit(TrialStarted(cell.name, cell.label, repeat, len(results) + 1, total, elapsed,
                               eta(repeat, position)))
             try:

@@ -542,6 +542,19 @@ def test_no_trial_starts_past_the_budget(micro, private_tmp):
     assert report["plan"]["planning_seconds"] > 0  # the matmul peaks, the timed passes: before the trials
 
 
+def test_the_trial_count_leaves_out_the_trials_the_budget_dropped(micro, monkeypatch):
+    """"Trial 3 of 6" was said where the budget had left the third setting out: three more trials ran, not four."""
+    plan = plan_tune(micro(), TuneOptions(budget_seconds=600, steps=2, repeats=2), cells=EAGER)
+    FakeTrials(monkeypatch, seconds=1.0)
+    for name, e in plan.estimates.items():  # the third setting's first trial cannot fit 10 s; the repeats can
+        plan.estimates[name] = {**e, "first": 100.0 if name == EAGER[2].name else 1.0, "repeat": 1.0, "step": 0.005}
+    plan.budget_seconds = 10
+    events = []
+    report = run_tune(plan, events.append)
+    assert len(report["trials"]) == 4
+    assert [(e.index, e.total) for e in events if isinstance(e, TrialStarted)] == [(1, 6), (2, 6), (3, 4), (4, 4)]
+
+
 def test_the_time_taken_says_what_planning_took_beside_the_trials():
     """Planning (matmul peaks, auto's probe, timed passes) took seconds that "done in N s" did not count."""
     from core.tune import time_taken
