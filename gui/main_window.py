@@ -67,6 +67,7 @@ NOTHING_TO_SAVE = ("No model to save: Save writes the model of a run trained in 
 LOADING = "Waits for the weights being read (Load weights…) and the question that follows them"
 TUNING = ("Waits for the speed advisor's trials (Find fastest settings…), which hold the torch thread: cancel them "
           "there, or wait for their end")
+TUNING_STATE = "finding the fastest settings: trials running (Run ▸ Find fastest settings…)"
 TUNE_WAITS = ("Waits for the run to end: the trials time this machine, which a run training beside them (here or "
               "in its processes) would share, and slow")
 TUNE_TIP = ("Times short trials of compile settings, precisions and micro-batch × accumulation splits of these "
@@ -372,7 +373,9 @@ class MainWindow(QMainWindow):
             self.plots.show_waiting(None, stepped=True)  # its curves come with the plots' next redraw
         else:
             self.plots.show_waiting(None, listed=bool(self.table.keys))
-        if record is None:
+        if self.session.tuning:  # the bar showed the last run, "finished", while the trials held the torch thread
+            self.status.show_idle(TUNING_STATE)
+        elif record is None:
             self.status.show_idle("idle")
         else:
             self.status.show_run(record, self.store.recent_step_time(record.key) if record.key in self.store
@@ -424,6 +427,7 @@ class MainWindow(QMainWindow):
 
     def _on_tuning_changed(self, tuning: bool) -> None:
         self._update_controls()
+        self._show_focus()
         if not tuning and self.session.closing:
             QTimer.singleShot(0, self.close)
 

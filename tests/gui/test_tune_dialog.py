@@ -91,12 +91,17 @@ def test_trials_fill_the_table_and_chart_and_apply_sets_the_controls(qtbot, wind
 
 
 def test_cancel_ends_the_trials_and_keeps_what_they_measured(qtbot, window):
+    from gui.main_window import TUNING_STATE
+
     dialog = open_dialog(window)
     click(dialog, "tuneRunButton")
     qtbot.waitUntil(lambda: dialog.finished_events >= 1, timeout=RUN_TIMEOUT_MS)
+    # The status bar says what holds the torch thread (it showed the last run, "finished").
+    assert child(window, "stateLabel").full_text() == TUNING_STATE
     click(dialog, "tuneCancelButton")
     wait_done(qtbot, dialog)
     assert dialog.report["cancelled"] and 1 <= len(dialog.report["trials"]) < 6
+    qtbot.waitUntil(lambda: child(window, "stateLabel").full_text() == "idle")
     assert "Cancelled" in child(dialog, "tuneProgressLabel").text()
     # Every setting not run was left for the cancel, not for the time budget, and is counted.
     plan, ran = dialog.report["plan"], {t["cell"] for t in dialog.report["trials"]}
