@@ -156,9 +156,14 @@ class CheckpointActions(QObject):
 
     def _on_load_failed(self, path: str, message: str) -> None:
         self.log.add(f"load failed: {message}", "error")
+        if self.session.closing:  # read as the window closes: nothing was to be loaded any more
+            return
         dialogs.show_error(self._window, "Cannot load", f"Could not load {Path(path).name or path}:\n{message}")
 
     def _on_checkpoint_read(self, info: CheckpointSummary) -> None:
+        if self.session.closing:  # the window closes: asked meanwhile, its question would hold the closing
+            self.log.add(f"{info.path} was read as the window closed: not loaded")
+            return
         description = describe_checkpoint(info)
         if info.fit_problem:  # refused now, not after Start; the choice made before stays
             self.log.add(f"not loaded: {info.fit_problem}", "error")

@@ -269,6 +269,8 @@ class MainWindow(QMainWindow):
         s.record_changed.connect(self._on_record_changed)
         s.event_applied.connect(self._on_event_applied)
         s.running_changed.connect(self._on_running_changed)
+        for ended in (s.save_finished, s.save_failed, s.checkpoint_read, s.load_failed):
+            ended.connect(self._close_after_job)  # after the checkpoint actions' own (connected before)
         s.job_failed.connect(self._on_job_failed)
         s.record_removed.connect(self._on_record_removed)
         # After the checkpoint actions' own slots (connected first): Start waited for the weights being read.
@@ -424,6 +426,11 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self.close)
         else:
             self._show_focus()
+
+    def _close_after_job(self, *_) -> None:
+        """A save or a read of weights has ended: the window closes now if it was asked to meanwhile."""
+        if self.session.closing and not self.session.running and not self.session.tuning:
+            QTimer.singleShot(0, self.close)
 
     def _on_tuning_changed(self, tuning: bool) -> None:
         self._update_controls()
@@ -588,6 +595,13 @@ class MainWindow(QMainWindow):
                 self.session.cancel_tune_then_close()
             self.status.showMessage("Stopping the trials: the window closes after the current trial's step or "
                                     "compile (the report keeps what they measured) …")
+            return
+        if self.session.pending_save is not None or self.session.inspecting:
+            # Waiting here for the torch thread froze the window for as long as the checkpoint takes to write or read.
+            event.ignore()
+            self.session.close_after_job()
+            self.status.showMessage("The window closes once the model is saved …" if self.session.pending_save
+                                    else "The window closes once the weights being read are read (not loaded) …")
             return
         self.save_settings()
         self._refresh_timer.stop()

@@ -298,6 +298,11 @@ class RunSession(QObject):
         self.controller.cancel_tune()
         self.tune_cancel_requested.emit()
 
+    def close_after_job(self) -> None:
+        """The window closes once the save or the read of weights on the torch thread has ended (waiting for it in
+        ``shutdown`` froze the window for as long as a large checkpoint takes); a read's question is not asked."""
+        self._closing = True
+
     def cancel_tune_then_close(self) -> None:
         """End the trials at their next optimizer step; ``tuning_changed(False)`` then finds ``closing`` set."""
         self._closing = True

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QMessageBox
 from safetensors import safe_open
 
 from core.trainer import Trainer
-from tests.gui.conftest import child, click, read_jsonl, run_once, wait_idle, wait_steps
+from tests.gui.conftest import RUN_TIMEOUT_MS, child, click, read_jsonl, run_once, wait_idle, wait_steps
 
 LONG = {"train": {"budget": 1_000_000}}
 
@@ -701,16 +701,30 @@ def test_start_waits_for_weights_being_read_and_their_question(qtbot, window, di
 
 
 def test_a_read_that_ends_after_the_window_closed_asks_nothing(qtbot, make_window, dialogs, monkeypatch):
-    import threading
-
-    from PySide6.QtCore import QCoreApplication
-
+    """Closing while weights are read: the window waited for the torch thread (frozen for as long as a large
+    checkpoint takes); it now closes once the read has ended, and asks nothing of it."""
     window = make_window()
     first = run_once(qtbot, window)
     held = _held_reads(monkeypatch)
     dialogs.files["getOpenFileName"] = str(first.folder + "/metrics.jsonl")
     click(window, "loadButton")
-    threading.Timer(0.3, held.set).start()  # the close waits for the torch thread, which reads meanwhile
-    window.close()
-    QCoreApplication.processEvents()  # the read's answer, queued before the thread ended
+    window.close()  # returns at once: the read goes on
+    assert window.isVisible() and window.status.currentMessage().startswith("The window closes once the weights")
+    held.set()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=RUN_TIMEOUT_MS)
     assert dialogs.load_questions == [] and not dialogs.messages
+    assert "was read as the window closed: not loaded" in window.log.toPlainText()
+
+
+def test_closing_during_a_save_waits_for_it_without_holding_the_window(qtbot, make_window, tmp_path):
+    """close() waited for the torch thread's save in the GUI thread: the window froze for as long as it took."""
+    from core.checkpoint import verify_checkpoint
+
+    window = make_window()
+    run_once(qtbot, window)
+    target = tmp_path / "saved"
+    window.session.save(str(target))
+    window.close()
+    assert window.isVisible() and window.status.currentMessage() == "The window closes once the model is saved …"
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=RUN_TIMEOUT_MS)
+    verify_checkpoint(str(target))  # whole
