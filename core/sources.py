@@ -745,6 +745,8 @@ def _json_problem(exc: ValueError, line: bytes) -> str:
 
 def _jsonl_text(line: bytes, path: Path, n: int, text_field: str) -> str | None:
     """The text of JSONL line ``n`` (None for a missing value); a DataError naming the line when it has none."""
+    if b"\0" in line:  # json.loads guesses UTF-16 and UTF-32 from bytes: a one-line UTF-16 file was read
+        raise DataError(f"{path}:{n}: not UTF-8 text (it holds NUL bytes: UTF-16 or UTF-32?)")
     try:
         row = parse_json(line)
     except UnicodeDecodeError:

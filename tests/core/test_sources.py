@@ -675,6 +675,17 @@ def _write_table(path: Path, column) -> Path:
     return path
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_jsonl_in_utf16_or_utf32_is_refused_at_its_first_line(tmp_path, encoding):
+    """json.loads guesses the encoding of bytes: a one-line UTF-16 file was read, and a longer one refused at its
+    second line, its first taken."""
+    for lines in (1, 3):
+        path = tmp_path / f"c{lines}.jsonl"
+        path.write_bytes("".join(json.dumps({"text": f"line {i}"}) + "\n" for i in range(lines))
+                         .rstrip("\n").encode(encoding))
+        assert f"c{lines}.jsonl:1: not UTF-8 text" in one_line_error(lambda p=path: load_corpus(str(p)))
+
+
 @pytest.mark.parametrize("name", ["c.parquet", "c.arrow"])
 def test_bytes_that_are_no_utf8_in_a_text_column_are_one_line_naming_the_row(tmp_path, name):
     good = [d.encode() for d in DOCS[:9]]
