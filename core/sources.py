@@ -27,7 +27,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core.config import BUILTIN_CORPUS
@@ -344,7 +344,10 @@ def _resolve_folder(spec: str, path: Path, text_field: str) -> Source:
         if "train" not in splits:
             raise DataError(f"dataset folder {spec} has no 'train' split (splits: {', '.join(splits) or 'none'}); "
                             f"pass the folder of the split to train on")
-        return _resolve_folder(spec, path / "train", text_field)
+        train = _resolve_folder(spec, path / "train", text_field)
+        # The other splits are said with the folder, as a hub layout's held-out splits are: they went unsaid.
+        others = [f"{split}/ ({_SPLIT_WORDS.get(split, split)})" for split in splits if split != "train"]
+        return replace(train, ignored=tuple(sorted((*train.ignored, *others))))
     if (path / "state.json").is_file():  # Dataset.save_to_disk
         try:
             state = parse_json((path / "state.json").read_text(encoding="utf-8"))

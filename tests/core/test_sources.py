@@ -200,6 +200,8 @@ def test_hugging_face_dataset_folders(tmp_path):
     assert load_corpus(str(tmp_path / "ds")).documents == DOCS
     datasets.DatasetDict({"train": ds, "test": ds.select(range(3))}).save_to_disk(str(tmp_path / "dd"))
     assert load_corpus(str(tmp_path / "dd")).documents == DOCS  # its train split
+    # The split left out is said with the folder, as a hub layout's are (it went unsaid).
+    assert resolve_source(str(tmp_path / "dd")).ignored == ("test/ (test)",)
     datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "noval"))
     assert "no 'train' split" in one_line_error(lambda: resolve_source(str(tmp_path / "noval")))
 
