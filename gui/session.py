@@ -274,7 +274,7 @@ class RunSession(QObject):
         if not parent.config:  # its run_started line lost or damaged: the defaults were continued, another model
             raise ConfigError(f"{parent.label} cannot be continued: its run folder does not say its model and data "
                               f"(the first line of its metrics.jsonl is missing or damaged); start a new run from its "
-                              f"checkpoint with Load… instead")
+                              f"checkpoint with Load weights… instead")
         try:
             base = RunConfig.from_dict(parent.config)
             cfg = base.replace(train=settings.train, resume=parent.checkpoint, init_from=None,

@@ -36,7 +36,7 @@ class RunControls(QWidget):
             "run, stops it first")
         self.save = _button("saveButton", "Save model…",
                             "Save the current model as a checkpoint folder (during a run: at the next step)")
-        self.load = _button("loadButton", "Load…", "Load weights (any supported checkpoint) into the next run")
+        self.load = _button("loadButton", "Load weights…", "Load weights (any supported checkpoint) into the next run")
         self.start.setStyleSheet("font-weight: bold;")
         self._tips = {"start": self.start.toolTip(), "continue": self.continue_.toolTip(),
                       "pause": self.pause.toolTip(), "save": self.save.toolTip(), "load": self.load.toolTip()}
