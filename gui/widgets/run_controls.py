@@ -79,7 +79,7 @@ class RunControls(QWidget):
         self.pause.setToolTip("A run in several processes is stopped, never paused" if in_processes else
                               self._tips["pause"])
         self.save.setToolTip(busy or ("A run in several processes saves its own checkpoints (its run folder's "
-                                      "checkpoints/); Load… reads them" if in_processes else
+                                      "checkpoints/); Load weights… reads them" if in_processes else
                                       save_why or self._tips["save"]))
         self.load.setToolTip(busy or self._tips["load"])
         self.start.setEnabled(can_start and not running)
