@@ -123,13 +123,10 @@ class RunActions(QObject):
     def stop(self) -> None:
         if not self.session.running or self.session.ending or self.session.stopping:  # (a shortcut, the menu)
             return
-        active = self.session.active
-        key = active.key if active is not None else None
-        setting_up = active is not None and active.before_training  # set-up ends, nothing is kept
         self.session.stop()
-        self.status.showMessage("Stopping before its first step: nothing is kept …" if setting_up else
-                                "Stopping at the next optimizer step (a final checkpoint is saved) …", 10_000,
-                                until=lambda r: r.key != key or r.ended)
+        # The run's state in the status bar says what the stop does (a message beside it said it again: both
+        # were cut to fit).
+        self.status.clearMessage()
         self._update_controls()
 
     def continue_run(self) -> None:

@@ -169,7 +169,7 @@ class StatusBar(QStatusBar):
         if record.state == "stopping":
             state = ("stopping… (its set-up: nothing is kept)" if record.before_training else
                      "stopping… (after the compile in progress and its step)" if record.compiling else
-                     "stopping… (after the current optimizer step)")
+                     "stopping… (after the current optimizer step; a final checkpoint is saved)")
         elif record.state == "compiling":
             state = record.compile_progress() or "compiling"
         elif record.state == "failed":

@@ -571,7 +571,10 @@ def test_a_run_resumed_from_a_pause_before_its_first_step_stops_after_a_step(qtb
     qtbot.waitUntil(lambda: record.state != "paused")
     assert not record.before_training
     click(window, "stopButton")
-    assert window.status.currentMessage().startswith("Stopping at the next optimizer step")
+    window.status.show_run(record, None)  # as the refresh timer shows the run in focus
+    assert child(window, "stateLabel").full_text().endswith(
+        "stopping… (after the current optimizer step; a final checkpoint is saved)")
+    assert window.status.currentMessage() == ""  # the state says it: a message beside it said it again
     wait_idle(qtbot, window)
     assert record.state == "stopped" and record.step >= 1 and record.checkpoint is not None
 
@@ -587,7 +590,7 @@ def test_stop_before_the_first_step_keeps_nothing_as_it_says(qtbot, make_window,
     click(window, "startButton")
     click(window, "stopButton")  # before the torch thread's first event reaches the window: in set-up
     assert any("nothing to save yet" in line for line in window.log.messages())
-    assert window.status.currentMessage() == "Stopping before its first step: nothing is kept …"
+    assert window.status.currentMessage() == ""
     window.status.show_run(window.session.records[-1], None)  # as the refresh timer shows the run in focus
     assert child(window, "stateLabel").full_text().endswith("stopping… (its set-up: nothing is kept)")
     wait_idle(qtbot, window)
