@@ -472,6 +472,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                     _say(f"[{repeat + 1}/{repeats}] {cell.name:<27} {runner:<10} {rate:10,.0f} tok/s"
                          f"  loss {record.final_loss:.5f}{extra_note}"
                          + "".join(f"\n  warning: {w}" for w in record.warnings))
+            measure_peak()  # between repeats and at the end: a figure taken while the machine was busy is raised
         if device.type == "cuda":  # the combination the Trainer refuses: is it still wrong in this release?
             from bench.cuda_graph_grads import gradient_check
             from core.config import CUDA_GRAPH_MODES

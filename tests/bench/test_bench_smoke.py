@@ -57,6 +57,8 @@ def test_quick_bench_writes_json_markdown_and_png(tmp_path, capsys):
         ("off-a1-fp32", "bare"), ("off-a1-fp32", "hf"), ("off-a1-fp32", "speedboard"), ("off-a2-fp32", "bare"),
         ("off-a2-fp32", "speedboard")]
     assert raw["matmul_peak"]["flops"]["fp32"] > 0 and raw["flops_per_token"] > 0
+    # Measured at the start and after each repeat, as the docs say (it was measured at the start alone).
+    assert len(raw["matmul_peak"]["measurements"]["fp32"]) == 1 + raw["config"]["repeats"]
 
     summary = raw["summary"]
     a1, a2 = summary["cells"]["off-a1-fp32"], summary["cells"]["off-a2-fp32"]
