@@ -177,7 +177,8 @@ class BoundedSpin(_KeepsValueBefore, QSpinBox):
         text, suffix = text.strip(), self.suffix().strip()
         while suffix and text.endswith(suffix):
             text = text.removesuffix(suffix).strip()
-        return text
+        unit = suffix.split()[0] if suffix else ""  # "%" of "% of budget": the part a user types with a number
+        return text.removesuffix(unit).strip() if unit else text
 
     def validate(self, text: str, pos: int):
         state = super().validate(text, pos)

@@ -372,7 +372,7 @@ def test_a_percentage_typed_with_its_sign_over_the_number_is_taken(qtbot, panel,
     edit = panel.warmup.lineEdit()
     edit.setSelection(0, len(panel.warmup.cleanText()))  # what Ctrl+A selects
     qtbot.keyClicks(edit, typed)
-    assert edit.text() == f"{typed} %"
+    assert edit.text() == f"{typed}{panel.warmup.suffix()}"  # " % of budget"
     qtbot.keyClick(edit, Qt.Key.Key_Return)
     assert panel.warmup.value() == 50
 
