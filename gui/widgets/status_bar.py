@@ -183,7 +183,8 @@ class StatusBar(QStatusBar):
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
             self.progress.setFormat("not started" if record.ended else
-                                     record.progress_text() if record.preparing else "setting up")
+                                     record.progress_text() if record.preparing else
+                                     "compiling" if record.compiling else "setting up")  # beside "compiling 0:01"
             self.eta.setText("")
             self.device.setText("")
             self.memory.setText("")

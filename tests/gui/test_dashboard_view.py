@@ -749,3 +749,16 @@ def test_a_micro_models_memory_is_not_shown_as_zero():
 
     assert [memory_text(g) for g in (0.003, 0.05, 0.3, 1.234)] == ["3.1 MiB", "51 MiB", "0.30 GiB", "1.23 GiB"]
     assert [_gib(g) for g in (None, 0.0, 0.003, 0.3)] == ["—", "0.00", "<0.01", "0.30"]
+
+
+def test_a_compile_before_the_runs_first_event_is_not_called_setting_up_beside_it(qtbot):
+    """The state said "compiling 0:01" and the progress box beside it "setting up"."""
+    from gui.run_record import RunRecord
+    from gui.widgets.status_bar import StatusBar
+
+    record = RunRecord(key=1, number=1, config={"train": {"compile_mode": "default"}})
+    record.apply(CompileStarted("c1", 0.1, "default", "model"))  # its RunStarted comes after
+    status = StatusBar()
+    qtbot.addWidget(status)
+    status.show_run(record, None)
+    assert record.state == "compiling" and status.progress.format() == "compiling"
