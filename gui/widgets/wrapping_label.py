@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
 BREAK = "\u200b"
@@ -33,6 +34,7 @@ class WrappingLabel(QLabel):
     def __init__(self, text: str = "") -> None:
         super().__init__()
         self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.PlainText)  # a path or message, never markup: "<b>" in a name is shown
         self._text = ""
         self.setText(text)
 

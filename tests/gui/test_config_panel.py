@@ -99,6 +99,9 @@ def test_a_long_data_path_in_an_error_wraps_instead_of_widening_the_panel(panel,
     assert "does not exist" in panel.error and label.text() == panel.error  # as set: the breaks are the view's
     assert panel.minimumSizeHint().width() <= narrow + 10
     assert label.heightForWidth(300) > label.fontMetrics().height()  # wrapped onto several lines
+    from PySide6.QtCore import Qt
+
+    assert label.textFormat() == Qt.TextFormat.PlainText  # a name holding "<b>" is shown, not taken as markup
 
 
 def test_the_auto_precision_item_says_what_a_job_of_several_cpu_processes_will_choose(panel, monkeypatch, tmp_path):
