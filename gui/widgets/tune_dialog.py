@@ -550,7 +550,11 @@ class TuneDialog(QDialog):
                     item.setForeground(FAILED)
                 if row["current"] and c == 0:
                     item.setFont(bold)
-                item.setToolTip(row["name"] if c == 0 else value)
+                tip = row["name"] if c == 0 else value
+                status = cells[-1]
+                if c < len(cells) - 1 and status != "ok":  # the status column may be scrolled out of sight
+                    tip = f"{tip}\n{text[0][-1]}: {status}"
+                item.setToolTip(tip)
                 self.table.setItem(r, c, item)
         self._size_columns()
         self._fit_rows()

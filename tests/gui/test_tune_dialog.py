@@ -202,6 +202,9 @@ def test_a_failing_cell_is_a_row_with_its_reason(qtbot, window, monkeypatch):
     wait_done(qtbot, dialog)
     statuses = [dialog.table.item(r, 7).text() for r in range(3)]
     assert statuses[:2] == ["ok", "ok"] and statuses[2].startswith("failed: out of memory")
+    # Every cell of its row says why in its tooltip: a narrow dialog scrolls the status column out of sight.
+    assert dialog.table.item(2, 1).toolTip().endswith(f"\nstatus: {statuses[2]}")
+    assert "status:" not in dialog.table.item(0, 1).toolTip()
     assert dialog.report["recommendation"]["cell"] != "off-a1-bf16"
     assert len(dialog.chart.bars) == 2  # nothing to draw for the failed cell
     # Its reason is read whole: the row grows to the lines it wraps to in the status column, also when that
