@@ -1,6 +1,6 @@
 """Hugging Face's ``LlamaForCausalLM`` built from the same configuration and weights.
 
-transformers is a benchmark-only extra (``pip install 'speedboard[bench]'``). The two
+transformers is a benchmark-only extra (``pip install -e '.[bench]'`` in the project folder). The two
 models share parameter names and math, so the HF model starts from Speedboard's
 initial weights and the same bare loop trains both.
 """

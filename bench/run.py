@@ -350,7 +350,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if use_hf and transformers_version() is None:
         use_hf = False
         notes.append("transformers is not installed: the Hugging Face reference was skipped "
-                     "(pip install 'speedboard[bench]')")
+                     "(pip install -e '.[bench]' in the project folder)")
         _say(f"note: {notes[-1]}")
     hf_cells = {f"off-a1-{precision}", f"default-model-a1-{precision}"} if use_hf else set()
 
@@ -549,7 +549,7 @@ def _report(raw: dict, out: Path, fresh: bool = False) -> Path:
         _remove_if_empty(created)
         raise
     if out / "bench.png" not in written:
-        _say("note: matplotlib is not installed: no bench.png (pip install 'speedboard[bench]')")
+        _say("note: matplotlib is not installed: no bench.png (pip install -e '.[bench]' in the project folder)")
     kind = "partial results" if raw.get("interrupted") else "results"
     _say(f"wrote {kind} {written[0]}, {', '.join(p.name for p in written[1:])} "
          f"in {raw['wall_seconds'] / 60:.1f} min")

@@ -1089,8 +1089,8 @@ def _hub_dataset(source: Source):
     try:
         import datasets
     except ImportError:
-        raise DataError(f"{source.spec}: hub datasets need the 'datasets' package (pip install "
-                        f"'speedboard[hub]'), or download the Parquet files and pass their folder") from None
+        raise DataError(f"{source.spec}: hub datasets need the 'datasets' package (pip install -e '.[hub]' in the "
+                        f"project folder), or download the Parquet files and pass their folder") from None
     _hub_online(source.spec)
     name, config, split = source.hub
     try:

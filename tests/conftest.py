@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
-# Before any Qt import: tests never need a display.
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Before any Qt import: tests never need a display (a user's QT_QPA_PLATFORM=xcb opened real windows).
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
 # Runs and tokenizer caches of the test session never touch the user's folders.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="speedboard-tests-"))
 _OWNER = os.getpid()
 # Removed when this process ends (each pytest worker makes its own): every session left one in the temporary
 # folder, runs and token stores included. Not by a forked child: the folder is its parent's.
 atexit.register(lambda: shutil.rmtree(_SESSION_HOME, ignore_errors=True) if os.getpid() == _OWNER else None)
-os.environ.setdefault("SPEEDBOARD_HOME", str(_SESSION_HOME / "home"))
-os.environ.setdefault("SPEEDBOARD_CACHE_DIR", str(_SESSION_HOME / "cache"))
+# Set, not defaulted: a user's exported SPEEDBOARD_CACHE_DIR received the tests' token stores.
+os.environ["SPEEDBOARD_HOME"] = str(_SESSION_HOME / "home")
+os.environ["SPEEDBOARD_CACHE_DIR"] = str(_SESSION_HOME / "cache")
 # Inductor's disk cache is shared by the session's compile tests (warm after the first).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / "speedboard-inductor-cache"))
 # The tests send SIGHUP as a closed terminal does. A runner started under nohup (or by a CI service) hands SIGHUP
