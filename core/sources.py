@@ -188,10 +188,12 @@ class Source:
                 if f.format == "parquet":
                     rows, typed, not_null = _parquet_rows(f.path, self.text_field)
                 else:
-                    (rows, typed), not_null = _arrow_rows(f.path, self.text_field), None
+                    rows, typed = _arrow_rows(f.path, self.text_field)
+                    not_null = rows  # an Arrow file keeps no null counts: every row may hold text
                 total += rows
-                text_rows += rows if typed else 0
-                valued += (rows if not_null is None else not_null) if typed else 0
+                if typed:
+                    text_rows += rows
+                    valued += not_null
             if text_rows == 0:
                 raise DataError(f"data source {self.spec} is empty ({'no text' if total else 'no rows'})")
             if valued == 0:  # it passed the data picker's check, then failed every start as "empty (no text)"
@@ -1043,7 +1045,7 @@ def _checked_column(batch, text_field: str, path: Path, first_row: int):
 
 
 def _arrow_rows(path: Path, text_field: str) -> tuple[int, bool]:
-    """``_parquet_rows`` of an Arrow file."""
+    """The file's rows, and whether its text column may hold text (``_parquet_rows`` without null counts)."""
     reader = _arrow_reader(path, mapped=True)
     typed = _text_column(path, reader.schema, text_field)
     return sum(b.num_rows for b in _arrow_batches(path, reader)), typed  # memory-mapped: headers only

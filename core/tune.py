@@ -1043,7 +1043,7 @@ def _check_readable(report: dict[str, Any]) -> None:
             value = rates.get(key)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{row['name']}: tokens/s {key} is {value!r}")
-    rec = report.get("recommendation") or report["summary"].get("recommendation")
+    rec = _recommendation(report)
     if rec:  # a pick of no measured row (rows removed by hand) showed beside an empty table
         picked = rows.get(rec["cell"])
         if not isinstance(picked, dict) or not picked["tokens_per_s"]:
@@ -1156,9 +1156,14 @@ def time_taken(report: dict[str, Any]) -> str:
     return text
 
 
+def _recommendation(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The report's pick (a finished report's, else its summary's), or None."""
+    return report.get("recommendation") or (report.get("summary") or {}).get("recommendation")
+
+
 def report_settings(report: dict[str, Any]) -> dict[str, Any] | None:
     """The TrainConfig fields of the recommendation (what Apply sets), or None."""
-    rec = report.get("recommendation") or (report.get("summary") or {}).get("recommendation")
+    rec = _recommendation(report)
     return dict(rec["settings"]) if rec else None
 
 

@@ -9,7 +9,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
 from core.config import RunConfig
-from core.errors import ConfigError, SpeedboardError
+from core.errors import SpeedboardError
 from core.memory_budget import fit_run_config
 from gui import dialogs
 from gui.checkpoint_actions import CheckpointActions
@@ -188,11 +188,11 @@ class RunActions(QObject):
             return
         plan, problem = continue_plan(source, settings, self.panel.nproc)
         try:
-            if problem:
-                raise ConfigError(problem)
-            cfg = self.session.continue_config(source, settings)
-        except SpeedboardError as exc:  # refused before anything is said in the log of what Continue trains
-            dialogs.show_error(self._window, "Cannot continue", str(exc))
+            cfg = None if problem else self.session.continue_config(source, settings)
+        except SpeedboardError as exc:
+            problem = str(exc)
+        if problem:  # refused before anything is said in the log of what Continue trains
+            dialogs.show_error(self._window, "Cannot continue", problem)
             return
         self._note_what_continue_keeps(source)
         self.log.add(plan)

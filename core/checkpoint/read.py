@@ -625,7 +625,7 @@ def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
         if path.is_dir():
             kind, _ = _model_config_of(path, _read_json(path / CONFIG_FILE))
             if kind == "speedboard" and not (path / WEIGHTS_FILE).is_file():
-                raise CheckpointError(f"checkpoint {path} is incomplete: {WEIGHTS_FILE} is missing")
+                raise _incomplete(path, WEIGHTS_FILE)
             files = [(path / WEIGHTS_FILE, None)] if kind == "speedboard" else _hf_weight_files(path)
         elif path.suffix.lower() == ".safetensors" or path.suffix.lower() in PICKLE_SUFFIXES:
             files = [(path, None)]
