@@ -1,6 +1,6 @@
 """The engine's messages as this window says them: its controls named where a message names a command-line flag
 (a run started here that fails on its data says "choose another text field (the Text field)", not "--text-field";
-a micro-batch that cannot fit names the Micro-batch and Accumulation steps that do, not their flags)."""
+a micro-batch that cannot fit names the Micro-batch and Accumulation that do, not their flags)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _CONTROLS = {"--data": "the Data control", "--text-field": "the Text field"}
 
 _PHRASES = (
     # A split that fits (core.memory_budget): "(--micro-batch 512 --accum 8)".
-    (re.compile(r"\(--micro-batch (\d+) --accum (\d+)\)"), r"(Micro-batch \1, Accumulation steps \2)"),
+    (re.compile(r"\(--micro-batch (\d+) --accum (\d+)\)"), r"(Micro-batch \1, Accumulation \2)"),
     # A run id taken meanwhile (another job's folder): the window names its runs itself, afresh at each Start.
     (re.compile(r"; choose another run id\b"), "; start again: a new run takes a new id"),
     # The speed advisor's budget (core.tune): its field is the Time budget.

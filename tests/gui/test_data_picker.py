@@ -166,7 +166,7 @@ def test_a_folders_problem_names_the_windows_controls_not_command_line_flags(qtb
     # Advice with values (the speed advisor's "Cannot find settings"): the window's fields, its numbers grouped.
     assert in_window_words("micro-batch 512 × accumulation 8 fits with the same effective batch (--micro-batch 512 "
                            "--accum 8); on a CPU") == ("micro-batch 512 × accumulation 8 fits with the same effective "
-                                                      "batch (Micro-batch 512, Accumulation steps 8); on a CPU")
+                                                      "batch (Micro-batch 512, Accumulation 8); on a CPU")
     assert in_window_words("that takes about 1,007 s; give --budget-seconds 1259 or more") == \
         "that takes about 1,007 s; set the Time budget to 1,259 s or more"
     assert in_window_words("run folder /runs/x already exists; choose another run id") == \
